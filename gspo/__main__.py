@@ -1,0 +1,3 @@
+from gspo.cli import main
+
+main()

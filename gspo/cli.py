@@ -1,0 +1,271 @@
+"""The ``gspo`` command line: a thin click layer over the library."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+import click
+
+from gspo.errors import GspoError
+
+__all__ = ["main", "cli"]
+
+EXIT_ERROR = 2
+
+
+class Context:
+    def __init__(self, debug: bool):
+        self.debug = debug
+
+
+def _fail(message: str) -> None:
+    click.echo(f"gspo: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+def handle_errors(fn):
+    """Turn :class:`GspoError` (bad input) into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except GspoError as e:
+            _fail(str(e))
+        except KeyboardInterrupt:
+            click.echo("gspo: interrupted", err=True)
+            sys.exit(130)
+        except MemoryError:
+            _fail("out of memory")
+        except Exception as e:  # a bug in gspo: one line, the traceback only with --debug
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and ctx.find_object(Context) and ctx.find_object(Context).debug:
+                raise
+            _fail(f"internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                  "rerun with --debug for the traceback and please report it")
+
+    return wrapper
+
+
+def input_shape_option(fn):
+    return click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=D1,D2,...",
+        help="Pin the shape of an input with dynamic dimensions (repeatable).",
+    )(fn)
+
+
+def _load(path: str, input_shapes=()):
+    from gspo import ir
+
+    return ir.load(path, ir.parse_input_shapes(input_shapes))
+
+
+def check_output_path(output: str, force: bool, *inputs: str) -> None:
+    """Refuse to overwrite an input, or an existing file without ``--force``."""
+    out = Path(output)
+    for i in inputs:
+        if out.resolve() == Path(i).resolve():
+            raise GspoError(f"{output}: the output path is the input path; choose another -o")
+    if out.is_dir():
+        raise GspoError(f"{output}: is a directory")
+    if out.exists() and not force:
+        raise GspoError(f"{output}: exists; use --force to overwrite it")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name="gspo")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
+    """gspo: faster, equivalent ONNX models by joint graph substitution and parallelism.
+
+    \b
+    Example:
+        gspo zoo resnet50 --size tiny -o r50.onnx
+        gspo info r50.onnx
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="gspo: %(levelname)s: %(message)s")
+    ctx.obj = Context(debug)
+
+
+# ------------------------------------------------------------------------ zoo
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_", is_flag=True, help="List the models and exit.")
+@click.option("--size", type=click.Choice(["tiny", "full"]), default="tiny", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@handle_errors
+def zoo(name, list_, size, output, seed, force):
+    """Write a model of the GSPO paper's set (random weights, batch 1).
+
+    \b
+    Example:
+        gspo zoo --list
+        gspo zoo nasnet_mobile --size full -o nasnet_mobile.onnx
+    """
+    from gspo import ir
+    from gspo.zoo import MODELS, build
+
+    if list_ or not name:
+        if not list_:
+            raise GspoError("name a model (gspo zoo --list shows them)")
+        for m in MODELS.values():
+            click.echo(f"{m.name:<14} {m.description}")
+        return
+    if not output:
+        raise GspoError("give the output file with -o FILE")
+    check_output_path(output, force)
+    if size == "full":
+        click.echo(f"building {name} ({size}) ...", err=True)
+    graph = build(name, size, seed)
+    ir.save(graph, output, overwrite=force)
+    click.echo(f"wrote {output} ({len(graph.nodes)} nodes)")
+
+
+# ----------------------------------------------------------------------- info
+def _si(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.3f} {unit}"
+    return f"{x:.0f} "
+
+
+def model_info(graph) -> dict:
+    from gspo.ir import dag, graph_features, node_features
+
+    feats = graph_features(graph)
+    compute = {n.key for n in graph.nodes if node_features(graph, n).flops > 0}
+    is_compute = lambda n: n.key in compute  # noqa: E731
+    return {
+        "name": graph.name,
+        "opset": graph.opset,
+        "inputs": {v.name: list(v.shape) if v.shape is not None else None for v in graph.inputs},
+        "outputs": {v.name: list(v.shape) if v.shape is not None else None for v in graph.outputs},
+        "nodes": len(graph.nodes),
+        "ops": dict(sorted(Counter(n.op_type for n in graph.nodes).items(), key=lambda kv: (-kv[1], kv[0]))),
+        "params": feats.params,
+        "param_bytes": feats.param_bytes,
+        "macs": feats.macs,
+        "flops": feats.flops,
+        "bytes_read": feats.bytes_read,
+        "bytes_written": feats.bytes_written,
+        "depth": dag.depth(graph, is_compute),
+        "max_parallel_ops": dag.max_antichain_width(graph, is_compute),
+        "opaque_ops": sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in graph.nodes if n.is_opaque}),
+    }
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def info(model, input_shapes, as_json):
+    """Describe a model: ops, parameters, FLOPs, bytes, depth, parallelism.
+
+    FLOPs count a multiply-accumulate as 2; depth and the maximum number of independent ops
+    count compute ops only (not reshapes, concats and other data movement).
+
+    \b
+    Example:
+        gspo info model.onnx --input-shape input=1,3,224,224
+    """
+    data = model_info(_load(model, input_shapes))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    rows = [
+        ("model", f"{data['name']} (opset {data['opset']})"),
+        ("inputs", ", ".join(f"{k}{v}" for k, v in data["inputs"].items())),
+        ("outputs", ", ".join(f"{k}{v}" for k, v in data["outputs"].items())),
+        ("nodes", str(data["nodes"])),
+        ("parameters", f"{_si(data['params'])}({_si(data['param_bytes'])}B)"),
+        ("MACs", _si(data["macs"])),
+        ("FLOPs", _si(data["flops"])),
+        ("bytes read / written", f"{_si(data['bytes_read'])}B / {_si(data['bytes_written'])}B"),
+        ("depth (compute ops)", str(data["depth"])),
+        ("max independent ops", str(data["max_parallel_ops"])),
+        ("opaque ops", ", ".join(data["opaque_ops"]) or "none"),
+    ]
+    for k, v in rows:
+        click.echo(f"{k:<22} {v}")
+    click.echo("op histogram:")
+    for op, count in data["ops"].items():
+        click.echo(f"  {op:<24} {count}")
+
+
+# --------------------------------------------------------------------- verify
+@cli.command()
+@click.argument("model_a", type=click.Path())
+@click.argument("model_b", type=click.Path())
+@click.option("--rtol", type=float, default=1e-3, show_default=True)
+@click.option("--atol", type=float, default=1e-4, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
+@click.option("--inputs", "inputs_file", type=click.Path(), help="Use these inputs (.npz) instead.")
+@input_shape_option
+@handle_errors
+def verify(model_a, model_b, rtol, atol, seed, runs, inputs_file, input_shapes):
+    """Check that two models compute the same outputs (exit 0) or not (exit 1).
+
+    Both run with onnxruntime on the same inputs; an output matches when
+    |b - a| <= atol + rtol * |a| everywhere (NaNs must match too).
+
+    \b
+    Example:
+        gspo verify model.onnx optimized.onnx --runs 5
+    """
+    from gspo.runtime import load_inputs
+    from gspo.runtime import verify as run_verify
+
+    if rtol < 0 or atol < 0:
+        raise GspoError("--rtol and --atol must not be negative")
+    a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
+    feeds = load_inputs(inputs_file, a) if inputs_file else None
+    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds)
+    click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12}  verdict")
+    for d in result.outputs:
+        click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g}  {'ok' if d.ok else 'DIFFERS'}")
+    if result.equivalent:
+        click.echo(f"equivalent (rtol={rtol:g}, atol={atol:g})")
+        return
+    click.echo(f"NOT equivalent: {result.worst.name} differs beyond rtol={rtol:g}, atol={atol:g}")
+    sys.exit(1)
+
+
+# -------------------------------------------------------------------- convert
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@input_shape_option
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@handle_errors
+def convert(model, output, input_shapes, force):
+    """Rewrite a model through gspo's IR: pin input shapes, stamp an IR version onnxruntime reads.
+
+    \b
+    Example:
+        gspo convert dynamic.onnx -o static.onnx --input-shape input=1,3,224,224
+    """
+    from gspo import ir
+
+    check_output_path(output, force, model)
+    graph = _load(model, input_shapes)
+    ir.save(graph, output, overwrite=force)
+    click.echo(f"wrote {output}")
+
+
+def main() -> None:
+    cli(prog_name="gspo")

@@ -1,0 +1,138 @@
+"""Per-node cost features: FLOPs, multiply-accumulates, bytes moved, parameters.
+
+Conventions: a multiply-accumulate (MAC) counts as 2 FLOPs; elementwise ops count one FLOP per
+output element (``Sigmoid``, ``Tanh``, ``Erf``, ``Gelu`` and friends count the same: they are a
+few instructions each, and the cost model learns the per-op factor); data movement ops
+(``Reshape``, ``Concat``, ``Split``, ``Transpose``, ...) count 0 FLOPs but their bytes.
+Bytes are ``read`` (every input tensor, weights included) and ``written`` (every output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspo.ir.graph import Graph, Node, Value
+from gspo.ir.shapes import BINARY_OPS, COMPARE_OPS, UNARY_OPS
+from gspo.ir.weights import np_dtype
+
+__all__ = ["NodeFeatures", "node_features", "graph_features", "GraphFeatures", "DATA_MOVEMENT_OPS"]
+
+DATA_MOVEMENT_OPS = frozenset(
+    "Reshape Flatten Squeeze Unsqueeze Identity Concat Split Slice Transpose Pad Gather Shape "
+    "Constant ConstantOfShape Cast Expand Tile Dropout".split()
+)
+
+
+@dataclass(frozen=True)
+class NodeFeatures:
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    params: int
+
+    @property
+    def is_compute(self) -> bool:
+        return self.flops > 0
+
+
+@dataclass(frozen=True)
+class GraphFeatures:
+    nodes: int
+    macs: int
+    flops: int
+    bytes_read: int
+    bytes_written: int
+    params: int
+    param_bytes: int
+
+
+def numel(v: Value | None) -> int:
+    if v is None or not v.is_static:
+        return 0
+    return int(np.prod(v.shape, dtype=np.int64))
+
+
+def nbytes(v: Value | None) -> int:
+    if v is None:
+        return 0
+    try:
+        return numel(v) * np_dtype(v.dtype).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _macs(node: Node, ins: list[Value | None], outs: tuple[Value, ...]) -> int:
+    op = node.op_type
+    if op == "Conv" and ins[1] is not None and ins[1].is_static:
+        w = ins[1].shape
+        return numel(outs[0]) * int(np.prod(w[1:]))
+    if op == "ConvTranspose" and ins[1] is not None and ins[1].is_static:
+        w = ins[1].shape
+        return numel(ins[0]) * int(np.prod(w[1:]))
+    if op == "MatMul" and all(v is not None and v.is_static for v in ins[:2]):
+        k = ins[0].shape[-1]
+        return numel(outs[0]) * k
+    if op == "Gemm" and ins[0] is not None and ins[0].is_static:
+        k = ins[0].shape[0] if node.attr("transA", 0) else ins[0].shape[1]
+        return numel(outs[0]) * k
+    return 0
+
+
+def _other_flops(node: Node, ins: list[Value | None], outs: tuple[Value, ...]) -> int:
+    op = node.op_type
+    out = numel(outs[0]) if outs else 0
+    if op in ("Conv", "ConvTranspose", "Gemm"):
+        return out if len(ins) > 2 and ins[2] is not None else 0
+    if op == "BatchNormalization":
+        return 2 * out
+    if op in ("MaxPool", "AveragePool"):
+        return out * int(np.prod(node.attr("kernel_shape", (1,))))
+    if op in ("GlobalAveragePool", "GlobalMaxPool", "ReduceMean", "ReduceSum", "ReduceMax"):
+        return numel(ins[0])
+    if op in ("Softmax", "LogSoftmax"):
+        return 4 * out
+    if op == "LayerNormalization":
+        return 8 * out
+    if op in UNARY_OPS and op not in ("Identity", "Dropout"):
+        return out
+    if op in BINARY_OPS or op in COMPARE_OPS or op in ("Sum", "Where"):
+        return out
+    return 0
+
+
+def node_features(graph: Graph, node: Node) -> NodeFeatures:
+    """Features of one node of ``graph`` (unknown shapes count as 0)."""
+    values = graph.values
+    ins = [values.get(name) if name else None for name in node.inputs]
+    macs = _macs(node, ins, node.outputs)
+    flops = 2 * macs + _other_flops(node, ins, node.outputs)
+    params = sum(
+        numel(v)
+        for name, v in zip(node.inputs, ins)
+        if name and graph.is_weight(name) and v is not None and np_dtype(v.dtype).kind == "f"
+    )
+    return NodeFeatures(
+        macs=int(macs),
+        flops=int(flops),
+        bytes_read=sum(nbytes(v) for v in ins),
+        bytes_written=sum(nbytes(v) for v in node.outputs),
+        params=int(params),
+    )
+
+
+def graph_features(graph: Graph) -> GraphFeatures:
+    """Sums over nodes; ``params`` counts every floating-point weight once."""
+    feats = [node_features(graph, n) for n in graph.nodes]
+    float_weights = [w for w in graph.weights.values() if np_dtype(w.dtype).kind == "f"]
+    return GraphFeatures(
+        nodes=len(graph.nodes),
+        macs=sum(f.macs for f in feats),
+        flops=sum(f.flops for f in feats),
+        bytes_read=sum(f.bytes_read for f in feats),
+        bytes_written=sum(f.bytes_written for f in feats),
+        params=sum(w.size for w in float_weights),
+        param_bytes=sum(w.size * np_dtype(w.dtype).itemsize for w in float_weights),
+    )

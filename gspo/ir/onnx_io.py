@@ -1,0 +1,509 @@
+"""ONNX load and save: the only place where gspo parses or writes ONNX protobufs.
+
+``load`` checks the model, pins dynamic input dimensions, infers shapes and builds a
+:class:`~gspo.ir.graph.Graph`; ``save`` materializes lazy weights, writes stream ids into
+``NodeProto.metadata_props`` and the schedule into the model's ``metadata_props``, and stamps an
+IR version the installed onnxruntime accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import onnx
+from onnx import AttributeProto, TensorProto, helper
+
+from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
+from gspo.ir._hash import digest
+from gspo.ir.graph import Attr, Graph, ModelExtras, Node, Value
+from gspo.ir.weights import Init, WeightStore, materialize
+
+__all__ = [
+    "load",
+    "load_bytes",
+    "from_model",
+    "to_model",
+    "save",
+    "serialize",
+    "parse_input_shapes",
+    "MAX_IR_VERSION",
+    "MIN_OPSET",
+    "STREAM_KEY",
+    "SCHEDULE_KEY",
+]
+
+log = logging.getLogger(__name__)
+
+#: Highest IR version the supported onnxruntime (1.31) reads; onnx 1.23 stamps 14 by default.
+MAX_IR_VERSION = 13
+#: Oldest default-domain opset gspo accepts.
+MIN_OPSET = 7
+STREAM_KEY = "gspo.stream"
+SCHEDULE_KEY = "gspo.schedule"
+_SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+_PROTO_ATTRS = {
+    AttributeProto.TENSOR: ("t", TensorProto),
+    AttributeProto.SPARSE_TENSOR: ("sparse_tensor", onnx.SparseTensorProto),
+    AttributeProto.TYPE_PROTO: ("tp", onnx.TypeProto),
+}
+_PROTO_LIST_ATTRS = {
+    AttributeProto.TENSORS: ("tensors", TensorProto),
+    AttributeProto.SPARSE_TENSORS: ("sparse_tensors", onnx.SparseTensorProto),
+    AttributeProto.TYPE_PROTOS: ("type_protos", onnx.TypeProto),
+}
+_STRIP_ELEMENTS = 4096
+
+
+# ---------------------------------------------------------------------- loading
+def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
+    """Parse ``name=1,3,224,224`` strings (as given to ``--input-shape``)."""
+    out: dict[str, tuple[int, ...]] = {}
+    for spec in specs:
+        name, sep, dims = spec.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.split(",")) if dims.strip() else ()
+        except ValueError:
+            shape = None
+        if not sep or not name or shape is None or any(d < 0 for d in shape):
+            raise InputShapeError(
+                f"bad --input-shape {spec!r}: expected NAME=D1,D2,... with non-negative integers"
+            )
+        out[name] = shape
+    return out
+
+
+def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Load, check and shape-infer an ONNX file.
+
+    Args:
+        path: the ``.onnx`` file. External data must lie in its directory (or below).
+        input_shapes: static shapes for graph inputs, replacing dynamic dimensions.
+
+    Raises:
+        ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ModelLoadError(f"{p}: no such file")
+    if p.is_dir():
+        raise ModelLoadError(f"{p}: is a directory, not an ONNX file")
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
+    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p))
+
+
+def load_bytes(
+    data: bytes,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    base_dir: str | None = None,
+    label: str = "<model>",
+) -> Graph:
+    """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:
+        raise ModelLoadError(f"{label}: not an ONNX model (the protobuf does not parse)") from None
+    if not data or not model.HasField("graph") or not model.opset_import:
+        raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
+    _load_external_data(model, base_dir, label)
+    return from_model(model, input_shapes, label=label)
+
+
+def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> None:
+    from onnx import external_data_helper as edh
+
+    tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
+    if not tensors:
+        return
+    if base_dir is None:
+        raise ModelLoadError(f"{label}: the model has external data but no directory to read it from")
+    root = os.path.realpath(base_dir)
+    for t in tensors:
+        info = {e.key: e.value for e in t.external_data}
+        loc = info.get("location", "")
+        target = os.path.realpath(os.path.join(root, loc))
+        if not loc or os.path.isabs(loc) or os.path.commonpath([root, target]) != root:
+            raise ModelLoadError(
+                f"{label}: external data location {loc!r} of {t.name!r} points outside the "
+                "model's directory; refused"
+            )
+        if not os.path.isfile(target):
+            raise ModelLoadError(f"{label}: external data file {loc!r} of {t.name!r} is missing")
+    try:
+        edh.load_external_data_for_model(model, root)
+    except Exception as e:
+        raise ModelLoadError(f"{label}: cannot read external data: {_first_line(e)}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else type(e).__name__
+
+
+def from_model(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    label: str = "<model>",
+) -> Graph:
+    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded)."""
+    opsets = tuple((o.domain, int(o.version)) for o in model.opset_import)
+    default = [v for d, v in opsets if d in ("", "ai.onnx")]
+    if default and default[0] < MIN_OPSET:
+        raise UnsupportedModelError(
+            f"{label}: opset {default[0]} is not supported (gspo needs opset {MIN_OPSET} or newer)"
+        )
+    if default and default[0] > onnx.defs.onnx_opset_version():
+        raise UnsupportedModelError(
+            f"{label}: opset {default[0]} is newer than this onnx knows "
+            f"({onnx.defs.onnx_opset_version()})"
+        )
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
+
+    g = model.graph
+    weight_names = {t.name for t in g.initializer}
+    real_inputs = [vi for vi in g.input if vi.name not in weight_names]
+    _pin_input_shapes(real_inputs, input_shapes or {}, label)
+
+    values = _infer_values(model, label)
+    weights = {}
+    for t in g.initializer:
+        payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
+        weights[t.name] = Init(t.name, t.data_type, tuple(int(d) for d in t.dims), digest(payload))
+
+    outer = {vi.name for vi in real_inputs} | weight_names
+    nodes = []
+    for n in g.node:
+        nodes.append(_node_from_proto(n, values, outer))
+        outer.update(o for o in n.output if o)
+
+    extras = ModelExtras(
+        ir_version=int(model.ir_version),
+        producer_name=model.producer_name,
+        producer_version=model.producer_version,
+        domain=model.domain,
+        model_version=int(model.model_version),
+        doc_string=model.doc_string,
+        graph_doc_string=g.doc_string,
+        metadata=tuple((p.key, p.value) for p in model.metadata_props if p.key != SCHEDULE_KEY),
+        functions=tuple(f.SerializeToString() for f in model.functions),
+        value_info=tuple(vi.SerializeToString() for vi in g.value_info),
+        weight_inputs=tuple(vi.name for vi in g.input if vi.name in weight_names),
+        sparse_initializers=tuple(s.SerializeToString() for s in g.sparse_initializer),
+    )
+    graph = Graph(
+        inputs=tuple(_value(vi, values) for vi in real_inputs),
+        outputs=tuple(_value(vi, values) for vi in g.output),
+        nodes=tuple(nodes),
+        weights=weights,
+        opsets=opsets,
+        name=g.name,
+        store=WeightStore({t.name: t for t in g.initializer}),
+        extras=extras,
+    )
+    try:
+        return graph.check()
+    except ValueError as e:
+        raise ModelLoadError(f"{label}: {e}") from None
+
+
+def _pin_input_shapes(inputs, pins: Mapping[str, Sequence[int]], label: str) -> None:
+    names = [vi.name for vi in inputs]
+    for name in pins:
+        if name not in names:
+            raise InputShapeError(
+                f"{label}: --input-shape names {name!r}, which is not an input "
+                f"(inputs: {', '.join(names) or 'none'})"
+            )
+    for vi in inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise UnsupportedModelError(f"{label}: input {vi.name!r} is not a tensor")
+        tt = vi.type.tensor_type
+        if vi.name in pins:
+            dims = tuple(pins[vi.name])
+            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+                raise InputShapeError(
+                    f"{label}: --input-shape gives {vi.name!r} rank {len(dims)}, "
+                    f"the model says rank {len(tt.shape.dim)}"
+                )
+            for i, d in enumerate(dims):
+                if tt.HasField("shape"):
+                    old = tt.shape.dim[i]
+                    if old.HasField("dim_value") and old.dim_value != d:
+                        raise InputShapeError(
+                            f"{label}: --input-shape sets dim {i} of {vi.name!r} to {d}, "
+                            f"but the model fixes it at {old.dim_value}"
+                        )
+            del tt.shape.dim[:]
+            for d in dims:
+                tt.shape.dim.add().dim_value = d
+            continue
+        if not tt.HasField("shape"):
+            raise InputShapeError(
+                f"{label}: input {vi.name!r} has no shape; give one with --input-shape {vi.name}=..."
+            )
+        for i, d in enumerate(tt.shape.dim):
+            if not d.HasField("dim_value"):
+                sym = f" ({d.dim_param!r})" if d.dim_param else ""
+                raise InputShapeError(
+                    f"{label}: input {vi.name!r} has dynamic dimension {i}{sym}; pin it with "
+                    f"--input-shape {vi.name}=" + ",".join(
+                        str(x.dim_value) if x.HasField("dim_value") else "N" for x in tt.shape.dim
+                    )
+                )
+
+
+def _infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
+    """Shape inference on a copy whose large initializers carry dims but no data."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for t in light.graph.initializer:
+        if len(t.dims) and _numel(t.dims) > _STRIP_ELEMENTS:
+            stub = TensorProto(name=t.name, data_type=t.data_type, dims=t.dims)
+            stub.data_location = TensorProto.EXTERNAL
+            stub.external_data.add(key="location", value="__gspo_stripped__")
+            t.CopyFrom(stub)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, data_prop=True)
+    except Exception as e:
+        log.warning("%s: shape inference failed (%s); shapes left unknown", label, _first_line(e))
+        inferred = light
+    g = inferred.graph
+    values: dict[str, tuple[int, tuple | None]] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        values[vi.name] = _type_of(vi)
+    for t in model.graph.initializer:
+        values[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
+    return values
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def _type_of(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
+    if not vi.type.HasField("tensor_type"):
+        return (0, None)
+    tt = vi.type.tensor_type
+    if not tt.HasField("shape"):
+        return (tt.elem_type, None)
+    dims = tuple(
+        int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
+    )
+    return (tt.elem_type, dims)
+
+
+def _value(vi: onnx.ValueInfoProto, values) -> Value:
+    dtype, shape = values.get(vi.name) or _type_of(vi)
+    return Value(vi.name, dtype, shape)
+
+
+def _is_understood(n: onnx.NodeProto) -> bool:
+    if n.domain not in ("", "ai.onnx"):
+        return False
+    if any(a.type in _SUBGRAPH_TYPES for a in n.attribute):
+        return False
+    return onnx.defs.has(n.op_type)
+
+
+def _attr_from_proto(a: AttributeProto) -> Attr:
+    if a.type in _PROTO_ATTRS:
+        field_name, _ = _PROTO_ATTRS[a.type]
+        return Attr(a.name, a.type, getattr(a, field_name).SerializeToString())
+    if a.type in _PROTO_LIST_ATTRS:
+        field_name, _ = _PROTO_LIST_ATTRS[a.type]
+        return Attr(a.name, a.type, tuple(x.SerializeToString() for x in getattr(a, field_name)))
+    value = helper.get_attribute_value(a)
+    if isinstance(value, list):
+        value = tuple(value)
+    return Attr(a.name, a.type, value)
+
+
+def _attr_to_proto(a: Attr) -> AttributeProto:
+    if a.type in _PROTO_ATTRS:
+        field_name, cls = _PROTO_ATTRS[a.type]
+        proto = AttributeProto(name=a.name, type=a.type)
+        getattr(proto, field_name).CopyFrom(cls.FromString(a.value))
+        return proto
+    if a.type in _PROTO_LIST_ATTRS:
+        field_name, cls = _PROTO_LIST_ATTRS[a.type]
+        proto = AttributeProto(name=a.name, type=a.type)
+        getattr(proto, field_name).extend(cls.FromString(x) for x in a.value)
+        return proto
+    return helper.make_attribute(a.name, list(a.value) if isinstance(a.value, tuple) else a.value, attr_type=a.type)
+
+
+def _subgraph_reads(g: onnx.GraphProto) -> set[str]:
+    """Names a subgraph reads from enclosing scopes."""
+    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    reads: set[str] = set()
+    for n in g.node:
+        reads.update(i for i in n.input if i and i not in defined)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
+                reads.update(r for r in _subgraph_reads(sub) if r not in defined)
+        defined.update(n.output)
+    reads.update(o.name for o in g.output if o.name not in defined)
+    return reads
+
+
+def _stream_of(n: onnx.NodeProto) -> int | None:
+    for p in n.metadata_props:
+        if p.key == STREAM_KEY:
+            try:
+                return int(p.value)
+            except ValueError:
+                return None
+    return None
+
+
+def _node_from_proto(n: onnx.NodeProto, values, outer: set[str]) -> Node:
+    outputs = tuple(Value(o, *values.get(o, (0, None))) if o else Value("", 0, None) for o in n.output)
+    stream = _stream_of(n)
+    if _is_understood(n):
+        return Node(
+            op_type=n.op_type,
+            inputs=tuple(n.input),
+            outputs=outputs,
+            attrs=tuple(_attr_from_proto(a) for a in n.attribute),
+            domain=n.domain,
+            name=n.name,
+            stream=stream,
+        )
+    implicit: set[str] = set()
+    for a in n.attribute:
+        for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
+            implicit |= _subgraph_reads(sub)
+    clean = onnx.NodeProto()
+    clean.CopyFrom(n)
+    _set_stream(clean, None)
+    return Node(
+        op_type=n.op_type,
+        inputs=tuple(n.input),
+        outputs=outputs,
+        domain=n.domain,
+        name=n.name,
+        stream=stream,
+        opaque=clean.SerializeToString(),
+        implicit_inputs=tuple(sorted(i for i in implicit & outer if i not in n.input)),
+    )
+
+
+# ----------------------------------------------------------------------- saving
+def _set_stream(proto: onnx.NodeProto, stream: int | None) -> None:
+    keep = [(p.key, p.value) for p in proto.metadata_props if p.key != STREAM_KEY]
+    del proto.metadata_props[:]
+    for k, v in keep:
+        proto.metadata_props.add(key=k, value=v)
+    if stream is not None:
+        proto.metadata_props.add(key=STREAM_KEY, value=str(stream))
+
+
+def _value_info(v: Value) -> onnx.ValueInfoProto:
+    shape = None if v.shape is None else [d if isinstance(d, int) else (None if d == "?" else d) for d in v.shape]
+    return helper.make_tensor_value_info(v.name, v.dtype, shape)
+
+
+def _ir_version(graph: Graph, opsets) -> int:
+    needed = helper.find_min_ir_version_for(list(opsets), ignore_unknown=True)
+    ir = graph.extras.ir_version or needed
+    if any(n.stream is not None for n in graph.nodes):
+        needed = max(needed, 10)  # NodeProto.metadata_props appeared in IR v10
+    return max(min(ir, MAX_IR_VERSION), needed)
+
+
+def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
+    """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded)."""
+    ex = graph.extras
+    nodes = []
+    for n in graph.nodes:
+        if n.opaque is not None:
+            proto = onnx.NodeProto.FromString(n.opaque)
+        else:
+            proto = helper.make_node(n.op_type, list(n.inputs), list(n.output_names), name=n.name or None, domain=n.domain or None)
+            proto.attribute.extend(_attr_to_proto(a) for a in n.attrs)
+        _set_stream(proto, n.stream)
+        nodes.append(proto)
+    initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items()]
+    live = set(graph.values)
+    value_info = [vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
+    inputs = [_value_info(v) for v in graph.inputs]
+    inputs += [_value_info(graph.value(name)) for name in ex.weight_inputs if name in graph.weights]
+    g = helper.make_graph(
+        nodes,
+        graph.name or "graph",
+        inputs,
+        [_value_info(v) for v in graph.outputs],
+        initializer=initializers,
+        value_info=value_info,
+        doc_string=ex.graph_doc_string or None,
+        sparse_initializer=[onnx.SparseTensorProto.FromString(b) for b in ex.sparse_initializers],
+    )
+    opsets = [helper.make_opsetid(d, v) for d, v in graph.opsets]
+    model = helper.make_model(
+        g,
+        opset_imports=opsets,
+        functions=[onnx.FunctionProto.FromString(b) for b in ex.functions],
+        producer_name=ex.producer_name or "gspo",
+    )
+    model.ir_version = _ir_version(graph, opsets)
+    if ex.producer_version:
+        model.producer_version = ex.producer_version
+    model.domain = ex.domain
+    model.model_version = ex.model_version
+    model.doc_string = ex.doc_string
+    for k, v in ex.metadata:
+        model.metadata_props.add(key=k, value=v)
+    if schedule is not None:
+        model.metadata_props.add(key=SCHEDULE_KEY, value=json.dumps(schedule, sort_keys=True))
+    return model
+
+
+def serialize(graph: Graph, schedule: Mapping | None = None) -> bytes:
+    """Serialized ONNX bytes of ``graph`` (for running it in memory)."""
+    return to_model(graph, schedule).SerializeToString()
+
+
+_EXTERNAL_THRESHOLD = 1_800_000_000
+
+
+def save(
+    graph: Graph,
+    path: str | os.PathLike,
+    schedule: Mapping | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it.
+
+    Raises:
+        ModelLoadError: ``path`` exists and ``overwrite`` is false, or it cannot be written.
+    """
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
+    if p.is_dir():
+        raise ModelLoadError(f"{p}: is a directory")
+    model = to_model(graph, schedule)
+    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if weight_bytes > _EXTERNAL_THRESHOLD:
+            onnx.save_model(model, str(p), save_as_external_data=True, location=p.name + ".data")
+        else:
+            p.write_bytes(model.SerializeToString())
+    except OSError as e:
+        raise ModelLoadError(f"{p}: cannot write: {e.strerror or e}") from None
+    return p

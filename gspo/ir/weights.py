@@ -1,0 +1,237 @@
+"""Lazy weights: a reference to an original initializer, or an expression over such references.
+
+A rewrite that merges two convolutions does not copy arrays: it records
+``Concat((Init("w1"), Init("w2")), axis=0)``. Arrays are computed once, by :func:`materialize`,
+when the winning graph is saved.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from gspo.ir._hash import digest
+
+__all__ = [
+    "Weight",
+    "Init",
+    "Literal",
+    "Random",
+    "Concat",
+    "Pad",
+    "Scale",
+    "WeightStore",
+    "np_dtype",
+    "materialize",
+]
+
+
+def np_dtype(elem_type: int) -> np.dtype:
+    """numpy dtype of an ONNX ``TensorProto`` element type."""
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+class WeightStore:
+    """The original initializers of a loaded model, by name (kept as protobufs, decoded lazily)."""
+
+    def __init__(self, tensors: Mapping[str, onnx.TensorProto] | None = None, base_dir: str = ""):
+        self._tensors = dict(tensors or {})
+        self.base_dir = base_dir
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tensors
+
+    def proto(self, name: str) -> onnx.TensorProto:
+        return self._tensors[name]
+
+    def array(self, name: str) -> np.ndarray:
+        return numpy_helper.to_array(self._tensors[name], self.base_dir)
+
+
+class Weight:
+    """Base of weight expressions: ``dtype`` (ONNX element type), ``shape`` and ``key``."""
+
+    dtype: int
+    shape: tuple[int, ...]
+    key: bytes
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Weight) and other.key == self.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        raise NotImplementedError
+
+
+def _set_key(obj: object, *parts: object) -> None:
+    object.__setattr__(obj, "key", digest(type(obj).__name__, *parts))
+
+
+@dataclass(frozen=True, eq=False)
+class Init(Weight):
+    """An initializer of the original model, by name; ``content`` is a digest of its bytes."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...]
+    content: bytes = b""
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _set_key(self, self.name, self.dtype, self.shape, self.content)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        return store.array(self.name)
+
+
+@dataclass(frozen=True, eq=False)
+class Literal(Weight):
+    """A small constant computed by a rule (e.g. a folded bias)."""
+
+    data: bytes
+    dtype: int
+    shape: tuple[int, ...]
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _set_key(self, self.data, self.dtype, self.shape)
+
+    @classmethod
+    def from_array(cls, array: np.ndarray) -> Literal:
+        array = np.ascontiguousarray(array)
+        elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        return cls(array.tobytes(), elem, tuple(int(d) for d in array.shape))
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        return np.frombuffer(self.data, dtype=np_dtype(self.dtype)).reshape(self.shape).copy()
+
+
+@dataclass(frozen=True, eq=False)
+class Random(Weight):
+    """Deterministic random weights: ``loc + scale * N(0, 1)``, or ``U(loc, loc + scale)``.
+
+    Integer dtypes draw from ``[loc, loc + scale)``. Used by the model zoo, so that a full-size
+    model can be built, counted and hashed without allocating its arrays.
+    """
+
+    seed: int
+    dtype: int
+    shape: tuple[int, ...]
+    loc: float = 0.0
+    scale: float = 1.0
+    dist: str = "normal"
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.dist not in ("normal", "uniform"):
+            raise ValueError(f"unknown distribution {self.dist!r}")
+        _set_key(self, self.seed, self.dtype, self.shape, self.loc, self.scale, self.dist)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        rng = np.random.default_rng(self.seed)
+        dt = np_dtype(self.dtype)
+        if np.issubdtype(dt, np.integer):
+            lo = int(self.loc)
+            return rng.integers(lo, lo + int(self.scale), size=self.shape).astype(dt)
+        if self.dist == "uniform":
+            x = rng.uniform(self.loc, self.loc + self.scale, size=self.shape)
+        else:
+            x = rng.standard_normal(self.shape, dtype=np.float32) * self.scale + self.loc
+        return x.astype(dt)
+
+
+@dataclass(frozen=True, eq=False)
+class Concat(Weight):
+    """``numpy.concatenate(parts, axis)``."""
+
+    parts: tuple[Weight, ...]
+    axis: int
+    dtype: int = field(init=False)
+    shape: tuple[int, ...] = field(init=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        first = self.parts[0].shape
+        ax = self.axis % len(first)
+        for p in self.parts:
+            if len(p.shape) != len(first) or any(
+                a != b for i, (a, b) in enumerate(zip(p.shape, first)) if i != ax
+            ):
+                raise ValueError(f"cannot concatenate weights of shapes {first} and {p.shape}")
+        shape = list(first)
+        shape[ax] = sum(p.shape[ax] for p in self.parts)
+        object.__setattr__(self, "dtype", self.parts[0].dtype)
+        object.__setattr__(self, "shape", tuple(shape))
+        object.__setattr__(self, "axis", ax)
+        _set_key(self, self.parts, ax)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        return np.concatenate([p.evaluate(store) for p in self.parts], axis=self.axis)
+
+
+@dataclass(frozen=True, eq=False)
+class Pad(Weight):
+    """Zero padding: ``pads[i] = (before, after)`` for axis ``i``."""
+
+    base: Weight
+    pads: tuple[tuple[int, int], ...]
+    dtype: int = field(init=False)
+    shape: tuple[int, ...] = field(init=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.pads) != len(self.base.shape):
+            raise ValueError("one (before, after) pair per axis is needed")
+        shape = tuple(d + a + b for d, (a, b) in zip(self.base.shape, self.pads))
+        object.__setattr__(self, "dtype", self.base.dtype)
+        object.__setattr__(self, "shape", shape)
+        _set_key(self, self.base, self.pads)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        return np.pad(self.base.evaluate(store), self.pads)
+
+
+@dataclass(frozen=True, eq=False)
+class Scale(Weight):
+    """``base * factor`` where the 1-D ``factor`` runs along ``axis`` of ``base``."""
+
+    base: Weight
+    factor: Weight
+    axis: int
+    dtype: int = field(init=False)
+    shape: tuple[int, ...] = field(init=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ax = self.axis % len(self.base.shape)
+        if self.factor.shape != (self.base.shape[ax],):
+            raise ValueError(f"scale of shape {self.factor.shape} does not fit axis {ax}")
+        object.__setattr__(self, "dtype", self.base.dtype)
+        object.__setattr__(self, "shape", self.base.shape)
+        object.__setattr__(self, "axis", ax)
+        _set_key(self, self.base, self.factor, ax)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        shape = [1] * len(self.shape)
+        shape[self.axis] = self.shape[self.axis]
+        base = self.base.evaluate(store)
+        return (base * self.factor.evaluate(store).reshape(shape)).astype(base.dtype)
+
+
+def materialize(name: str, weight: Weight, store: WeightStore) -> onnx.TensorProto:
+    """The initializer to save for ``weight``; an unchanged original is copied byte for byte."""
+    if isinstance(weight, Init) and weight.name == name and name in store:
+        proto = onnx.TensorProto()
+        proto.CopyFrom(store.proto(name))
+        return proto
+    return numpy_helper.from_array(weight.evaluate(store), name)

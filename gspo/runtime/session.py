@@ -1,0 +1,116 @@
+"""onnxruntime sessions and inputs (``gspo.runtime`` is the only package importing onnxruntime)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from gspo.errors import GspoError
+from gspo.ir import Graph, serialize
+from gspo.ir.weights import np_dtype
+
+__all__ = ["SessionConfig", "make_session", "run", "random_inputs", "load_inputs", "RuntimeError_"]
+
+
+class RuntimeError_(GspoError):
+    """onnxruntime refused or failed to run a model."""
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """How to build an onnxruntime session.
+
+    ``intra_op_threads`` 0 lets onnxruntime choose; spinning is off by default so idle intra-op
+    threads do not steal the other core between runs (a 2-3x timing error on 2-core machines).
+    """
+
+    intra_op_threads: int = 0
+    allow_spinning: bool = False
+    optimization: str = "all"  # "all" | "basic" | "extended" | "disable"
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+
+
+_LEVELS = {
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+}
+
+
+def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig()) -> ort.InferenceSession:
+    """An ``InferenceSession`` over a graph or serialized model bytes."""
+    data = serialize(model) if isinstance(model, Graph) else model
+    so = ort.SessionOptions()
+    so.graph_optimization_level = _LEVELS[config.optimization]
+    so.intra_op_num_threads = config.intra_op_threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if config.allow_spinning else "0")
+    try:
+        return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
+    except Exception as e:
+        raise RuntimeError_(f"onnxruntime cannot load the model: {_first_line(e)}") from None
+
+
+def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run once; outputs by name."""
+    names = [o.name for o in session.get_outputs()]
+    try:
+        outs = session.run(names, dict(feeds))
+    except Exception as e:
+        raise RuntimeError_(f"onnxruntime failed to run the model: {_first_line(e)}") from None
+    return dict(zip(names, outs))
+
+
+def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random feeds for every graph input: N(0,1) floats, integers in [0, 16), random bools.
+
+    Integers stay small so that index inputs (token ids, gather indices) are valid for any
+    table of 16 rows or more; pass real inputs (``--inputs``) for anything stricter.
+    """
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for v in graph.inputs:
+        if not v.is_static:
+            raise GspoError(f"input {v.name!r} has no static shape; pin it with --input-shape")
+        dt = np_dtype(v.dtype)
+        if dt.kind == "f":
+            feeds[v.name] = rng.standard_normal(v.shape).astype(dt)
+        elif dt.kind in "iu":
+            feeds[v.name] = rng.integers(0, 16, size=v.shape).astype(dt)
+        elif dt.kind == "b":
+            feeds[v.name] = rng.random(v.shape) < 0.5
+        else:
+            raise GspoError(f"cannot make random data for input {v.name!r} of type {dt}")
+    return feeds
+
+
+def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
+    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            feeds = {k: data[k] for k in data.files}
+    except Exception as e:
+        raise GspoError(f"{path}: cannot read inputs (expected an .npz file): {_first_line(e)}") from None
+    expected = {v.name: v for v in graph.inputs}
+    missing = sorted(set(expected) - set(feeds))
+    extra = sorted(set(feeds) - set(expected))
+    if missing or extra:
+        raise GspoError(f"{path}: inputs do not match the model (missing: {missing}, unknown: {extra})")
+    for name, arr in feeds.items():
+        v = expected[name]
+        if tuple(arr.shape) != tuple(v.shape) or arr.dtype != np_dtype(v.dtype):
+            raise GspoError(
+                f"{path}: input {name!r} is {arr.dtype}{list(arr.shape)}, "
+                f"the model wants {np_dtype(v.dtype)}{list(v.shape)}"
+            )
+    return feeds
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0][:300] if lines else type(e).__name__
