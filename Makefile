@@ -14,9 +14,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	mkdir -p out
-	$(BIN)/gspo zoo inception_v3 --size tiny -o out/inception_v3_tiny.onnx --force
-	$(BIN)/gspo info out/inception_v3_tiny.onnx
-	$(BIN)/gspo verify out/inception_v3_tiny.onnx out/inception_v3_tiny.onnx
+	$(BIN)/gspo zoo nasnet_mobile --size full -o out/nasnet_mobile.onnx --force
+	$(BIN)/gspo info out/nasnet_mobile.onnx
+	$(BIN)/gspo convert out/nasnet_mobile.onnx -o out/nasnet_mobile_roundtrip.onnx --force
+	$(BIN)/gspo verify out/nasnet_mobile.onnx out/nasnet_mobile_roundtrip.onnx
 
 test: $(STAMP)
 	$(BIN)/ruff check gspo tests

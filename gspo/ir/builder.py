@@ -132,9 +132,13 @@ class GraphBuilder:
         inputs: Sequence[str],
         n_outputs: int = 1,
         name: str | None = None,
+        out: str | None = None,
         **attrs: object,
     ) -> str | list[str]:
-        """Add a node; returns its output name (a list when ``n_outputs > 1``)."""
+        """Add a node; returns its output name (a list when ``n_outputs > 1``).
+
+        ``out`` names the (single) output value explicitly, e.g. a graph output ``"logits"``.
+        """
         node_name = self._name(name or op_type.lower())
         in_values = [self._values[i] if i else None for i in inputs]
         attr_objs = tuple(make_attr(k, v) for k, v in sorted(attrs.items()))
@@ -142,7 +146,7 @@ class GraphBuilder:
         types = infer_shapes(op_type, plain, in_values, n_outputs, self._const_value)
         outs = []
         for i, (dtype, shape) in enumerate(types):
-            out_name = node_name if n_outputs == 1 else f"{node_name}:{i}"
+            out_name = (out or node_name) if n_outputs == 1 else f"{node_name}:{i}"
             v = Value(out_name, dtype, tuple(int(d) for d in shape))
             self._values[out_name] = v
             outs.append(v)

@@ -143,6 +143,7 @@ class ModelExtras:
     functions: tuple[bytes, ...] = ()
     value_info: tuple[bytes, ...] = ()
     weight_inputs: tuple[str, ...] = ()
+    input_order: tuple[str, ...] = ()
     sparse_initializers: tuple[bytes, ...] = ()
 
 

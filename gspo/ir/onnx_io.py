@@ -112,8 +112,26 @@ def load_bytes(
         raise ModelLoadError(f"{label}: not an ONNX model (the protobuf does not parse)") from None
     if not data or not model.HasField("graph") or not model.opset_import:
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
+    _check_text(model, label)
     _load_external_data(model, base_dir, label)
     return from_model(model, input_shapes, label=label)
+
+
+def _check_text(model: onnx.ModelProto, label: str) -> None:
+    """Refuse names that are not valid UTF-8 (protobuf hands them over as ``bytes``)."""
+    g = model.graph
+    texts = [model.producer_name, model.producer_version, model.domain, model.doc_string]
+    texts += [g.name, g.doc_string]
+    texts += [x for p in model.metadata_props for x in (p.key, p.value)]
+    texts += [o.domain for o in model.opset_import]
+    texts += [vi.name for vi in list(g.input) + list(g.output) + list(g.value_info)]
+    texts += [t.name for t in g.initializer]
+    for n in g.node:
+        texts += [n.name, n.op_type, n.domain, n.doc_string, *n.input, *n.output]
+        texts += [a.name for a in n.attribute]
+        texts += [x for p in n.metadata_props for x in (p.key, p.value)]
+    if any(isinstance(t, bytes) for t in texts):
+        raise ModelLoadError(f"{label}: not an ONNX model (a name or text field is not valid UTF-8)")
 
 
 def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> None:
@@ -198,6 +216,7 @@ def from_model(
         functions=tuple(f.SerializeToString() for f in model.functions),
         value_info=tuple(vi.SerializeToString() for vi in g.value_info),
         weight_inputs=tuple(vi.name for vi in g.input if vi.name in weight_names),
+        input_order=tuple(vi.name for vi in g.input),
         sparse_initializers=tuple(s.SerializeToString() for s in g.sparse_initializer),
     )
     graph = Graph(
@@ -418,11 +437,17 @@ def _value_info(v: Value) -> onnx.ValueInfoProto:
 
 
 def _ir_version(graph: Graph, opsets) -> int:
+    """The original IR version, clamped to what onnxruntime reads; new graphs get the minimum
+    their opsets need. (Raising an old model's version would change its semantics: before IR 4
+    an initializer listed as an input is a constant, from IR 4 on it is an overridable default.)
+    """
     needed = helper.find_min_ir_version_for(list(opsets), ignore_unknown=True)
     ir = graph.extras.ir_version or needed
+    if ir > MAX_IR_VERSION:
+        ir = max(MAX_IR_VERSION, needed)
     if any(n.stream is not None for n in graph.nodes):
-        needed = max(needed, 10)  # NodeProto.metadata_props appeared in IR v10
-    return max(min(ir, MAX_IR_VERSION), needed)
+        ir = max(ir, 10)  # NodeProto.metadata_props appeared in IR v10
+    return ir
 
 
 def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
@@ -440,8 +465,11 @@ def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
     initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items()]
     live = set(graph.values)
     value_info = [vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
-    inputs = [_value_info(v) for v in graph.inputs]
-    inputs += [_value_info(graph.value(name)) for name in ex.weight_inputs if name in graph.weights]
+    listed = {v.name: v for v in graph.inputs}
+    listed.update((name, graph.value(name)) for name in ex.weight_inputs if name in graph.weights)
+    order = [name for name in ex.input_order if name in listed]
+    order += [name for name in listed if name not in ex.input_order]
+    inputs = [_value_info(listed[name]) for name in order]
     g = helper.make_graph(
         nodes,
         graph.name or "graph",

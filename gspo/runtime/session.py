@@ -15,6 +15,9 @@ from gspo.ir.weights import np_dtype
 __all__ = ["SessionConfig", "make_session", "run", "random_inputs", "load_inputs", "RuntimeError_"]
 
 
+ort.set_default_logger_severity(4)
+
+
 class RuntimeError_(GspoError):
     """onnxruntime refused or failed to run a model."""
 
@@ -48,7 +51,7 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig()) 
     so.graph_optimization_level = _LEVELS[config.optimization]
     so.intra_op_num_threads = config.intra_op_threads
     so.inter_op_num_threads = 1
-    so.log_severity_level = 3
+    so.log_severity_level = 4
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if config.allow_spinning else "0")
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))

@@ -33,11 +33,11 @@ class BertConfig:
 SIZES = {"full": BertConfig(), "tiny": BertConfig(2, 64, 4, 16, 512, 64, 256)}
 
 
-def _layernorm(b: GraphBuilder, x: str) -> str:
+def _layernorm(b: GraphBuilder, x: str, out: str | None = None) -> str:
     h = b.shape(x)[-1]
     gamma = b.weight("ln_gamma", (h,), loc=1.0, scale=0.05)
     beta = b.weight("ln_beta", (h,), scale=0.05)
-    return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-12)
+    return b.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-12, out=out)
 
 
 def _heads(b: GraphBuilder, x: str, cfg: BertConfig, perm: list[int]) -> str:
@@ -77,8 +77,9 @@ def bert(cfg: BertConfig = BertConfig(), seed: int = 0) -> Graph:
         with b.scope(f"layer{i}"):
             x = _layernorm(b, b.op("Add", [x, _attention(b, x, cfg)]))
             h = _gelu(b, linear(b, x, cfg.intermediate))
-            x = _layernorm(b, b.op("Add", [x, linear(b, h, cfg.hidden)]))
+            last = "last_hidden_state" if i == cfg.layers - 1 else None
+            x = _layernorm(b, b.op("Add", [x, linear(b, h, cfg.hidden)]), out=last)
     with b.scope("pooler"):
         first = b.op("Gather", [x, b.const("first", np.array(0, np.int64))], axis=1)
-        pooled = b.op("Tanh", [linear(b, first, cfg.hidden)])
+        pooled = b.op("Tanh", [linear(b, first, cfg.hidden)], out="pooler_output")
     return b.output(x, pooled).build()

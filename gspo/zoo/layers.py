@@ -88,4 +88,4 @@ def classifier(b: GraphBuilder, x: str, classes: int) -> str:
     nin = b.shape(x)[1]
     w = b.weight("fc_W", (classes, nin), scale=(1.0 / nin) ** 0.5)
     bias = b.weight("fc_B", (classes,), scale=0.02)
-    return b.op("Gemm", [x, w, bias], transB=1)
+    return b.op("Gemm", [x, w, bias], transB=1, out="logits")

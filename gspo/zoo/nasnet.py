@@ -171,5 +171,6 @@ def nasnet(cfg: NASNetConfig, name: str = "nasnet", seed: int = 0) -> Graph:
     net = b.op("Dropout", [net])
     nin = b.shape(net)[1]
     w = b.weight("fc_W", (cfg.classes, nin), scale=(1.0 / nin) ** 0.5)
-    out = b.op("Gemm", [net, w, b.weight("fc_B", (cfg.classes,), scale=0.02)], transB=1)
+    out = b.op("Gemm", [net, w, b.weight("fc_B", (cfg.classes,), scale=0.02)], transB=1,
+               out="logits")
     return b.output(out).build()

@@ -32,8 +32,8 @@ def nasrnn(cfg: NasRNNConfig = NasRNNConfig(), seed: int = 0) -> Graph:
     state = b.weight("h0", (1, hsz), scale=0.5)
     xs = [b.input(f"x{t}", (1, hsz)) for t in range(cfg.steps)]
 
-    def f(op: str, *args: str) -> str:
-        return b.op(op, list(args))
+    def f(op: str, *args: str, out: str | None = None) -> str:
+        return b.op(op, list(args), out=out)
 
     for t, x in enumerate(xs):
         with b.scope(f"step{t}"):
@@ -45,5 +45,5 @@ def nasrnn(cfg: NasRNNConfig = NasRNNConfig(), seed: int = 0) -> Graph:
             m4 = f("Add", f("Sigmoid", m1), f("Tanh", m2))
             m5 = f("Mul", f("Tanh", m0), f("Tanh", m3))
             m6 = f("Mul", f("Tanh", m4), f("Tanh", m5))
-            state = f("Tanh", m6)
+            state = f("Tanh", m6, out="state" if t == cfg.steps - 1 else None)
     return b.output(state).build()

@@ -50,5 +50,5 @@ def squeezenet(cfg: SqueezeNetConfig = SqueezeNetConfig(), seed: int = 0) -> Gra
     x = b.op("Dropout", [x])
     x = relu(b, conv(b, x, cfg.classes, 1, bias=True))
     x = b.op("GlobalAveragePool", [x])
-    x = b.op("Flatten", [x], axis=1)
+    x = b.op("Flatten", [x], axis=1, out="logits")
     return b.output(x).build()

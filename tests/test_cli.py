@@ -1,0 +1,123 @@
+"""The command line: every command's happy path, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from gspo import ir
+from gspo.cli import cli
+from gspo.ir import Literal
+from tests.helpers import branchy, relu_model
+
+
+def gspo(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture
+def model(tmp_path):
+    return ir.save(branchy(), tmp_path / "m.onnx")
+
+
+def one_line_error(result, code=2):
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_every_command_has_help_with_an_example():
+    for command in ["zoo", "info", "verify", "convert"]:
+        result = gspo(command, "--help")
+        assert result.exit_code == 0 and "Example:" in result.output, command
+    assert "Example:" in gspo("--help").output
+
+
+def test_zoo_list_and_write(tmp_path):
+    listed = gspo("zoo", "--list")
+    assert listed.exit_code == 0 and "nasnet_large" in listed.output and "bert" in listed.output
+    out = tmp_path / "r.onnx"
+    assert gspo("zoo", "resnet50", "-o", out).exit_code == 0
+    assert ir.load(out).name == "resnet50"
+    assert "exists" in one_line_error(gspo("zoo", "resnet50", "-o", out))
+    assert gspo("zoo", "resnet50", "-o", out, "--force").exit_code == 0
+    assert "unknown zoo model" in one_line_error(gspo("zoo", "alexnet", "-o", tmp_path / "a.onnx"))
+    assert "-o FILE" in one_line_error(gspo("zoo", "resnet50"))
+
+
+def test_info_text_and_json(model):
+    text = gspo("info", model)
+    assert text.exit_code == 0
+    assert "max independent ops    2" in text.output and "Conv" in text.output
+    data = json.loads(gspo("info", model, "--json").output)
+    assert data["nodes"] == 4 and data["ops"] == {"Add": 1, "Conv": 2, "Relu": 1}
+    assert data["max_parallel_ops"] == 2 and data["depth"] == 3
+    assert data["macs"] == 4 * 64 * 4 * (1 + 9) and data["opaque_ops"] == []
+
+
+def test_verify_exit_codes(tmp_path, model):
+    ok = gspo("verify", model, model)
+    assert ok.exit_code == 0 and "equivalent" in ok.output
+    g = branchy()
+    name = next(n for n in g.weights if "w3" in n)
+    changed = g.replace_nodes(weights={name: Literal.from_array(g.weights[name].evaluate(g.store) * 1.1)})
+    other = ir.save(changed, tmp_path / "other.onnx")
+    bad = gspo("verify", model, other)
+    assert bad.exit_code == 1 and "NOT equivalent" in bad.output and g.outputs[0].name in bad.output
+
+
+def test_verify_with_inputs_file(tmp_path, model):
+    feeds = tmp_path / "in.npz"
+    np.savez(feeds, x=np.ones((1, 4, 8, 8), np.float32))
+    assert gspo("verify", model, model, "--inputs", feeds).exit_code == 0
+    np.savez(feeds, x=np.ones((1, 4, 8, 8), np.float64))
+    assert "the model wants" in one_line_error(gspo("verify", model, model, "--inputs", feeds))
+
+
+@pytest.mark.parametrize(
+    "make, expected",
+    [
+        (lambda p: None, "no such file"),
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.write_text("not a model"), "not an ONNX model"),
+        (lambda p: p.write_bytes(ir.serialize(branchy())[:300]), "not an ONNX model"),
+        (lambda p: p.write_bytes(relu_model(opset=6, ir_version=3).SerializeToString()), "opset 6 is not supported"),
+        (lambda p: p.write_bytes(relu_model(shape=("n", 3)).SerializeToString()), "dynamic dimension 0"),
+    ],
+)
+def test_bad_models_give_one_line_errors(tmp_path, make, expected):
+    p = tmp_path / "bad.onnx"
+    make(p)
+    for args in (["info", p], ["verify", p, p], ["convert", p, "-o", tmp_path / "o.onnx"]):
+        assert expected in one_line_error(gspo(*args))
+
+
+def test_input_shape_option(tmp_path):
+    p = tmp_path / "dyn.onnx"
+    p.write_bytes(relu_model(shape=("n", 3)).SerializeToString())
+    assert gspo("info", p, "--input-shape", "x=5,3").exit_code == 0
+    assert "not an input" in one_line_error(gspo("info", p, "--input-shape", "y=5,3"))
+    assert "bad --input-shape" in one_line_error(gspo("info", p, "--input-shape", "x=five"))
+
+
+def test_convert_refuses_to_write_over_its_input(tmp_path, model):
+    assert "the output path is the input path" in one_line_error(gspo("convert", model, "-o", model))
+    assert "the output path is the input path" in one_line_error(gspo("convert", model, "-o", model, "--force"))
+    out = tmp_path / "c.onnx"
+    assert gspo("convert", model, "-o", out).exit_code == 0
+    assert ir.load(out).key == ir.load(model).key
+
+
+def test_python_dash_m_and_real_exit_codes(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    proc = subprocess.run([sys.executable, "-m", "gspo", "info", str(missing)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"gspo: error: {missing}: no such file"
+    assert proc.stdout == ""
