@@ -245,6 +245,54 @@ def verify(model_a, model_b, rtol, atol, seed, runs, inputs_file, input_shapes):
     sys.exit(1)
 
 
+# ---------------------------------------------------------------------- rules
+@cli.command()
+@click.argument("model", required=False, type=click.Path())
+@click.option("--list", "list_", is_flag=True, help="List the rules and exit.")
+@click.option("--why", is_flag=True, help="Also count why sites did not match, per rule.")
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def rules(model, list_, why, input_shapes, as_json):
+    """List the rewrite rules, or count where each one matches in MODEL.
+
+    \b
+    Example:
+        gspo rules --list
+        gspo rules inception_v3.onnx --why
+    """
+    from collections import Counter as _Counter
+
+    from gspo.rules import DEFAULT_RULES, Fail
+
+    if list_ or not model:
+        rows = [{"rule": r.name, "merges": r.merges, "pattern": list(r.pattern), "description": r.description}
+                for r in DEFAULT_RULES]
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            click.echo(f"{r['rule']:<22} {r['description']}")
+        return
+    graph = _load(model, input_shapes)
+    out = []
+    for r in DEFAULT_RULES:
+        results = list(r.match(graph, explain=why))
+        fails = _Counter(f.reason for f in results if isinstance(f, Fail))
+        out.append({"rule": r.name, "merges": r.merges, "sites": sum(1 for m in results if not isinstance(m, Fail)),
+                    "not_matched": dict(fails.most_common())})
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{'rule':<22} {'sites':>6}")
+    for row in out:
+        click.echo(f"{row['rule']:<22} {row['sites']:>6}{'  (merge)' if row['merges'] else ''}")
+        for reason, n in list(row["not_matched"].items())[:5]:
+            click.echo(f"    {n:>5} x {reason}")
+    merges = sum(row["sites"] for row in out if row["merges"])
+    click.echo(f"merge sites: {merges}")
+
+
 # -------------------------------------------------------------------- convert
 @cli.command()
 @click.argument("model", type=click.Path())

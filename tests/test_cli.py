@@ -34,7 +34,7 @@ def one_line_error(result, code=2):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ["zoo", "info", "verify", "convert"]:
+    for command in ["zoo", "info", "verify", "convert", "rules"]:
         result = gspo(command, "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command
     assert "Example:" in gspo("--help").output
@@ -121,3 +121,15 @@ def test_python_dash_m_and_real_exit_codes(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"gspo: error: {missing}: no such file"
     assert proc.stdout == ""
+
+
+def test_rules_list_and_counts(tmp_path):
+    listed = gspo("rules", "--list")
+    assert listed.exit_code == 0 and "MergeParallelConvs" in listed.output and "SplitConv" in listed.output
+    out = tmp_path / "bert.onnx"
+    assert gspo("zoo", "bert", "-o", out).exit_code == 0
+    data = json.loads(gspo("rules", out, "--json").output)
+    by_rule = {row["rule"]: row for row in data}
+    assert by_rule["MergeParallelMatMuls"]["sites"] == 2  # Q/K/V in each of the 2 tiny layers
+    why = gspo("rules", out, "--why")
+    assert why.exit_code == 0 and "merge sites: 2" in why.output and "not fed by Concat" in why.output

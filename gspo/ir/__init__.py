@@ -3,8 +3,21 @@
 from gspo.ir.features import GraphFeatures, NodeFeatures, graph_features, node_features
 from gspo.ir.graph import Attr, Graph, GraphError, ModelExtras, Node, Value, fresh_name, toposort
 from gspo.ir.onnx_io import load, load_bytes, parse_input_shapes, save, serialize, to_model
+from gspo.ir.shapes import broadcast as broadcast_shapes
 from gspo.ir.shapes import infer_shapes
-from gspo.ir.weights import Concat, Init, Literal, Pad, Random, Scale, Weight, WeightStore
+from gspo.ir.weights import (
+    Concat,
+    Init,
+    Literal,
+    Pad,
+    Random,
+    Scale,
+    SliceW,
+    Weight,
+    WeightStore,
+    concat,
+    slice_weight,
+)
 
 __all__ = [
     "Attr",
@@ -20,9 +33,13 @@ __all__ = [
     "Pad",
     "Random",
     "Scale",
+    "SliceW",
     "Value",
     "Weight",
     "WeightStore",
+    "concat",
+    "slice_weight",
+    "broadcast_shapes",
     "fresh_name",
     "graph_features",
     "infer_shapes",

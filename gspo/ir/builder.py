@@ -105,7 +105,7 @@ class GraphBuilder:
         """A random weight; ``scale`` defaults to He initialization ``sqrt(2 / fan_in)``."""
         shape = tuple(int(d) for d in shape)
         if scale is None:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else (shape[0] if shape else 1)
             scale = float(np.sqrt(2.0 / max(fan_in, 1)))
         name = self._name(hint)
         seed = int.from_bytes(digest(self.seed, name)[:8], "little")

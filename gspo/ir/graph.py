@@ -17,7 +17,7 @@ import dataclasses
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any
 
@@ -83,6 +83,7 @@ class Node:
     key: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "_reads", tuple(i for i in self.inputs if i) + self.implicit_inputs)
         attrs = tuple((a.name, a.type, a.value) for a in self.attrs)
         outs = tuple((v.name, v.dtype, v.shape) for v in self.outputs)
         object.__setattr__(
@@ -122,7 +123,7 @@ class Node:
 
     def reads(self) -> tuple[str, ...]:
         """Every value the node depends on (explicit inputs and subgraph captures)."""
-        return tuple(i for i in self.inputs if i) + self.implicit_inputs
+        return self._reads  # type: ignore[attr-defined]
 
     def replace(self, **changes: Any) -> Node:
         return dataclasses.replace(self, **changes)
@@ -167,6 +168,9 @@ class Graph:
     name: str = "graph"
     store: WeightStore = field(default_factory=WeightStore, repr=False)
     extras: ModelExtras = field(default_factory=ModelExtras, repr=False)
+    #: Names of weights that rewrites removed, by weight key: a later rewrite that rebuilds the
+    #: same expression (a split then merged back) gets the old name back. Not structure.
+    retired_weights: Mapping[bytes, str] = field(default_factory=dict, repr=False)
     key: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -175,7 +179,7 @@ class Graph:
         object.__setattr__(self, "outputs", tuple(self.outputs))
         object.__setattr__(self, "nodes", tuple(self.nodes))
         node_sum = combine(n.key for n in self.nodes)
-        weight_sum = combine(digest(name, w) for name, w in self.weights.items())
+        weight_sum = combine(_named_key(name, w.key) for name, w in self.weights.items())
         object.__setattr__(
             self,
             "key",
@@ -281,19 +285,40 @@ class Graph:
         """
         gone = {n.key for n in remove}
         kept = [n for n in self.nodes if n.key not in gone]
+        at = next((i for i, n in enumerate(self.nodes) if n.key in gone), len(self.nodes))
+        at -= sum(1 for n in self.nodes[:at] if n.key in gone)
         new_weights = dict(self.weights)
         new_weights.update(weights or {})
-        nodes = toposort(kept + list(add))
+        nodes = _sorted(kept[:at] + list(add) + kept[at:])
         read = {name for n in nodes for name in n.reads()} | set(self.output_names())
+        retired = dict(self.retired_weights)
         for n in self.nodes:
             if n.key in gone:
                 for name in n.reads():
                     if name in new_weights and name not in read:
+                        retired.setdefault(new_weights[name].key, name)
                         del new_weights[name]
-        return dataclasses.replace(self, nodes=tuple(nodes), weights=new_weights)
+        return dataclasses.replace(self, nodes=tuple(nodes), weights=new_weights, retired_weights=retired)
 
     def with_nodes(self, nodes: Sequence[Node]) -> Graph:
         return dataclasses.replace(self, nodes=tuple(nodes))
+
+
+@lru_cache(maxsize=1 << 16)
+def _named_key(name: str, key: bytes) -> bytes:
+    return digest(name, key)
+
+
+def _sorted(nodes: list[Node]) -> list[Node]:
+    """``nodes`` if already in a topological order (a common case for rewrites), else sorted."""
+    defined: set[str] = set()
+    produced = {v.name for n in nodes for v in n.outputs if v.name}
+    for n in nodes:
+        for name in n._reads:  # type: ignore[attr-defined]
+            if name in produced and name not in defined:
+                return toposort(nodes)
+        defined.update(v.name for v in n.outputs if v.name)
+    return nodes
 
 
 def toposort(nodes: Sequence[Node]) -> list[Node]:

@@ -436,6 +436,17 @@ def _value_info(v: Value) -> onnx.ValueInfoProto:
     return helper.make_tensor_value_info(v.name, v.dtype, shape)
 
 
+def _unique(label: str, taken: set[str]) -> str | None:
+    """Node names must be unique in ONNX; labels a rewrite duplicated get a suffix."""
+    if not label:
+        return None
+    name, k = label, 1
+    while name in taken:
+        name, k = f"{label}__{k}", k + 1
+    taken.add(name)
+    return name
+
+
 def _ir_version(graph: Graph, opsets) -> int:
     """The original IR version, clamped to what onnxruntime reads; new graphs get the minimum
     their opsets need. (Raising an old model's version would change its semantics: before IR 4
@@ -454,11 +465,12 @@ def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
     """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded)."""
     ex = graph.extras
     nodes = []
+    labels: set[str] = set()
     for n in graph.nodes:
         if n.opaque is not None:
             proto = onnx.NodeProto.FromString(n.opaque)
         else:
-            proto = helper.make_node(n.op_type, list(n.inputs), list(n.output_names), name=n.name or None, domain=n.domain or None)
+            proto = helper.make_node(n.op_type, list(n.inputs), list(n.output_names), name=_unique(n.name, labels), domain=n.domain or None)
             proto.attribute.extend(_attr_to_proto(a) for a in n.attrs)
         _set_stream(proto, n.stream)
         nodes.append(proto)

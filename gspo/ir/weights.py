@@ -24,7 +24,10 @@ __all__ = [
     "Concat",
     "Pad",
     "Scale",
+    "SliceW",
     "WeightStore",
+    "concat",
+    "slice_weight",
     "np_dtype",
     "materialize",
 ]
@@ -226,6 +229,77 @@ class Scale(Weight):
         shape[self.axis] = self.shape[self.axis]
         base = self.base.evaluate(store)
         return (base * self.factor.evaluate(store).reshape(shape)).astype(base.dtype)
+
+
+@dataclass(frozen=True, eq=False)
+class SliceW(Weight):
+    """``base[start:stop]`` along ``axis``."""
+
+    base: Weight
+    axis: int
+    start: int
+    stop: int
+    dtype: int = field(init=False)
+    shape: tuple[int, ...] = field(init=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        ax = self.axis % len(self.base.shape)
+        if not 0 <= self.start < self.stop <= self.base.shape[ax]:
+            raise ValueError(f"slice [{self.start}:{self.stop}] out of range for axis {ax}")
+        shape = list(self.base.shape)
+        shape[ax] = self.stop - self.start
+        object.__setattr__(self, "axis", ax)
+        object.__setattr__(self, "dtype", self.base.dtype)
+        object.__setattr__(self, "shape", tuple(shape))
+        _set_key(self, self.base, ax, self.start, self.stop)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        index = [slice(None)] * len(self.shape)
+        index[self.axis] = slice(self.start, self.stop)
+        return self.base.evaluate(store)[tuple(index)].copy()
+
+
+def slice_weight(w: Weight, axis: int, start: int, stop: int) -> Weight:
+    """``w[start:stop]`` along ``axis``, simplified: a whole range is ``w`` itself, a range that
+    is exactly one part of a :class:`Concat` on that axis is that part, and a slice of a slice
+    is one slice."""
+    ax = axis % len(w.shape)
+    if start == 0 and stop == w.shape[ax]:
+        return w
+    if isinstance(w, SliceW) and w.axis == ax:
+        return slice_weight(w.base, ax, w.start + start, w.start + stop)
+    if isinstance(w, Concat) and w.axis == ax:
+        offset = 0
+        for part in w.parts:
+            size = part.shape[ax]
+            if offset <= start and stop <= offset + size:
+                return slice_weight(part, ax, start - offset, stop - offset)
+            offset += size
+    return SliceW(w, ax, start, stop)
+
+
+def concat(parts, axis: int) -> Weight:
+    """:class:`Concat`, simplified: nested concats on the same axis are flattened, adjacent
+    slices of one weight are joined, and a single part is returned as it is."""
+    ax = axis % len(parts[0].shape)
+    flat: list[Weight] = []
+    for p in parts:
+        flat.extend(p.parts if isinstance(p, Concat) and p.axis == ax else [p])
+    joined: list[Weight] = []
+    for p in flat:
+        prev = joined[-1] if joined else None
+        if (
+            isinstance(p, SliceW)
+            and isinstance(prev, SliceW)
+            and p.axis == ax == prev.axis
+            and p.base == prev.base
+            and prev.stop == p.start
+        ):
+            joined[-1] = slice_weight(p.base, ax, prev.start, p.stop)
+        else:
+            joined.append(p)
+    return joined[0] if len(joined) == 1 else Concat(tuple(joined), ax)
 
 
 def materialize(name: str, weight: Weight, store: WeightStore) -> onnx.TensorProto:

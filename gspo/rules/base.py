@@ -1,0 +1,365 @@
+"""What every rewrite rule is made of.
+
+A rule names the op types of its source pattern, finds *sites* in a graph, checks each one
+(returning a :class:`Match` that carries everything the rewrite needs, or a :class:`Fail` that
+says why not), and applies a match purely: ``apply(graph, match) -> graph``.
+
+The :class:`Edit` helper builds the replacement. New values get names derived from their
+content (:func:`~gspo.ir.graph.fresh_name`), and a node identical to one already in the graph
+is not added twice, so two rewrite paths that reach the same graph reach the same key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from gspo.ir import Attr, Graph, Node, Value, Weight, fresh_name, infer_shapes
+from gspo.ir.builder import make_attr
+from gspo.ir.shapes import _pads as resolve_pads
+
+__all__ = [
+    "Fail",
+    "Match",
+    "Rule",
+    "Edit",
+    "ConvParams",
+    "conv_params",
+    "attrs_with",
+    "constant",
+    "single_consumer",
+    "can_rewire",
+    "is_output",
+]
+
+_CONST_LIMIT = 1 << 16
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Why a site does not match: a reason for people (``"strides differ"``)."""
+
+    reason: str
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Match:
+    """A site where a rule applies: its nodes (the anchor first) and what the rewrite needs."""
+
+    rule: str
+    nodes: tuple[Node, ...]
+    params: tuple[tuple[str, Any], ...] = ()
+    #: The site the match was found at (what :meth:`Rule.check` re-examines).
+    site: tuple[Node, ...] = field(default=(), compare=False, repr=False)
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self.params:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.name or n.op_type for n in self.nodes)
+
+
+class Rule:
+    """Base class: subclasses set ``pattern`` and implement ``sites``, ``check`` and ``apply``."""
+
+    pattern: tuple[str, ...] = ()
+    #: True for rules that merge operators (counted as merge sites by ``gspo rules``).
+    merges: bool = False
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def description(self) -> str:
+        doc = (type(self).__doc__ or "").strip().splitlines()
+        return doc[0].replace("``", "") if doc else ""
+
+    def sites(self, graph: Graph) -> Iterable[tuple[Node, ...]]:
+        """Candidate sites, anchors first, in graph order (deterministic)."""
+        raise NotImplementedError
+
+    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match | Fail:
+        raise NotImplementedError
+
+    def apply(self, graph: Graph, match: Match) -> Graph:
+        raise NotImplementedError
+
+    def match(self, graph: Graph, explain: bool = False) -> Iterator[Match | Fail]:
+        """Matches in graph order; with ``explain`` also the failures, with their reasons."""
+        for site in self.sites(graph):
+            if any(n.is_opaque for n in site):
+                if explain:
+                    yield Fail("opaque node", tuple(n.name for n in site))
+                continue
+            result = self.check(graph, site)
+            if isinstance(result, Match):
+                yield dataclasses.replace(result, site=tuple(site))
+            elif explain:
+                yield result
+
+    def _match(self, nodes: Sequence[Node], **params: Any) -> Match:
+        return Match(self.name, tuple(nodes), tuple(sorted(params.items())))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# --------------------------------------------------------------------- helpers
+def nodes_of(graph: Graph, *op_types: str) -> Iterator[Node]:
+    return (n for n in graph.nodes if n.op_type in op_types and not n.is_opaque and n.domain in ("", "ai.onnx"))
+
+
+def is_output(graph: Graph, value: str) -> bool:
+    return value in graph.output_names()
+
+
+def single_consumer(graph: Graph, value: str) -> Node | Fail:
+    """The only node reading ``value``, which must not be a graph output."""
+    users = graph.consumers.get(value, ())
+    if is_output(graph, value):
+        return Fail(f"{value!r} is a graph output")
+    if len(users) != 1:
+        return Fail(f"{value!r} has {len(users)} consumers")
+    return users[0]
+
+
+def can_rewire(graph: Graph, value: str, ignore: Iterable[Node] = ()) -> Fail | None:
+    """Why the readers of ``value`` cannot be pointed at another value, or ``None``."""
+    if is_output(graph, value):
+        return Fail(f"{value!r} is a graph output")
+    skip = {n.key for n in ignore}
+    for n in graph.consumers.get(value, ()):
+        if n.key not in skip and (n.is_opaque or value in n.implicit_inputs):
+            return Fail(f"{value!r} is read by an opaque node")
+    return None
+
+
+def constant(graph: Graph, name: str) -> Weight | Fail:
+    """The weight behind input ``name``, or why it is not a constant initializer."""
+    if not name:
+        return Fail("input missing")
+    w = graph.weights.get(name)
+    if w is None:
+        return Fail(f"{name!r} is not a constant initializer")
+    return w
+
+
+def array(graph: Graph, w: Weight) -> np.ndarray:
+    return w.evaluate(graph.store)
+
+
+def attrs_with(node: Node, **changes: Any) -> tuple[Attr, ...]:
+    """``node``'s attributes with ``changes`` (``None`` deletes), keeping their order."""
+    out = []
+    seen = set()
+    for a in node.attrs:
+        if a.name in changes:
+            seen.add(a.name)
+            if changes[a.name] is not None:
+                out.append(make_attr(a.name, changes[a.name]))
+        else:
+            out.append(a)
+    out += [make_attr(k, v) for k, v in changes.items() if k not in seen and v is not None]
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ConvParams:
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]
+    group: int
+    cout: int
+    cin: int
+
+
+def conv_params(graph: Graph, node: Node) -> ConvParams | Fail:
+    """Normalized Conv attributes (explicit pads); the weight must be a constant of known shape."""
+    x = graph.values.get(node.inputs[0])
+    w = graph.values.get(node.inputs[1])
+    if x is None or w is None or not x.is_static or not w.is_static:
+        return Fail("unknown shapes")
+    n = len(w.shape) - 2
+    attrs = {a.name: a.value for a in node.attrs}
+    kernel = tuple(attrs.get("kernel_shape", w.shape[2:]))
+    strides = tuple(attrs.get("strides", (1,) * n))
+    dil = tuple(attrs.get("dilations", (1,) * n))
+    pads = tuple(resolve_pads(attrs, x.shape[2:], kernel, strides, dil))
+    return ConvParams(kernel, strides, dil, pads, attrs.get("group", 1), w.shape[0], w.shape[1])
+
+
+class Edit:
+    """Accumulates a rewrite of ``graph``: nodes to drop, nodes and weights to add."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        self._remove: dict[bytes, Node] = {}
+        self._add: list[Node] = []
+        self._weights: dict[str, Weight] = {}
+        self._values: dict[str, Value] = {}
+
+    @cached_property
+    def _signatures(self) -> dict[tuple, Node]:
+        return {(n.op_type, n.domain, n.inputs, n.attrs): n for n in self.graph.nodes if not n.is_opaque}
+
+    def _labels_taken(self) -> set[str]:
+        kept = {n.name for n in self.graph.nodes if n.key not in self._remove}
+        return kept | {n.name for n in self._add}
+
+    def drop(self, *nodes: Node) -> Edit:
+        for n in nodes:
+            self._remove[n.key] = n
+        return self
+
+    def value(self, name: str) -> Value:
+        return self._values.get(name) or self.graph.values[name]
+
+    @cached_property
+    def _weight_names(self) -> dict[bytes, str]:
+        names = dict(self.graph.retired_weights)
+        names.update((w.key, name) for name, w in reversed(list(self.graph.weights.items())))
+        return names
+
+    def weight(self, hint: str, w: Weight) -> str:
+        """A name for weight ``w``: an existing (or retired) weight's if it is the same expression."""
+        if w.key in self._weight_names:
+            name = self._weight_names[w.key]
+            self._weights[name] = w
+            self._values[name] = Value(name, w.dtype, w.shape)
+            return name
+        name = fresh_name(hint, w.key)
+        self._weights[name] = w
+        self._values[name] = Value(name, w.dtype, w.shape)
+        return name
+
+    def _const(self, name: str) -> np.ndarray | None:
+        w = self._weights.get(name) or self.graph.weights.get(name)
+        if w is None or w.size > _CONST_LIMIT:
+            return None
+        return w.evaluate(self.graph.store)
+
+    def node(
+        self,
+        op_type: str,
+        inputs: Sequence[str],
+        attrs: Sequence[Attr] = (),
+        outputs: Sequence[str] | None = None,
+        n_outputs: int = 1,
+        like: Node | None = None,
+    ) -> list[str]:
+        """Add ``op_type(inputs)``; returns its output names.
+
+        ``outputs`` gives names to reuse (e.g. the names the replaced nodes produced, so that
+        their readers stay untouched); otherwise names derive from the node's content. A node
+        identical to one in the graph (same op, inputs and attributes) is reused, not added.
+        ``like`` lends its node name and stream.
+        """
+        inputs, attrs = tuple(inputs), tuple(attrs)
+        if outputs is None:
+            existing = self._signatures.get((op_type, "", inputs, attrs))
+            if existing is not None and existing.key not in self._remove:
+                return list(existing.output_names)
+            for n in self._add:
+                if (n.op_type, n.inputs, n.attrs) == (op_type, inputs, attrs):
+                    return list(n.output_names)
+        n_out = len(outputs) if outputs is not None else n_outputs
+        plain = {a.name: a.value for a in attrs}
+        ins = [self.value(i) if i else None for i in inputs]
+        types = infer_shapes(op_type, plain, ins, n_out, self._const)
+        names = list(outputs) if outputs is not None else [
+            fresh_name(op_type.lower(), op_type, inputs, tuple((a.name, a.value) for a in attrs), i)
+            for i in range(n_out)
+        ]
+        values = tuple(Value(nm, dt, tuple(sh)) for nm, (dt, sh) in zip(names, types))
+        for v in values:
+            self._values[v.name] = v
+        label = like.name if like is not None and like.name else names[0]
+        if label in self._labels_taken():
+            label = names[0]
+        stream = like.stream if like is not None else None
+        self._add.append(Node(op_type, inputs, values, attrs, name=label, stream=stream))
+        return names
+
+    def rewire(self, old: str, new: str) -> Edit:
+        """Point every reader of ``old`` (except dropped nodes) at ``new``."""
+        for n in self.graph.consumers.get(old, ()):
+            if n.key in self._remove:
+                continue
+            self.drop(n)
+            self._add.append(n.replace(inputs=tuple(new if i == old else i for i in n.inputs)))
+        return self
+
+    def commit(self) -> Graph:
+        return self.graph.replace_nodes(self._remove.values(), self._add, self._weights)
+
+
+def int64s(values: Iterable[int]) -> np.ndarray:
+    return np.asarray(list(values), dtype=np.int64)
+
+
+def split_node(edit: Edit, x: str, axis: int, sizes: Sequence[int], outputs: Sequence[str], like: Node | None) -> None:
+    """``Split(x)`` into ``outputs`` of ``sizes`` along ``axis`` (attribute or input by opset)."""
+    from gspo.ir import Literal
+
+    if edit.graph.opset >= 13:
+        sizes_name = edit.weight("split", Literal.from_array(int64s(sizes)))
+        edit.node("Split", [x, sizes_name], [make_attr("axis", axis)], outputs=outputs, like=like)
+    else:
+        edit.node("Split", [x], [make_attr("axis", axis), make_attr("split", list(sizes))], outputs=outputs, like=like)
+
+
+def split_sizes(graph: Graph, node: Node) -> list[int] | Fail:
+    """The piece sizes of a Split node."""
+    outs = [graph.values.get(v.name) for v in node.outputs]
+    ax = node.attr("axis", 0)
+    if any(v is None or not v.is_static for v in outs):
+        return Fail("unknown shapes")
+    return [v.shape[ax] for v in outs]
+
+
+def mapping_key(params: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Fail | None:
+    """Why the readers of ``old`` cannot be made to read ``new`` instead (see :func:`bypass`)."""
+    if _renamable(graph, new, dropping):
+        return None
+    return can_rewire(graph, old, dropping)
+
+
+def _renamable(graph: Graph, new: str, dropping: Iterable[Node]) -> bool:
+    prod = graph.producers.get(new)
+    if prod is None or prod[0].is_opaque or is_output(graph, new):
+        return False
+    dropped = {n.key for n in dropping}
+    return all(n.key in dropped for n in graph.consumers.get(new, ()))
+
+
+def bypass(edit: Edit, old: str, new: str, dropping: Iterable[Node]) -> None:
+    """Make ``old``'s readers read ``new``: rename ``new``'s producer's output to ``old`` when
+    only dropped nodes read ``new`` (readers of ``old`` stay untouched, graph outputs keep their
+    names), else point the readers at ``new``."""
+    graph = edit.graph
+    dropping = list(dropping)
+    edit.drop(*dropping)
+    if _renamable(graph, new, dropping):
+        producer, index = graph.producers[new]
+        outs = list(producer.outputs)
+        outs[index] = graph.values[old]
+        edit.drop(producer)
+        edit._add.append(producer.replace(outputs=tuple(outs)))
+    else:
+        edit.rewire(old, new)

@@ -1,0 +1,48 @@
+"""Common subexpressions: two identical deterministic nodes on the same inputs become one."""
+
+from __future__ import annotations
+
+from gspo.rules.base import Edit, Fail, Rule, can_rewire
+
+__all__ = ["MergeDuplicates", "RULES"]
+
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+
+
+class MergeDuplicates(Rule):
+    """``f(x), f(x)`` -> ``f(x)`` once (identical op, attributes and inputs; not random ops)."""
+
+    pattern = ()
+
+    def sites(self, graph):
+        first: dict[tuple, object] = {}
+        for n in graph.nodes:
+            if n.is_opaque or n.op_type in _RANDOM:
+                continue
+            sig = (n.op_type, n.domain, n.inputs, n.attrs, len(n.outputs))
+            if sig in first:
+                yield (first[sig], n)
+            else:
+                first[sig] = n
+
+    def check(self, graph, site):
+        keep, dup = site
+        for v in dup.outputs:
+            if v.name:
+                fail = can_rewire(graph, v.name)
+                if fail:
+                    return fail
+        if any(a.name and not b.name for a, b in zip(dup.outputs, keep.outputs)):
+            return Fail("an output the duplicate has is skipped by the original")
+        return self._match([keep, dup])
+
+    def apply(self, graph, match):
+        keep, dup = match.nodes
+        e = Edit(graph).drop(dup)
+        for mine, theirs in zip(dup.outputs, keep.outputs):
+            if mine.name:
+                e.rewire(mine.name, theirs.name)
+        return e.commit()
+
+
+RULES = [MergeDuplicates()]

@@ -1,0 +1,367 @@
+"""Vertical folding: merge an op into the one that feeds it.
+
+Conv + Relu is left to the runtime (onnxruntime fuses it); nothing here needs it fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gspo.ir import Graph, Literal, Node, Scale, broadcast_shapes
+from gspo.rules.base import (
+    Edit,
+    Fail,
+    Rule,
+    array,
+    attrs_with,
+    bypass,
+    bypass_check,
+    constant,
+    int64s,
+    nodes_of,
+    single_consumer,
+)
+
+__all__ = [
+    "FoldBatchNorm",
+    "FoldMulIntoLinear",
+    "FoldAddIntoLinear",
+    "MatMulAddToGemm",
+    "RemoveIdentity",
+    "CollapseTransposes",
+    "CollapseReshapes",
+    "RULES",
+]
+
+_LINEAR = ("Conv", "ConvTranspose", "Gemm")
+
+
+def _producer(graph: Graph, value: str, ops) -> Node | Fail:
+    prod = graph.producers.get(value)
+    if prod is None or prod[0].op_type not in ops or prod[0].is_opaque:
+        return Fail(f"not fed by {'/'.join(ops)}")
+    return prod[0]
+
+
+def _channel_axis(graph: Graph, lin: Node) -> int | Fail:
+    """Axis of the weight along the output channels of ``lin``."""
+    if lin.op_type == "Conv":
+        return 0
+    if lin.op_type == "ConvTranspose":
+        return 1 if lin.attr("group", 1) == 1 else Fail("grouped ConvTranspose")
+    return 0 if lin.attr("transB", 0) else 1
+
+
+def _out_channels(graph: Graph, lin: Node) -> int:
+    return graph.values[lin.outputs[0].name].shape[1]
+
+
+def _linear_weights(graph: Graph, lin: Node) -> tuple | Fail:
+    w = constant(graph, lin.inputs[1])
+    if isinstance(w, Fail):
+        return w
+    b = constant(graph, lin.inputs[2]) if len(lin.inputs) > 2 and lin.inputs[2] else None
+    if isinstance(b, Fail):
+        return b
+    if lin.op_type == "Gemm":
+        if lin.attr("beta", 1.0) != 1.0 and b is not None:
+            return Fail("Gemm beta is not 1")
+        if b is not None and b.shape not in ((_out_channels(graph, lin),), (1, _out_channels(graph, lin))):
+            return Fail("Gemm bias is not per output column")
+    return w, b
+
+
+def _bias_vector(graph: Graph, lin: Node, b) -> np.ndarray:
+    c = _out_channels(graph, lin)
+    dtype = np.float32
+    if b is None:
+        return np.zeros(c, dtype)
+    return array(graph, b).reshape(-1).astype(np.float64)
+
+
+def _replace_linear(graph: Graph, lin: Node, last: Node, scale: np.ndarray | None, bias: np.ndarray) -> Graph:
+    """``lin`` with its weight scaled per output channel and a new bias, writing ``last``'s output."""
+    e = Edit(graph)
+    w_name = lin.inputs[1]
+    if scale is not None:
+        w = graph.weights[w_name]
+        axis = _channel_axis(graph, lin)
+        w_name = e.weight("w", Scale(w, Literal.from_array(scale.astype(np.float32)), axis))
+    dtype = graph.values[lin.outputs[0].name].dtype
+    b_name = e.weight("b", Literal.from_array(bias.astype(np.float32)))
+    attrs = attrs_with(lin, beta=1.0) if lin.op_type == "Gemm" and lin.attr("beta", 1.0) != 1.0 else lin.attrs
+    e.drop(lin, last)
+    e.node(lin.op_type, [lin.inputs[0], w_name, b_name], attrs, outputs=[last.outputs[0].name], like=lin)
+    assert dtype
+    return e.commit()
+
+
+class FoldBatchNorm(Rule):
+    """``BatchNormalization(Conv(x, w, b))`` -> ``Conv(x, w*s, (b-mean)*s+beta)`` (also ConvTranspose, Gemm)."""
+
+    pattern = ("BatchNormalization", "Conv")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "BatchNormalization"))
+
+    def check(self, graph, site):
+        bn = site[0]
+        if bn.attr("training_mode", 0) or any(v.name for v in bn.outputs[1:]):
+            return Fail("BatchNormalization in training mode")
+        lin = _producer(graph, bn.inputs[0], _LINEAR)
+        if isinstance(lin, Fail):
+            return lin
+        users = single_consumer(graph, lin.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        for name in bn.inputs[1:5]:
+            c = constant(graph, name)
+            if isinstance(c, Fail):
+                return c
+        wb = _linear_weights(graph, lin)
+        if isinstance(wb, Fail):
+            return wb
+        axis = _channel_axis(graph, lin)
+        if isinstance(axis, Fail):
+            return axis
+        return self._match([bn, lin])
+
+    def apply(self, graph, match):
+        bn, lin = match.nodes
+        gamma, beta, mean, var = (array(graph, graph.weights[n]).astype(np.float64) for n in bn.inputs[1:5])
+        s = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        _, b = _linear_weights(graph, lin)
+        bias = (_bias_vector(graph, lin, b) - mean) * s + beta
+        return _replace_linear(graph, lin, bn, s, bias)
+
+
+def _channel_constant(graph: Graph, node: Node, lin_out: str) -> tuple[np.ndarray, str] | Fail:
+    """The other operand of ``node`` as a per-output-channel vector."""
+    other = node.inputs[1] if node.inputs[0] == lin_out else node.inputs[0]
+    c = constant(graph, other)
+    if isinstance(c, Fail):
+        return c
+    out_shape = graph.values[lin_out].shape
+    try:
+        if broadcast_shapes(out_shape, c.shape) != tuple(out_shape):
+            return Fail("the constant broadcasts the output to a larger shape")
+    except ValueError:
+        return Fail("shapes do not broadcast")
+    channels = out_shape[1]
+    aligned = (1,) * (len(out_shape) - len(c.shape)) + tuple(c.shape)
+    if any(d != 1 for i, d in enumerate(aligned) if i != 1):
+        return Fail("the constant is not per output channel")
+    vec = array(graph, c).reshape(-1).astype(np.float64)
+    return np.broadcast_to(vec, (channels,)).copy(), other
+
+
+class _FoldElementwise(Rule):
+    op = ""
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, self.op))
+
+    def check(self, graph, site):
+        node = site[0]
+        for i in (0, 1):
+            lin = _producer(graph, node.inputs[i], _LINEAR)
+            if isinstance(lin, Fail):
+                continue
+            users = single_consumer(graph, lin.outputs[0].name)
+            if isinstance(users, Fail):
+                return users
+            wb = _linear_weights(graph, lin)
+            if isinstance(wb, Fail):
+                return wb
+            if isinstance(_channel_axis(graph, lin), Fail):
+                return _channel_axis(graph, lin)
+            vec = _channel_constant(graph, node, lin.outputs[0].name)
+            if isinstance(vec, Fail):
+                return vec
+            return self._match([node, lin])
+        return Fail(f"{self.op} is not fed by Conv/ConvTranspose/Gemm")
+
+
+class FoldMulIntoLinear(_FoldElementwise):
+    """``Mul(Conv(x, w, b), c)`` -> ``Conv(x, w*c, b*c)`` for a per-channel constant ``c`` (also Gemm)."""
+
+    pattern = ("Mul", "Conv")
+    op = "Mul"
+
+    def apply(self, graph, match):
+        node, lin = match.nodes
+        vec, _ = _channel_constant(graph, node, lin.outputs[0].name)
+        _, b = _linear_weights(graph, lin)
+        return _replace_linear(graph, lin, node, vec, _bias_vector(graph, lin, b) * vec)
+
+
+class FoldAddIntoLinear(_FoldElementwise):
+    """``Add(Conv(x, w, b), c)`` -> ``Conv(x, w, b+c)`` for a per-channel constant ``c`` (also Gemm)."""
+
+    pattern = ("Add", "Conv")
+    op = "Add"
+
+    def apply(self, graph, match):
+        node, lin = match.nodes
+        vec, _ = _channel_constant(graph, node, lin.outputs[0].name)
+        _, b = _linear_weights(graph, lin)
+        return _replace_linear(graph, lin, node, None, _bias_vector(graph, lin, b) + vec)
+
+
+class MatMulAddToGemm(Rule):
+    """``Add(MatMul(A, B), c)`` -> ``Gemm(A, B, c)`` for 2-D ``A`` and constant ``B`` and ``c``."""
+
+    pattern = ("Add", "MatMul")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Add"))
+
+    def check(self, graph, site):
+        add = site[0]
+        for i in (0, 1):
+            mm = _producer(graph, add.inputs[i], ("MatMul",))
+            if isinstance(mm, Fail):
+                continue
+            a = graph.values.get(mm.inputs[0])
+            if a is None or a.shape is None or len(a.shape) != 2:
+                return Fail("MatMul input is not 2-D")
+            b = constant(graph, mm.inputs[1])
+            if isinstance(b, Fail):
+                return b
+            if len(b.shape) != 2:
+                return Fail("MatMul weight is not 2-D")
+            users = single_consumer(graph, mm.outputs[0].name)
+            if isinstance(users, Fail):
+                return users
+            other = add.inputs[1 - i]
+            c = constant(graph, other)
+            if isinstance(c, Fail):
+                return c
+            out = graph.values[mm.outputs[0].name].shape
+            if len(c.shape) > 2:
+                return Fail("bias has rank > 2")
+            try:
+                if broadcast_shapes(out, c.shape) != tuple(out):
+                    return Fail("bias broadcasts the output to a larger shape")
+            except ValueError:
+                return Fail("shapes do not broadcast")
+            return self._match([add, mm], bias=other)
+        return Fail("Add is not fed by MatMul")
+
+    def apply(self, graph, match):
+        add, mm = match.nodes
+        e = Edit(graph).drop(add, mm)
+        e.node("Gemm", [mm.inputs[0], mm.inputs[1], match["bias"]], (), outputs=[add.outputs[0].name], like=mm)
+        return e.commit()
+
+
+class RemoveIdentity(Rule):
+    """``Identity(x)`` -> ``x`` (also ``Dropout`` at inference)."""
+
+    pattern = ("Identity",)
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Identity", "Dropout"))
+
+    def check(self, graph, site):
+        node = site[0]
+        if node.op_type == "Dropout":
+            if node.attr("training_mode", 0) or (len(node.inputs) > 2 and node.inputs[2]):
+                return Fail("Dropout may be in training mode")
+            if any(v.name for v in node.outputs[1:]):
+                return Fail("Dropout mask is used")
+        fail = bypass_check(graph, node.outputs[0].name, node.inputs[0], [node])
+        return fail or self._match([node])
+
+    def apply(self, graph, match):
+        node = match.nodes[0]
+        e = Edit(graph)
+        bypass(e, node.outputs[0].name, node.inputs[0], [node])
+        return e.commit()
+
+
+class CollapseTransposes(Rule):
+    """``Transpose(Transpose(x, p1), p2)`` -> ``Transpose(x, p1[p2])`` (or ``x`` when that is the identity)."""
+
+    pattern = ("Transpose", "Transpose")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Transpose"))
+
+    def check(self, graph, site):
+        t2 = site[0]
+        t1 = _producer(graph, t2.inputs[0], ("Transpose",))
+        if isinstance(t1, Fail):
+            return t1
+        users = single_consumer(graph, t1.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        rank = len(graph.values[t1.inputs[0]].shape or ())
+        p1 = t1.attr("perm", tuple(reversed(range(rank))))
+        p2 = t2.attr("perm", tuple(reversed(range(rank))))
+        perm = tuple(p1[i] for i in p2)
+        if perm == tuple(range(rank)):
+            fail = bypass_check(graph, t2.outputs[0].name, t1.inputs[0], [t1, t2])
+            if fail:
+                return fail
+        return self._match([t2, t1], perm=perm)
+
+    def apply(self, graph, match):
+        t2, t1 = match.nodes
+        perm = match["perm"]
+        e = Edit(graph)
+        if perm == tuple(range(len(perm))):
+            bypass(e, t2.outputs[0].name, t1.inputs[0], [t1, t2])
+        else:
+            e.drop(t1, t2)
+            e.node("Transpose", [t1.inputs[0]], attrs_with(t2, perm=list(perm)), outputs=[t2.outputs[0].name], like=t2)
+        return e.commit()
+
+
+class CollapseReshapes(Rule):
+    """``Reshape(Reshape(x, s1), s2)`` -> ``Reshape(x, s2)`` (or ``x`` when the shape comes back)."""
+
+    pattern = ("Reshape", "Reshape")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Reshape"))
+
+    def check(self, graph, site):
+        r2 = site[0]
+        r1 = _producer(graph, r2.inputs[0], ("Reshape",))
+        if isinstance(r1, Fail):
+            return r1
+        users = single_consumer(graph, r1.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        x, out = graph.values.get(r1.inputs[0]), graph.values.get(r2.outputs[0].name)
+        if x is None or out is None or not x.is_static or not out.is_static:
+            return Fail("unknown shapes")
+        if x.shape == out.shape:
+            fail = bypass_check(graph, r2.outputs[0].name, r1.inputs[0], [r1, r2])
+            if fail:
+                return fail
+        return self._match([r2, r1])
+
+    def apply(self, graph, match):
+        r2, r1 = match.nodes
+        x, out = graph.values[r1.inputs[0]], graph.values[r2.outputs[0].name]
+        e = Edit(graph)
+        if x.shape == out.shape:
+            bypass(e, r2.outputs[0].name, r1.inputs[0], [r1, r2])
+        else:
+            shape = e.weight("shape", Literal.from_array(int64s(out.shape)))
+            e.drop(r1, r2)
+            e.node("Reshape", [r1.inputs[0], shape], (), outputs=[r2.outputs[0].name], like=r2)
+        return e.commit()
+
+
+RULES = [
+    FoldBatchNorm(),
+    FoldMulIntoLinear(),
+    FoldAddIntoLinear(),
+    MatMulAddToGemm(),
+    RemoveIdentity(),
+    CollapseTransposes(),
+    CollapseReshapes(),
+]

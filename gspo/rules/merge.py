@@ -1,0 +1,148 @@
+"""Horizontal merges of operators that read the same tensor (TASO rule 127, IOS "merge").
+
+``k`` Convs on one input with equal stride, dilation, padding and kernel, ``group=1`` -> one
+Conv whose weights are concatenated on the output-channel axis, then a Split; ``k`` MatMuls
+(or Gemms) sharing their left operand with constant right operands -> one MatMul + Split.
+The Split's outputs keep the merged ops' output names, so their readers are untouched.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from gspo.ir import Graph, Literal, Node, concat
+from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of, split_node
+
+__all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "RULES", "readers_by_input"]
+
+import numpy as np
+
+
+def readers_by_input(graph: Graph, ops: tuple[str, ...]) -> OrderedDict[str, list[Node]]:
+    """Value -> the ``ops`` nodes that read it as their first input (graph order)."""
+    out: OrderedDict[str, list[Node]] = OrderedDict()
+    for n in nodes_of(graph, *ops):
+        out.setdefault(n.inputs[0], []).append(n)
+    return out
+
+
+def _conv_signature(graph: Graph, node: Node):
+    p = conv_params(graph, node)
+    if isinstance(p, Fail):
+        return p
+    if p.group != 1:
+        return Fail("group is not 1")
+    w = constant(graph, node.inputs[1])
+    if isinstance(w, Fail):
+        return w
+    if len(node.inputs) > 2 and node.inputs[2] and isinstance(constant(graph, node.inputs[2]), Fail):
+        return Fail("bias is not a constant initializer")
+    return (p.kernel, p.strides, p.dilations, p.pads)
+
+
+_DIFFS = ("kernel sizes differ", "strides differ", "dilations differ", "pads differ")
+
+
+def _best_group(sigs: list) -> tuple[list[int], Fail | None]:
+    groups: OrderedDict = OrderedDict()
+    fails = [s for s in sigs if isinstance(s, Fail)]
+    for i, s in enumerate(sigs):
+        if not isinstance(s, Fail):
+            groups.setdefault(s, []).append(i)
+    best = max(groups.values(), key=len, default=[])
+    if len(best) >= 2:
+        return best, None
+    ok = [s for s in sigs if not isinstance(s, Fail)]
+    if len(ok) >= 2:
+        a, b = ok[0], ok[1]
+        for k, reason in enumerate(_DIFFS if isinstance(a[0], tuple) else ("attributes differ",) * 8):
+            if a[k] != b[k]:
+                return [], Fail(reason)
+    return [], fails[0] if fails else Fail("fewer than two mergeable readers")
+
+
+def _bias(graph: Graph, node: Node, channels: int):
+    if len(node.inputs) > 2 and node.inputs[2]:
+        return graph.weights[node.inputs[2]]
+    return Literal.from_array(np.zeros(channels, np.float32))
+
+
+class MergeParallelConvs(Rule):
+    """``Conv(x,w1), Conv(x,w2)`` -> ``Split(Conv(x, Concat(w1,w2)))``."""
+
+    pattern = ("Conv", "Conv")
+    merges = True
+
+    def sites(self, graph):
+        for convs in readers_by_input(graph, ("Conv",)).values():
+            if len(convs) >= 2:
+                yield tuple(convs)
+
+    def check(self, graph, site):
+        group, fail = _best_group([_conv_signature(graph, n) for n in site])
+        return fail or self._match([site[i] for i in group])
+
+    def apply(self, graph, match):
+        convs = match.nodes
+        e = Edit(graph).drop(*convs)
+        weights = [graph.weights[n.inputs[1]] for n in convs]
+        sizes = [w.shape[0] for w in weights]
+        inputs = [convs[0].inputs[0], e.weight("w", concat(weights, 0))]
+        if any(len(n.inputs) > 2 and n.inputs[2] for n in convs):
+            inputs.append(e.weight("b", concat([_bias(graph, n, c) for n, c in zip(convs, sizes)], 0)))
+        (merged,) = e.node("Conv", inputs, convs[0].attrs, like=convs[0])
+        split_node(e, merged, 1, sizes, [n.outputs[0].name for n in convs], like=convs[0])
+        return e.commit()
+
+
+def _linear_signature(graph: Graph, node: Node):
+    b = constant(graph, node.inputs[1])
+    if isinstance(b, Fail):
+        return b
+    if len(b.shape) != 2:
+        return Fail("right operand is not 2-D")
+    if node.op_type == "MatMul":
+        return ("MatMul",)
+    if len(node.inputs) > 2 and node.inputs[2]:
+        c = constant(graph, node.inputs[2])
+        if isinstance(c, Fail):
+            return c
+        if len(c.shape) != 1:
+            return Fail("Gemm bias is not a vector")
+    return ("Gemm", node.attr("transA", 0), node.attr("transB", 0), node.attr("alpha", 1.0), node.attr("beta", 1.0))
+
+
+class MergeParallelMatMuls(Rule):
+    """``MatMul(x,B1), MatMul(x,B2)`` -> ``Split(MatMul(x, Concat(B1,B2)))`` (also Gemm)."""
+
+    pattern = ("MatMul", "MatMul")
+    merges = True
+
+    def sites(self, graph):
+        for nodes in readers_by_input(graph, ("MatMul", "Gemm")).values():
+            if len(nodes) >= 2:
+                yield tuple(nodes)
+
+    def check(self, graph, site):
+        group, fail = _best_group([_linear_signature(graph, n) for n in site])
+        return fail or self._match([site[i] for i in group])
+
+    def apply(self, graph, match):
+        nodes = match.nodes
+        first = nodes[0]
+        e = Edit(graph).drop(*nodes)
+        weights = [graph.weights[n.inputs[1]] for n in nodes]
+        trans_b = first.op_type == "Gemm" and first.attr("transB", 0)
+        axis = 0 if trans_b else 1
+        sizes = [w.shape[axis] for w in weights]
+        inputs = [first.inputs[0], e.weight("w", concat(weights, axis))]
+        if first.op_type == "Gemm" and any(len(n.inputs) > 2 and n.inputs[2] for n in nodes):
+            inputs.append(e.weight("b", concat([_bias(graph, n, c) for n, c in zip(nodes, sizes)], 0)))
+        (merged,) = e.node(first.op_type, inputs, first.attrs, like=first)
+        rank = len(graph.values[first.outputs[0].name].shape)
+        split_node(e, merged, rank - 1, sizes, [n.outputs[0].name for n in nodes], like=first)
+        return e.commit()
+
+
+RULES = [MergeParallelConvs(), MergeParallelMatMuls()]
+

@@ -1,0 +1,379 @@
+"""Elementwise ops move through Concat and Split; Split/Concat pairs that undo each other vanish.
+
+An *elementwise* op here is a unary op (Relu, Sigmoid, Tanh, ...; Clip with constant bounds), or
+Add/Sub/Mul/Div/Max/Min with one constant operand. A constant that varies along the concat or
+split axis is sliced per piece (lazily); one that is broadcast along it is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gspo.ir import Graph, Node, broadcast_shapes, fresh_name, slice_weight
+from gspo.ir.shapes import UNARY_OPS
+from gspo.rules.base import (
+    Edit,
+    Fail,
+    Rule,
+    bypass,
+    bypass_check,
+    can_rewire,
+    constant,
+    nodes_of,
+    single_consumer,
+    split_node,
+    split_sizes,
+)
+
+__all__ = [
+    "PushThroughConcat",
+    "PullThroughConcat",
+    "PushThroughSplit",
+    "PullThroughSplit",
+    "RemoveSplitConcat",
+    "RemoveConcatSplit",
+    "RULES",
+]
+
+_UNARY = tuple(sorted(UNARY_OPS - {"Identity", "Dropout", "Not"}))
+_BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
+ELEMENTWISE = _UNARY + _BINARY
+
+
+@dataclass(frozen=True)
+class _Elementwise:
+    var: int  # index of the variable input
+    const: str | None  # the constant operand of a binary op
+
+
+def elementwise(graph: Graph, node: Node) -> _Elementwise | Fail:
+    if node.op_type in _UNARY:
+        for name in node.inputs[1:]:
+            if name and isinstance(constant(graph, name), Fail):
+                return Fail(f"{node.op_type} has a non-constant parameter")
+        return _Elementwise(0, None)
+    if node.op_type in _BINARY and len(node.inputs) == 2:
+        consts = [i for i, name in enumerate(node.inputs) if name in graph.weights]
+        if len(consts) != 1:
+            return Fail("neither or both operands are constant")
+        return _Elementwise(1 - consts[0], node.inputs[consts[0]])
+    return Fail(f"{node.op_type} is not elementwise")
+
+
+def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> list | Fail:
+    """Per piece, the constant (a weight, or ``None`` for unary ops) or why it cannot be cut."""
+    if ew.const is None:
+        return [None] * len(sizes)
+    c = graph.weights[ew.const]
+    try:
+        if broadcast_shapes(shape, c.shape) != tuple(shape):
+            return Fail("the constant broadcasts the output to a larger shape")
+    except ValueError:
+        return Fail("shapes do not broadcast")
+    lead = len(shape) - len(c.shape)
+    if axis < lead or c.shape[axis - lead] == 1:
+        return [c] * len(sizes)
+    pieces, start = [], 0
+    for s in sizes:
+        pieces.append(slice_weight(c, axis - lead, start, start + s))
+        start += s
+    return pieces
+
+
+def _inputs_with(node: Node, ew: _Elementwise, var: str, const: str | None) -> list[str]:
+    ins = list(node.inputs)
+    ins[ew.var] = var
+    if ew.const is not None:
+        ins[1 - ew.var] = const
+    return ins
+
+
+def _axis(graph: Graph, node: Node, value: str) -> int:
+    rank = len(graph.values[value].shape)
+    ax = node.attr("axis", 0)
+    return ax + rank if ax < 0 else ax
+
+
+def _static(graph: Graph, *names: str) -> bool:
+    return all(graph.values.get(n) is not None and graph.values[n].is_static for n in names)
+
+
+class PushThroughConcat(Rule):
+    """``Relu(Concat(a, b))`` -> ``Concat(Relu(a), Relu(b))`` (any elementwise op)."""
+
+    pattern = ("Relu", "Concat")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, *ELEMENTWISE))
+
+    def check(self, graph, site):
+        node = site[0]
+        ew = elementwise(graph, node)
+        if isinstance(ew, Fail):
+            return ew
+        prod = graph.producers.get(node.inputs[ew.var])
+        if prod is None or prod[0].op_type != "Concat" or prod[0].is_opaque:
+            return Fail("not fed by Concat")
+        cat = prod[0]
+        users = single_consumer(graph, cat.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        if not _static(graph, *cat.inputs, cat.outputs[0].name):
+            return Fail("unknown shapes")
+        axis = _axis(graph, cat, cat.outputs[0].name)
+        sizes = [graph.values[i].shape[axis] for i in cat.inputs]
+        pieces = _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
+        if isinstance(pieces, Fail):
+            return pieces
+        return self._match([node, cat])
+
+    def apply(self, graph, match):
+        node, cat = match.nodes
+        ew = elementwise(graph, node)
+        axis = _axis(graph, cat, cat.outputs[0].name)
+        sizes = [graph.values[i].shape[axis] for i in cat.inputs]
+        pieces = _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
+        e = Edit(graph).drop(node, cat)
+        outs = []
+        for part, c in zip(cat.inputs, pieces):
+            c_name = e.weight("c", c) if c is not None else None
+            outs += e.node(node.op_type, _inputs_with(node, ew, part, c_name), node.attrs, like=node)
+        e.node("Concat", outs, cat.attrs, outputs=[node.outputs[0].name], like=cat)
+        return e.commit()
+
+
+def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise | Fail:
+    """The common elementwise form of ``nodes`` (same op, attributes, shared constants)."""
+    first = nodes[0]
+    ew = elementwise(graph, first)
+    if isinstance(ew, Fail):
+        return ew
+    for n in nodes[1:]:
+        other = elementwise(graph, n)
+        if isinstance(other, Fail):
+            return other
+        if n.op_type != first.op_type or n.attrs != first.attrs:
+            return Fail("the pieces' ops differ")
+        if other != ew or [i for k, i in enumerate(n.inputs) if k != ew.var] != [
+            i for k, i in enumerate(first.inputs) if k != ew.var
+        ]:
+            return Fail("the pieces' constants differ")
+    if ew.const is not None:
+        c = graph.weights[ew.const]
+        lead = len(shape) - len(c.shape)
+        if lead < 0 or broadcast_shapes(shape, c.shape) != tuple(shape):
+            return Fail("the constant broadcasts the output to a larger shape")
+        if axis >= lead and c.shape[axis - lead] != 1:
+            return Fail("the constant varies along the axis")
+    return ew
+
+
+class PullThroughConcat(Rule):
+    """``Concat(Relu(a), Relu(b))`` -> ``Relu(Concat(a, b))`` (any elementwise op)."""
+
+    pattern = ("Concat", "Relu")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Concat"))
+
+    def check(self, graph, site):
+        cat = site[0]
+        prods = []
+        for name in cat.inputs:
+            prod = graph.producers.get(name)
+            if prod is None or prod[0].is_opaque:
+                return Fail("a piece is not produced by an elementwise op")
+            users = single_consumer(graph, name)
+            if isinstance(users, Fail):
+                return users
+            prods.append(prod[0])
+        if len({p.key for p in prods}) != len(prods):
+            return Fail("a piece appears twice")
+        if not _static(graph, cat.outputs[0].name):
+            return Fail("unknown shapes")
+        axis = _axis(graph, cat, cat.outputs[0].name)
+        ew = _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
+        if isinstance(ew, Fail):
+            return ew
+        return self._match([cat, *prods])
+
+    def apply(self, graph, match):
+        cat, *prods = match.nodes
+        ew = elementwise(graph, prods[0])
+        e = Edit(graph).drop(cat, *prods)
+        (joined,) = e.node("Concat", [p.inputs[ew.var] for p in prods], cat.attrs, like=cat)
+        e.node(prods[0].op_type, _inputs_with(prods[0], ew, joined, ew.const), prods[0].attrs,
+               outputs=[cat.outputs[0].name], like=prods[0])
+        return e.commit()
+
+
+class PushThroughSplit(Rule):
+    """``Split(Relu(x))`` -> ``Relu`` of each piece of ``Split(x)`` (any elementwise op)."""
+
+    pattern = ("Split", "Relu")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Split"))
+
+    def check(self, graph, site):
+        split = site[0]
+        prod = graph.producers.get(split.inputs[0])
+        if prod is None or prod[0].is_opaque:
+            return Fail("not fed by an elementwise op")
+        node = prod[0]
+        ew = elementwise(graph, node)
+        if isinstance(ew, Fail):
+            return ew
+        users = single_consumer(graph, split.inputs[0])
+        if isinstance(users, Fail):
+            return users
+        sizes = split_sizes(graph, split)
+        if isinstance(sizes, Fail) or not _static(graph, split.inputs[0]):
+            return Fail("unknown shapes")
+        axis = _axis(graph, split, split.inputs[0])
+        pieces = _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
+        if isinstance(pieces, Fail):
+            return pieces
+        return self._match([split, node])
+
+    def apply(self, graph, match):
+        split, node = match.nodes
+        ew = elementwise(graph, node)
+        sizes = split_sizes(graph, split)
+        axis = _axis(graph, split, split.inputs[0])
+        pieces = _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
+        x = node.inputs[ew.var]
+        names = [fresh_name("split", x, axis, tuple(sizes), i) for i in range(len(sizes))]
+        e = Edit(graph).drop(split, node)
+        split_node(e, x, axis, sizes, names, like=split)
+        for piece, c, out in zip(names, pieces, split.outputs):
+            c_name = e.weight("c", c) if c is not None else None
+            e.node(node.op_type, _inputs_with(node, ew, piece, c_name), node.attrs, outputs=[out.name], like=node)
+        return e.commit()
+
+
+class PullThroughSplit(Rule):
+    """``Relu`` of each piece of ``Split(x)`` -> ``Split(Relu(x))`` (any elementwise op)."""
+
+    pattern = ("Split", "Relu")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Split"))
+
+    def check(self, graph, site):
+        split = site[0]
+        users = []
+        for v in split.outputs:
+            u = single_consumer(graph, v.name)
+            if isinstance(u, Fail):
+                return u
+            if u.is_opaque:
+                return Fail("a piece is read by an opaque node")
+            users.append(u)
+        if len({u.key for u in users}) != len(users):
+            return Fail("one node reads two pieces")
+        if not _static(graph, split.inputs[0]):
+            return Fail("unknown shapes")
+        axis = _axis(graph, split, split.inputs[0])
+        ew = _same_elementwise(graph, users, axis, graph.values[split.inputs[0]].shape)
+        if isinstance(ew, Fail):
+            return ew
+        if any(u.inputs[ew.var] != v.name for u, v in zip(users, split.outputs)):
+            return Fail("the pieces are not the ops' variable inputs")
+        return self._match([split, *users])
+
+    def apply(self, graph, match):
+        split, *users = match.nodes
+        ew = elementwise(graph, users[0])
+        sizes = split_sizes(graph, split)
+        axis = _axis(graph, split, split.inputs[0])
+        e = Edit(graph).drop(split, *users)
+        (whole,) = e.node(users[0].op_type, _inputs_with(users[0], ew, split.inputs[0], ew.const), users[0].attrs, like=users[0])
+        split_node(e, whole, axis, sizes, [u.outputs[0].name for u in users], like=split)
+        return e.commit()
+
+
+class RemoveSplitConcat(Rule):
+    """``Concat(Split(x))`` of all the pieces in order, on the same axis -> ``x``."""
+
+    pattern = ("Concat", "Split")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Concat"))
+
+    def check(self, graph, site):
+        cat = site[0]
+        prod = graph.producers.get(cat.inputs[0]) if cat.inputs else None
+        if prod is None or prod[0].op_type != "Split" or prod[0].is_opaque:
+            return Fail("not fed by Split")
+        split = prod[0]
+        if tuple(cat.inputs) != split.output_names:
+            return Fail("not all pieces, in order")
+        if not _static(graph, split.inputs[0]):
+            return Fail("unknown shapes")
+        if _axis(graph, cat, cat.outputs[0].name) != _axis(graph, split, split.inputs[0]):
+            return Fail("axes differ")
+        dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
+        fail = bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping)
+        return fail or self._match([cat, split])
+
+    @staticmethod
+    def _only_concat(graph, split, cat):
+        return all(u == cat for v in split.outputs for u in graph.consumers.get(v.name, ())) and not any(
+            v.name in graph.output_names() for v in split.outputs
+        )
+
+    def apply(self, graph, match):
+        cat, split = match.nodes
+        dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
+        e = Edit(graph)
+        bypass(e, cat.outputs[0].name, split.inputs[0], dropping)
+        return e.commit()
+
+
+class RemoveConcatSplit(Rule):
+    """``Split(Concat(a, b))`` at the same boundaries, on the same axis -> ``a, b``."""
+
+    pattern = ("Split", "Concat")
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Split"))
+
+    def check(self, graph, site):
+        split = site[0]
+        prod = graph.producers.get(split.inputs[0])
+        if prod is None or prod[0].op_type != "Concat" or prod[0].is_opaque:
+            return Fail("not fed by Concat")
+        cat = prod[0]
+        users = single_consumer(graph, cat.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        if not _static(graph, *cat.inputs, split.inputs[0]):
+            return Fail("unknown shapes")
+        axis = _axis(graph, split, split.inputs[0])
+        if _axis(graph, cat, cat.outputs[0].name) != axis:
+            return Fail("axes differ")
+        if split_sizes(graph, split) != [graph.values[i].shape[axis] for i in cat.inputs]:
+            return Fail("boundaries differ")
+        for v in split.outputs:
+            fail = can_rewire(graph, v.name)
+            if fail:
+                return fail
+        return self._match([split, cat])
+
+    def apply(self, graph, match):
+        split, cat = match.nodes
+        e = Edit(graph).drop(split, cat)
+        for v, part in zip(split.outputs, cat.inputs):
+            e.rewire(v.name, part)
+        return e.commit()
+
+
+RULES = [
+    PushThroughConcat(),
+    PullThroughConcat(),
+    PushThroughSplit(),
+    PullThroughSplit(),
+    RemoveSplitConcat(),
+    RemoveConcatSplit(),
+]

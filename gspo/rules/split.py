@@ -1,0 +1,90 @@
+"""Split one operator into two parallel halves along its output channels (the inverse of merge).
+
+This is what lets the search trade fusion for parallelism: a half can run on another stream.
+"""
+
+from __future__ import annotations
+
+from gspo.ir import slice_weight
+from gspo.ir.builder import make_attr
+from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of
+
+__all__ = ["SplitConv", "SplitMatMul", "RULES"]
+
+
+class SplitConv(Rule):
+    """``Conv(x, w)`` -> ``Concat(Conv(x, w[:h]), Conv(x, w[h:]))`` along output channels."""
+
+    pattern = ("Conv",)
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Conv"))
+
+    def check(self, graph, site):
+        conv = site[0]
+        p = conv_params(graph, conv)
+        if isinstance(p, Fail):
+            return p
+        if p.group != 1:
+            return Fail("group is not 1")
+        w = constant(graph, conv.inputs[1])
+        if isinstance(w, Fail):
+            return w
+        if len(conv.inputs) > 2 and conv.inputs[2] and isinstance(constant(graph, conv.inputs[2]), Fail):
+            return Fail("bias is not a constant initializer")
+        if p.cout < 2:
+            return Fail("fewer than 2 output channels")
+        return self._match([conv])
+
+    def apply(self, graph, match):
+        conv = match.nodes[0]
+        w = graph.weights[conv.inputs[1]]
+        b = graph.weights.get(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        half = w.shape[0] // 2
+        e = Edit(graph).drop(conv)
+        outs = []
+        for lo, hi in ((0, half), (half, w.shape[0])):
+            inputs = [conv.inputs[0], e.weight("w", slice_weight(w, 0, lo, hi))]
+            if b is not None:
+                inputs.append(e.weight("b", slice_weight(b, 0, lo, hi)))
+            outs += e.node("Conv", inputs, conv.attrs, like=conv)
+        e.node("Concat", outs, [make_attr("axis", 1)], outputs=[conv.outputs[0].name], like=conv)
+        return e.commit()
+
+
+class SplitMatMul(Rule):
+    """``MatMul(x, B)`` -> ``Concat(MatMul(x, B[:, :h]), MatMul(x, B[:, h:]))`` along output columns."""
+
+    pattern = ("MatMul",)
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "MatMul"))
+
+    def check(self, graph, site):
+        mm = site[0]
+        b = constant(graph, mm.inputs[1])
+        if isinstance(b, Fail):
+            return b
+        if len(b.shape) != 2:
+            return Fail("right operand is not 2-D")
+        if b.shape[1] < 2:
+            return Fail("fewer than 2 output columns")
+        out = graph.values.get(mm.outputs[0].name)
+        if out is None or not out.is_static:
+            return Fail("unknown shapes")
+        return self._match([mm])
+
+    def apply(self, graph, match):
+        mm = match.nodes[0]
+        b = graph.weights[mm.inputs[1]]
+        half = b.shape[1] // 2
+        rank = len(graph.values[mm.outputs[0].name].shape)
+        e = Edit(graph).drop(mm)
+        outs = []
+        for lo, hi in ((0, half), (half, b.shape[1])):
+            outs += e.node("MatMul", [mm.inputs[0], e.weight("w", slice_weight(b, 1, lo, hi))], mm.attrs, like=mm)
+        e.node("Concat", outs, [make_attr("axis", rank - 1)], outputs=[mm.outputs[0].name], like=mm)
+        return e.commit()
+
+
+RULES = [SplitConv(), SplitMatMul()]

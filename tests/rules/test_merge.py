@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gspo.ir.builder import GraphBuilder
+from gspo.rules.merge import MergeParallelConvs, MergeParallelMatMuls
+from tests.rules.util import apply_first, assert_equivalent, ops, reasons
+
+
+def siblings(specs, cin=3, hw=8, seed=0):
+    """Convs on one input: specs are (cout, kernel, stride, pad, bias)."""
+    b = GraphBuilder(seed=seed)
+    x = b.input("x", (1, cin, hw, hw))
+    outs = []
+    for cout, k, s, p, bias in specs:
+        ins = [x, b.weight("w", (cout, cin, k, k))] + ([b.weight("b", (cout,))] if bias else [])
+        outs.append(b.op("Relu", [b.op("Conv", ins, kernel_shape=[k, k], strides=[s, s], pads=[p] * 4)]))
+    return b.output(*outs).build()
+
+
+def test_merge_three_convs():
+    g = siblings([(4, 3, 1, 1, True), (2, 3, 1, 1, False), (5, 3, 1, 1, True)])
+    h = apply_first(MergeParallelConvs(), g)
+    assert ops(h).count("Conv") == 1 and "Split" in ops(h)
+    assert_equivalent(g, h)
+
+
+def test_merge_picks_the_largest_compatible_group():
+    g = siblings([(4, 1, 1, 0, False), (2, 3, 1, 1, False), (3, 1, 1, 0, False)])
+    h = apply_first(MergeParallelConvs(), g)
+    assert ops(h).count("Conv") == 2
+    assert_equivalent(g, h)
+
+
+def test_merge_reasons():
+    assert reasons(MergeParallelConvs(), siblings([(4, 3, 1, 1, False), (4, 3, 2, 1, False)])) == ["strides differ"]
+    assert reasons(MergeParallelConvs(), siblings([(4, 3, 1, 1, False), (4, 1, 1, 0, False)])) == ["kernel sizes differ"]
+    assert reasons(MergeParallelConvs(), siblings([(4, 3, 1, 1, False), (4, 3, 1, 0, False)])) == ["pads differ"]
+
+
+def test_merge_refuses_grouped_convs():
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 6, 6))
+    y1 = b.op("Conv", [x, b.weight("w", (4, 1, 3, 3))], kernel_shape=[3, 3], group=4)
+    y2 = b.op("Conv", [x, b.weight("w", (4, 1, 3, 3))], kernel_shape=[3, 3], group=4)
+    assert reasons(MergeParallelConvs(), b.output(y1, y2).build()) == ["group is not 1"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    couts=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+    k=st.sampled_from([1, 3, 5]), s=st.integers(1, 2), cin=st.integers(1, 4), hw=st.integers(5, 9),
+    bias=st.lists(st.booleans(), min_size=4, max_size=4),
+)
+def test_merge_convs_property(couts, k, s, cin, hw, bias):
+    g = siblings([(c, k, s, k // 2, bias[i]) for i, c in enumerate(couts)], cin, hw)
+    h = apply_first(MergeParallelConvs(), g)
+    assert ops(h).count("Conv") == 1
+    assert_equivalent(g, h, runs=1)
+
+
+def parallel_linear(ns, k=6, batch=(2,), op="MatMul", trans_b=0):
+    b = GraphBuilder(seed=5)
+    x = b.input("x", (*batch, k))
+    outs = []
+    for n in ns:
+        if op == "MatMul":
+            outs.append(b.op("MatMul", [x, b.weight("w", (k, n))]))
+        else:
+            w = b.weight("w", (n, k) if trans_b else (k, n))
+            outs.append(b.op("Gemm", [x, w, b.weight("c", (n,))], transB=trans_b, alpha=0.5))
+    return b.output(*[b.op("Tanh", [o]) for o in outs]).build()
+
+
+def test_merge_matmuls_and_gemms():
+    g = parallel_linear([3, 4, 5], batch=(1, 7))
+    h = apply_first(MergeParallelMatMuls(), g)
+    assert ops(h).count("MatMul") == 1
+    assert_equivalent(g, h)
+    for trans_b in (0, 1):
+        g = parallel_linear([3, 2], op="Gemm", trans_b=trans_b)
+        h = apply_first(MergeParallelMatMuls(), g)
+        assert ops(h).count("Gemm") == 1
+        assert_equivalent(g, h)
+
+
+def test_merge_matmuls_needs_constant_weights():
+    b = GraphBuilder()
+    x = b.input("x", (2, 3))
+    w = b.input("w", (3, 3))
+    g = b.output(b.op("MatMul", [x, w]), b.op("MatMul", [x, w])).build()
+    assert reasons(MergeParallelMatMuls(), g) == ["'w' is not a constant initializer"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(ns=st.lists(st.integers(1, 6), min_size=2, max_size=5), k=st.integers(1, 6),
+       batch=st.sampled_from([(1,), (3,), (1, 4), (2, 3)]))
+def test_merge_matmuls_property(ns, k, batch):
+    g = parallel_linear(ns, k, batch)
+    assert_equivalent(g, apply_first(MergeParallelMatMuls(), g), runs=1)

@@ -1,0 +1,85 @@
+"""Rules on real graphs: merge sites exist where the paper says, and greedy merging is exact."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from gspo import ir
+from gspo.rules import (
+    DEFAULT_RULES,
+    MERGE_RULES,
+    apply_greedily,
+    combine,
+    cse,
+    enlarge,
+    fold,
+    merge,
+)
+from gspo.runtime import verify
+from gspo.zoo import MODELS, build
+from tests.ir.conformance import DATA
+
+#: Folds and merges (no splits or moves, which the search uses in both directions).
+GREEDY = fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES
+
+
+@cache
+def _full(name):
+    return build(name, "full")
+
+
+def merge_sites(graph) -> dict[str, int]:
+    return {r.name: n for r in MERGE_RULES if (n := sum(1 for _ in r.match(graph)))}
+
+
+def test_merge_sites_in_the_papers_models():
+    assert merge_sites(_full("inception_v3")).get("MergeParallelConvs", 0) >= 10  # inception blocks
+    # 5 inputs and 5 states, each read by 8 gate MatMuls; 8 gates x 5 steps of x@Wx + h@Wh
+    assert merge_sites(_full("nasrnn")) == {"MergeParallelMatMuls": 10, "MergeMatMulsIntoAdd": 40}
+    assert merge_sites(_full("bert")) == {"MergeParallelMatMuls": 12}  # Q/K/V in each of 12 layers
+    folded, _ = apply_greedily(_full("nasnet_mobile"), fold.RULES + cse.RULES)
+    assert merge_sites(folded).get("MergeConvsIntoAdd", 0) >= 20
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_greedy_merging_keeps_full_zoo_models_equivalent(name):
+    g = _full(name)
+    h, counts = apply_greedily(g, GREEDY)
+    assert counts, f"{name}: nothing applied"
+    saved = ir.load_bytes(ir.serialize(h))
+    res = verify(g, saved, rtol=1e-3, atol=1e-4, runs=1)
+    assert res.equivalent, (counts, [(d.name, d.max_abs) for d in res.outputs])
+
+
+@pytest.mark.parametrize("path", sorted((DATA / "light").glob("light_*.onnx")), ids=lambda p: p.stem)
+def test_greedy_merging_keeps_onnx_model_zoo_graphs_equivalent(path):
+    g = ir.load(path)
+    h, counts = apply_greedily(g, GREEDY)
+    res = verify(g, ir.load_bytes(ir.serialize(h)), rtol=1e-3, atol=1e-4, runs=1)
+    assert res.equivalent, counts
+
+
+def test_rules_never_touch_opaque_nodes():
+    nodes = [
+        helper.make_node("MyConv", ["x", "w"], ["a"], domain="com.example"),
+        helper.make_node("MyConv", ["x", "w"], ["b"], domain="com.example"),
+        helper.make_node("MyRelu", ["a"], ["c"], domain="com.example"),
+        helper.make_node("MyAdd", ["c", "b"], ["y"], domain="com.example"),
+    ]
+    g = helper.make_graph(
+        nodes, "opaque",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])],
+        initializer=[onnx.numpy_helper.from_array(__import__("numpy").ones((2, 2, 1, 1), "float32"), "w")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    graph = ir.load_bytes(m.SerializeToString())
+    assert all(n.is_opaque for n in graph.nodes)
+    for rule in DEFAULT_RULES:
+        assert list(rule.match(graph)) == [], rule.name
+    same, counts = apply_greedily(graph, DEFAULT_RULES[:13])
+    assert counts == {} and same.key == graph.key

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gspo.ir.builder import GraphBuilder
+from gspo.rules.move import (
+    PullThroughConcat,
+    PullThroughSplit,
+    PushThroughConcat,
+    PushThroughSplit,
+    RemoveConcatSplit,
+    RemoveSplitConcat,
+)
+from tests.rules.util import apply_first, assert_equivalent, ops, reasons
+
+UNARY = ["Relu", "Sigmoid", "Tanh", "Erf", "Exp", "Neg", "Abs", "LeakyRelu", "Softplus"]
+
+
+def concat_then(op, sizes=(2, 3), axis=1, const_shape=None, seed=0):
+    b = GraphBuilder(seed=seed)
+    parts = [b.op("Neg", [b.input(f"x{i}", (2, s, 4))]) for i, s in enumerate(sizes)]
+    cat = b.op("Concat", parts, axis=axis)
+    if const_shape is None:
+        y = b.op(op, [cat])
+    else:
+        y = b.op(op, [cat, b.weight("c", const_shape, loc=2.0, scale=0.5)])
+    return b.output(b.op("Identity", [y])).build()
+
+
+def test_push_relu_through_concat():
+    g = concat_then("Relu")
+    h = apply_first(PushThroughConcat(), g)
+    assert ops(h) == ["Neg", "Neg", "Relu", "Relu", "Concat", "Identity"]
+    assert_equivalent(g, h)
+
+
+def test_push_add_with_a_sliced_constant():
+    g = concat_then("Add", const_shape=(5, 1))
+    h = apply_first(PushThroughConcat(), g)
+    assert ops(h).count("Add") == 2
+    assert_equivalent(g, h)
+
+
+def test_push_refuses_a_widening_constant():
+    g = concat_then("Mul", const_shape=(3, 2, 5, 4))
+    assert "the constant broadcasts the output to a larger shape" in reasons(PushThroughConcat(), g)
+
+
+@settings(max_examples=30, deadline=None)
+@given(op=st.sampled_from(UNARY + ["Add", "Mul", "Sub", "Div"]), sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       const=st.sampled_from([None, "scalar", "axis", "last"]))
+def test_push_then_pull_through_concat_property(op, sizes, const):
+    shape = None
+    if op in ("Add", "Mul", "Sub", "Div"):
+        shape = {None: (), "scalar": (), "axis": (sum(sizes), 1), "last": (4,)}[const]
+    g = concat_then(op, tuple(sizes), const_shape=shape)
+    pushed = apply_first(PushThroughConcat(), g)
+    assert_equivalent(g, pushed, runs=1)
+    if shape is None or shape == () or shape == (4,):
+        pulled = apply_first(PullThroughConcat(), pushed)
+        assert_equivalent(g, pulled, runs=1)
+    else:
+        assert reasons(PullThroughConcat(), pushed)[0] in (
+            "the constant varies along the axis",
+            "the pieces' constants differ",
+        )
+
+
+def split_of(op, sizes=(2, 3), const_shape=None, opset=17):
+    b = GraphBuilder(seed=3, opset=opset)
+    x = b.input("x", (2, sum(sizes), 3))
+    y = b.op(op, [x]) if const_shape is None else b.op(op, [x, b.weight("c", const_shape, loc=1.5, scale=0.5)])
+    pieces = b.op("Split", [y, b.const("s", np.array(sizes))], n_outputs=len(sizes), axis=1)
+    return b.output(*[b.op("Neg", [p]) for p in pieces]).build()
+
+
+def test_push_and_pull_through_split():
+    g = split_of("Sigmoid")
+    h = apply_first(PushThroughSplit(), g)
+    assert sorted(ops(h)) == ["Neg", "Neg", "Sigmoid", "Sigmoid", "Split"]
+    assert_equivalent(g, h)
+    back = apply_first(PullThroughSplit(), h)
+    assert sorted(ops(back)) == ["Neg", "Neg", "Sigmoid", "Split"]
+    assert_equivalent(g, back)
+
+
+def test_pull_through_split_reason():
+    b = GraphBuilder()
+    pieces = b.op("Split", [b.input("x", (2, 4)), b.const("s", np.array([1, 3]))], n_outputs=2, axis=1)
+    g = b.output(b.op("Neg", [pieces[0]]), b.op("Relu", [pieces[1]])).build()
+    assert reasons(PullThroughSplit(), g) == ["the pieces' ops differ"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(op=st.sampled_from(UNARY + ["Add", "Div"]), sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       axis_const=st.booleans())
+def test_push_through_split_property(op, sizes, axis_const):
+    shape = None if op in UNARY else ((sum(sizes), 1) if axis_const else (3,))
+    g = split_of(op, tuple(sizes), shape)
+    assert_equivalent(g, apply_first(PushThroughSplit(), g), runs=1)
+
+
+def test_remove_split_concat_and_concat_split():
+    b = GraphBuilder()
+    x = b.op("Relu", [b.input("x", (2, 5))])
+    a, c = b.op("Split", [x, b.const("s", np.array([2, 3]))], n_outputs=2, axis=1)
+    g = b.output(b.op("Tanh", [b.op("Concat", [a, c], axis=1)])).build()
+    h = apply_first(RemoveSplitConcat(), g)
+    assert ops(h) == ["Relu", "Tanh"]
+    assert_equivalent(g, h)
+
+    b = GraphBuilder()
+    p, q = b.op("Relu", [b.input("p", (2, 2))]), b.op("Relu", [b.input("q", (2, 3))])
+    cat = b.op("Concat", [p, q], axis=1)
+    s1, s2 = b.op("Split", [cat, b.const("s", np.array([2, 3]))], n_outputs=2, axis=1)
+    g = b.output(b.op("Tanh", [s1]), b.op("Sigmoid", [s2])).build()
+    h = apply_first(RemoveConcatSplit(), g)
+    assert ops(h) == ["Relu", "Relu", "Tanh", "Sigmoid"]
+    assert_equivalent(g, h)
+
+
+def test_remove_concat_split_reason():
+    b = GraphBuilder()
+    p, q = b.op("Relu", [b.input("p", (2, 2))]), b.op("Relu", [b.input("q", (2, 3))])
+    cat = b.op("Concat", [p, q], axis=1)
+    s1, s2 = b.op("Split", [cat, b.const("s", np.array([3, 2]))], n_outputs=2, axis=1)
+    g = b.output(b.op("Tanh", [s1]), b.op("Sigmoid", [s2])).build()
+    assert reasons(RemoveConcatSplit(), g) == ["boundaries differ"]
+
+
+@settings(max_examples=20, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4), opset=st.sampled_from([11, 13, 17]))
+def test_split_concat_identity_property(sizes, opset):
+    b = GraphBuilder(opset=opset)
+    x = b.op("Relu", [b.input("x", (2, sum(sizes)))])
+    if opset >= 13:
+        pieces = b.op("Split", [x, b.const("s", np.array(sizes))], n_outputs=len(sizes), axis=1)
+    else:
+        pieces = b.op("Split", [x], n_outputs=len(sizes), axis=1, split=list(sizes))
+    g = b.output(b.op("Tanh", [b.op("Concat", list(pieces), axis=1)])).build()
+    assert_equivalent(g, apply_first(RemoveSplitConcat(), g), runs=1)
