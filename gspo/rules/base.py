@@ -73,6 +73,8 @@ class Rule:
     """Base class: subclasses set ``pattern`` and implement ``sites``, ``check`` and ``apply``."""
 
     pattern: tuple[str, ...] = ()
+    #: Op types whose every node is a one-node site (the default :meth:`sites`).
+    anchors: tuple[str, ...] = ()
     #: True for rules that merge operators (counted as merge sites by ``gspo rules``).
     merges: bool = False
 
@@ -87,7 +89,7 @@ class Rule:
 
     def sites(self, graph: Graph) -> Iterable[tuple[Node, ...]]:
         """Candidate sites, anchors first, in graph order (deterministic)."""
-        raise NotImplementedError
+        return ((n,) for n in nodes_of(graph, *self.anchors))
 
     def check(self, graph: Graph, site: tuple[Node, ...]) -> Match | Fail:
         raise NotImplementedError
@@ -118,6 +120,14 @@ class Rule:
 # --------------------------------------------------------------------- helpers
 def nodes_of(graph: Graph, *op_types: str) -> Iterator[Node]:
     return (n for n in graph.nodes if n.op_type in op_types and not n.is_opaque and n.domain in ("", "ai.onnx"))
+
+
+def producer(graph: Graph, value: str, ops: tuple[str, ...] | None = None) -> Node | Fail:
+    """The interpreted node that produces ``value`` (of one of ``ops``, when given)."""
+    prod = graph.producers.get(value)
+    if prod is None or prod[0].is_opaque or (ops is not None and prod[0].op_type not in ops):
+        return Fail(f"not fed by {'/'.join(ops)}" if ops else "not produced by an interpreted node")
+    return prod[0]
 
 
 def is_output(graph: Graph, value: str) -> bool:

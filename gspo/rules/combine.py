@@ -19,6 +19,7 @@ from gspo.rules.base import (
     constant,
     conv_params,
     nodes_of,
+    producer,
     single_consumer,
 )
 
@@ -28,13 +29,13 @@ __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "RULES"]
 def _two_producers(graph, add, op):
     prods = []
     for name in add.inputs:
-        prod = graph.producers.get(name)
-        if prod is None or prod[0].op_type != op or prod[0].is_opaque:
+        prod = producer(graph, name, (op,))
+        if isinstance(prod, Fail):
             return Fail(f"Add is not fed by two {op}s")
         users = single_consumer(graph, name)
         if isinstance(users, Fail):
             return users
-        prods.append(prod[0])
+        prods.append(prod)
     if prods[0] is prods[1] or prods[0].key == prods[1].key:
         return Fail(f"both operands are one {op}")
     out0, out1 = (graph.values.get(p.outputs[0].name) for p in prods)

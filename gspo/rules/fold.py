@@ -18,7 +18,7 @@ from gspo.rules.base import (
     bypass_check,
     constant,
     int64s,
-    nodes_of,
+    producer,
     single_consumer,
 )
 
@@ -34,13 +34,6 @@ __all__ = [
 ]
 
 _LINEAR = ("Conv", "ConvTranspose", "Gemm")
-
-
-def _producer(graph: Graph, value: str, ops) -> Node | Fail:
-    prod = graph.producers.get(value)
-    if prod is None or prod[0].op_type not in ops or prod[0].is_opaque:
-        return Fail(f"not fed by {'/'.join(ops)}")
-    return prod[0]
 
 
 def _channel_axis(graph: Graph, lin: Node) -> int | Fail:
@@ -101,14 +94,13 @@ class FoldBatchNorm(Rule):
 
     pattern = ("BatchNormalization", "Conv")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "BatchNormalization"))
+    anchors = ("BatchNormalization",)
 
     def check(self, graph, site):
         bn = site[0]
         if bn.attr("training_mode", 0) or any(v.name for v in bn.outputs[1:]):
             return Fail("BatchNormalization in training mode")
-        lin = _producer(graph, bn.inputs[0], _LINEAR)
+        lin = producer(graph, bn.inputs[0], _LINEAR)
         if isinstance(lin, Fail):
             return lin
         users = single_consumer(graph, lin.outputs[0].name)
@@ -158,13 +150,10 @@ def _channel_constant(graph: Graph, node: Node, lin_out: str) -> tuple[np.ndarra
 class _FoldElementwise(Rule):
     op = ""
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, self.op))
-
     def check(self, graph, site):
         node = site[0]
         for i in (0, 1):
-            lin = _producer(graph, node.inputs[i], _LINEAR)
+            lin = producer(graph, node.inputs[i], _LINEAR)
             if isinstance(lin, Fail):
                 continue
             users = single_consumer(graph, lin.outputs[0].name)
@@ -186,6 +175,7 @@ class FoldMulIntoLinear(_FoldElementwise):
     """``Mul(Conv(x, w, b), c)`` -> ``Conv(x, w*c, b*c)`` for a per-channel constant ``c`` (also Gemm)."""
 
     pattern = ("Mul", "Conv")
+    anchors = ("Mul",)
     op = "Mul"
 
     def apply(self, graph, match):
@@ -199,6 +189,7 @@ class FoldAddIntoLinear(_FoldElementwise):
     """``Add(Conv(x, w, b), c)`` -> ``Conv(x, w, b+c)`` for a per-channel constant ``c`` (also Gemm)."""
 
     pattern = ("Add", "Conv")
+    anchors = ("Add",)
     op = "Add"
 
     def apply(self, graph, match):
@@ -213,13 +204,12 @@ class MatMulAddToGemm(Rule):
 
     pattern = ("Add", "MatMul")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Add"))
+    anchors = ("Add",)
 
     def check(self, graph, site):
         add = site[0]
         for i in (0, 1):
-            mm = _producer(graph, add.inputs[i], ("MatMul",))
+            mm = producer(graph, add.inputs[i], ("MatMul",))
             if isinstance(mm, Fail):
                 continue
             a = graph.values.get(mm.inputs[0])
@@ -260,8 +250,7 @@ class RemoveIdentity(Rule):
 
     pattern = ("Identity",)
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Identity", "Dropout"))
+    anchors = ("Identity", "Dropout")
 
     def check(self, graph, site):
         node = site[0]
@@ -285,12 +274,11 @@ class CollapseTransposes(Rule):
 
     pattern = ("Transpose", "Transpose")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Transpose"))
+    anchors = ("Transpose",)
 
     def check(self, graph, site):
         t2 = site[0]
-        t1 = _producer(graph, t2.inputs[0], ("Transpose",))
+        t1 = producer(graph, t2.inputs[0], ("Transpose",))
         if isinstance(t1, Fail):
             return t1
         users = single_consumer(graph, t1.outputs[0].name)
@@ -323,12 +311,11 @@ class CollapseReshapes(Rule):
 
     pattern = ("Reshape", "Reshape")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Reshape"))
+    anchors = ("Reshape",)
 
     def check(self, graph, site):
         r2 = site[0]
-        r1 = _producer(graph, r2.inputs[0], ("Reshape",))
+        r1 = producer(graph, r2.inputs[0], ("Reshape",))
         if isinstance(r1, Fail):
             return r1
         users = single_consumer(graph, r1.outputs[0].name)

@@ -19,7 +19,7 @@ from gspo.rules.base import (
     bypass_check,
     can_rewire,
     constant,
-    nodes_of,
+    producer,
     single_consumer,
     split_node,
     split_sizes,
@@ -103,18 +103,16 @@ class PushThroughConcat(Rule):
 
     pattern = ("Relu", "Concat")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, *ELEMENTWISE))
+    anchors = ELEMENTWISE
 
     def check(self, graph, site):
         node = site[0]
         ew = elementwise(graph, node)
         if isinstance(ew, Fail):
             return ew
-        prod = graph.producers.get(node.inputs[ew.var])
-        if prod is None or prod[0].op_type != "Concat" or prod[0].is_opaque:
-            return Fail("not fed by Concat")
-        cat = prod[0]
+        cat = producer(graph, node.inputs[ew.var], ("Concat",))
+        if isinstance(cat, Fail):
+            return cat
         users = single_consumer(graph, cat.outputs[0].name)
         if isinstance(users, Fail):
             return users
@@ -173,20 +171,19 @@ class PullThroughConcat(Rule):
 
     pattern = ("Concat", "Relu")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Concat"))
+    anchors = ("Concat",)
 
     def check(self, graph, site):
         cat = site[0]
         prods = []
         for name in cat.inputs:
-            prod = graph.producers.get(name)
-            if prod is None or prod[0].is_opaque:
+            prod = producer(graph, name)
+            if isinstance(prod, Fail):
                 return Fail("a piece is not produced by an elementwise op")
             users = single_consumer(graph, name)
             if isinstance(users, Fail):
                 return users
-            prods.append(prod[0])
+            prods.append(prod)
         if len({p.key for p in prods}) != len(prods):
             return Fail("a piece appears twice")
         if not _static(graph, cat.outputs[0].name):
@@ -212,15 +209,13 @@ class PushThroughSplit(Rule):
 
     pattern = ("Split", "Relu")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Split"))
+    anchors = ("Split",)
 
     def check(self, graph, site):
         split = site[0]
-        prod = graph.producers.get(split.inputs[0])
-        if prod is None or prod[0].is_opaque:
-            return Fail("not fed by an elementwise op")
-        node = prod[0]
+        node = producer(graph, split.inputs[0])
+        if isinstance(node, Fail):
+            return node
         ew = elementwise(graph, node)
         if isinstance(ew, Fail):
             return ew
@@ -257,8 +252,7 @@ class PullThroughSplit(Rule):
 
     pattern = ("Split", "Relu")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Split"))
+    anchors = ("Split",)
 
     def check(self, graph, site):
         split = site[0]
@@ -298,15 +292,13 @@ class RemoveSplitConcat(Rule):
 
     pattern = ("Concat", "Split")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Concat"))
+    anchors = ("Concat",)
 
     def check(self, graph, site):
         cat = site[0]
-        prod = graph.producers.get(cat.inputs[0]) if cat.inputs else None
-        if prod is None or prod[0].op_type != "Split" or prod[0].is_opaque:
-            return Fail("not fed by Split")
-        split = prod[0]
+        split = producer(graph, cat.inputs[0], ("Split",))
+        if isinstance(split, Fail):
+            return split
         if tuple(cat.inputs) != split.output_names:
             return Fail("not all pieces, in order")
         if not _static(graph, split.inputs[0]):
@@ -336,15 +328,13 @@ class RemoveConcatSplit(Rule):
 
     pattern = ("Split", "Concat")
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Split"))
+    anchors = ("Split",)
 
     def check(self, graph, site):
         split = site[0]
-        prod = graph.producers.get(split.inputs[0])
-        if prod is None or prod[0].op_type != "Concat" or prod[0].is_opaque:
-            return Fail("not fed by Concat")
-        cat = prod[0]
+        cat = producer(graph, split.inputs[0], ("Concat",))
+        if isinstance(cat, Fail):
+            return cat
         users = single_consumer(graph, cat.outputs[0].name)
         if isinstance(users, Fail):
             return users

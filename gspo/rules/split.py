@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gspo.ir import slice_weight
 from gspo.ir.builder import make_attr
-from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of
+from gspo.rules.base import Edit, Fail, Rule, constant, conv_params
 
 __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 
@@ -17,8 +17,7 @@ class SplitConv(Rule):
 
     pattern = ("Conv",)
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Conv"))
+    anchors = ("Conv",)
 
     def check(self, graph, site):
         conv = site[0]
@@ -57,8 +56,7 @@ class SplitMatMul(Rule):
 
     pattern = ("MatMul",)
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "MatMul"))
+    anchors = ("MatMul",)
 
     def check(self, graph, site):
         mm = site[0]
