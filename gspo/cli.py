@@ -37,6 +37,8 @@ def handle_errors(fn):
             return fn(*args, **kwargs)
         except GspoError as e:
             _fail(str(e))
+        except BrokenPipeError:
+            raise
         except KeyboardInterrupt:
             click.echo("gspo: interrupted", err=True)
             sys.exit(130)
@@ -293,6 +295,63 @@ def rules(model, list_, why, input_shapes, as_json):
     click.echo(f"merge sites: {merges}")
 
 
+# ------------------------------------------------------------------ partition
+@cli.command(name="partition")
+@click.argument("model", type=click.Path())
+@click.option("-t", "--threshold", type=int, default=None, help="Largest piece, in ops [default: 64].")
+@click.option("--balance", type=float, default=0.25, show_default=True,
+              help="Each cut leaves at least this fraction of the ops on either side.")
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def partition_cmd(model, threshold, balance, input_shapes, as_json):
+    """Cut MODEL into pieces of at most T ops, where the fewest rule matches are lost.
+
+    Ops weigh the number of rule patterns they can take part in; each cut is a balanced
+    minimum vertex cut (Boykov-Kolmogorov), repeated until every piece is small enough.
+
+    \b
+    Example:
+        gspo partition nasnet_large.onnx --threshold 64
+    """
+    import time
+
+    from gspo.partition import DEFAULT_THRESHOLD, partition
+
+    graph = _load(model, input_shapes)
+    start = time.perf_counter()
+    p = partition(graph, DEFAULT_THRESHOLD if threshold is None else threshold, balance)
+    seconds = time.perf_counter() - start
+    names = [n.name or n.op_type for n in graph.nodes]
+    data = {
+        "model": graph.name,
+        "ops": len(graph.nodes),
+        "threshold": p.threshold,
+        "pieces": [
+            {"index": i, "ops": piece.size, "virtual_inputs": list(piece.virtual_inputs),
+             "outputs": [v.name for v in piece.graph.outputs]}
+            for i, piece in enumerate(p.pieces)
+        ],
+        "cuts": [{"weight": c.value, "ops": [names[v] for v in c.cut],
+                  "sides": [len(c.before), len(c.after)]} for c in p.cuts],
+        "cut_weight": p.cut_weight,
+        "total_weight": p.total_weight,
+        "seconds": seconds,
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"{len(p.pieces)} pieces of at most {p.threshold} ops ({len(graph.nodes)} ops, {seconds:.2f} s)")
+    click.echo(f"{'piece':>5} {'ops':>5} {'virtual inputs':>15} {'outputs':>8}")
+    for row in data["pieces"]:
+        click.echo(f"{row['index']:>5} {row['ops']:>5} {len(row['virtual_inputs']):>15} {len(row['outputs']):>8}")
+    for c in data["cuts"]:
+        click.echo(f"cut {c['sides'][0]}|{c['sides'][1]} ops: weight {c['weight']:g} at {', '.join(c['ops'][:4])}"
+                   + (" ..." if len(c["ops"]) > 4 else ""))
+    share = 100 * p.cut_weight / p.total_weight if p.total_weight else 0.0
+    click.echo(f"weight lost: {p.cut_weight:g} of {p.total_weight:g} ({share:.2f}%)")
+
+
 # -------------------------------------------------------------------- convert
 @cli.command()
 @click.argument("model", type=click.Path())
@@ -316,4 +375,11 @@ def convert(model, output, input_shapes, force):
 
 
 def main() -> None:
-    cli(prog_name="gspo")
+    try:
+        cli(prog_name="gspo")
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)

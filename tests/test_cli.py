@@ -34,7 +34,7 @@ def one_line_error(result, code=2):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ["zoo", "info", "verify", "convert", "rules"]:
+    for command in ["zoo", "info", "verify", "convert", "rules", "partition"]:
         result = gspo(command, "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command
     assert "Example:" in gspo("--help").output
@@ -133,3 +133,16 @@ def test_rules_list_and_counts(tmp_path):
     assert by_rule["MergeParallelMatMuls"]["sites"] == 2  # Q/K/V in each of the 2 tiny layers
     why = gspo("rules", out, "--why")
     assert why.exit_code == 0 and "merge sites: 2" in why.output and "not fed by Concat" in why.output
+
+
+def test_partition_command(tmp_path):
+    out = tmp_path / "n.onnx"
+    gspo("zoo", "nasnet_mobile", "-o", out)
+    text = gspo("partition", out, "--threshold", "40")
+    assert text.exit_code == 0 and "pieces of at most 40 ops" in text.output and "weight lost" in text.output
+    data = json.loads(gspo("partition", out, "-t", "40", "--json").output)
+    assert sum(p["ops"] for p in data["pieces"]) == data["ops"]
+    assert all(p["ops"] <= 40 for p in data["pieces"])
+    assert abs(sum(c["weight"] for c in data["cuts"]) - data["cut_weight"]) < 1e-9
+    assert "at least 2 ops" in one_line_error(gspo("partition", out, "-t", "1"))
+    assert "balance" in one_line_error(gspo("partition", out, "--balance", "0.9"))

@@ -73,6 +73,9 @@ class Rule:
     """Base class: subclasses set ``pattern`` and implement ``sites``, ``check`` and ``apply``."""
 
     pattern: tuple[str, ...] = ()
+    #: Op types that may stand at each position of the source pattern (defaults to ``pattern``);
+    #: the partitioner counts an op's mappings onto rule patterns from these.
+    pattern_ops: tuple[frozenset[str], ...] = ()
     #: Op types whose every node is a one-node site (the default :meth:`sites`).
     anchors: tuple[str, ...] = ()
     #: True for rules that merge operators (counted as merge sites by ``gspo rules``).
@@ -81,6 +84,10 @@ class Rule:
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    def positions(self) -> tuple[frozenset[str], ...]:
+        """For each position of the source pattern, the op types that can stand there."""
+        return self.pattern_ops or tuple(frozenset([op]) for op in self.pattern)
 
     @property
     def description(self) -> str:

@@ -93,6 +93,7 @@ class FoldBatchNorm(Rule):
     """``BatchNormalization(Conv(x, w, b))`` -> ``Conv(x, w*s, (b-mean)*s+beta)`` (also ConvTranspose, Gemm)."""
 
     pattern = ("BatchNormalization", "Conv")
+    pattern_ops = (frozenset(["BatchNormalization"]), frozenset(["Conv", "ConvTranspose", "Gemm"]))
 
     anchors = ("BatchNormalization",)
 
@@ -175,6 +176,7 @@ class FoldMulIntoLinear(_FoldElementwise):
     """``Mul(Conv(x, w, b), c)`` -> ``Conv(x, w*c, b*c)`` for a per-channel constant ``c`` (also Gemm)."""
 
     pattern = ("Mul", "Conv")
+    pattern_ops = (frozenset(["Mul"]), frozenset(["Conv", "ConvTranspose", "Gemm"]))
     anchors = ("Mul",)
     op = "Mul"
 
@@ -189,6 +191,7 @@ class FoldAddIntoLinear(_FoldElementwise):
     """``Add(Conv(x, w, b), c)`` -> ``Conv(x, w, b+c)`` for a per-channel constant ``c`` (also Gemm)."""
 
     pattern = ("Add", "Conv")
+    pattern_ops = (frozenset(["Add"]), frozenset(["Conv", "ConvTranspose", "Gemm"]))
     anchors = ("Add",)
     op = "Add"
 
@@ -249,6 +252,7 @@ class RemoveIdentity(Rule):
     """``Identity(x)`` -> ``x`` (also ``Dropout`` at inference)."""
 
     pattern = ("Identity",)
+    pattern_ops = (frozenset(["Identity", "Dropout"]),)
 
     anchors = ("Identity", "Dropout")
 

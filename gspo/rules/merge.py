@@ -116,6 +116,7 @@ class MergeParallelMatMuls(Rule):
     """``MatMul(x,B1), MatMul(x,B2)`` -> ``Split(MatMul(x, Concat(B1,B2)))`` (also Gemm)."""
 
     pattern = ("MatMul", "MatMul")
+    pattern_ops = (frozenset(["MatMul", "Gemm"]),) * 2
     merges = True
 
     def sites(self, graph):

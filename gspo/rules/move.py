@@ -102,6 +102,7 @@ class PushThroughConcat(Rule):
     """``Relu(Concat(a, b))`` -> ``Concat(Relu(a), Relu(b))`` (any elementwise op)."""
 
     pattern = ("Relu", "Concat")
+    pattern_ops = (frozenset(ELEMENTWISE), frozenset(["Concat"]))
 
     anchors = ELEMENTWISE
 
@@ -170,6 +171,7 @@ class PullThroughConcat(Rule):
     """``Concat(Relu(a), Relu(b))`` -> ``Relu(Concat(a, b))`` (any elementwise op)."""
 
     pattern = ("Concat", "Relu")
+    pattern_ops = (frozenset(["Concat"]), frozenset(ELEMENTWISE))
 
     anchors = ("Concat",)
 
@@ -208,6 +210,7 @@ class PushThroughSplit(Rule):
     """``Split(Relu(x))`` -> ``Relu`` of each piece of ``Split(x)`` (any elementwise op)."""
 
     pattern = ("Split", "Relu")
+    pattern_ops = (frozenset(["Split"]), frozenset(ELEMENTWISE))
 
     anchors = ("Split",)
 
@@ -251,6 +254,7 @@ class PullThroughSplit(Rule):
     """``Relu`` of each piece of ``Split(x)`` -> ``Split(Relu(x))`` (any elementwise op)."""
 
     pattern = ("Split", "Relu")
+    pattern_ops = (frozenset(["Split"]), frozenset(ELEMENTWISE))
 
     anchors = ("Split",)
 
