@@ -39,3 +39,23 @@ def relu_model(shape=(2, 3), opset=17, ir_version=8) -> onnx.ModelProto:
 
 def random_array(shape, seed=0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def random_dag_graph(draw, st, max_nodes=30, shape=(1, 4)):
+    """A random DAG of elementwise ops over one input (for hypothesis ``@st.composite``)."""
+    n = draw(st.integers(1, max_nodes))
+    b = GraphBuilder()
+    values = [b.input("x", shape)]
+    used = set()
+    for _ in range(n):
+        op = draw(st.sampled_from(["Relu", "Sigmoid", "Add", "Mul", "Tanh", "Max"]))
+        a = draw(st.sampled_from(values))
+        if op in ("Add", "Mul", "Max"):
+            c = draw(st.sampled_from(values))
+            values.append(b.op(op, [a, c]))
+            used.update([a, c])
+        else:
+            values.append(b.op(op, [a]))
+            used.add(a)
+    outs = [v for v in values[1:] if v not in used]
+    return b.output(*outs).build()

@@ -34,7 +34,7 @@ def one_line_error(result, code=2):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ["zoo", "info", "verify", "convert", "rules", "partition"]:
+    for command in ["zoo", "info", "verify", "convert", "rules", "partition", "run", "bench"]:
         result = gspo(command, "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command
     assert "Example:" in gspo("--help").output
@@ -146,3 +146,58 @@ def test_partition_command(tmp_path):
     assert abs(sum(c["weight"] for c in data["cuts"]) - data["cut_weight"]) < 1e-9
     assert "at least 2 ops" in one_line_error(gspo("partition", out, "-t", "1"))
     assert "balance" in one_line_error(gspo("partition", out, "--balance", "0.9"))
+
+
+def _scheduled_model(tmp_path, mutate=None):
+    from gspo.streams import assign_streams
+    from gspo.zoo import build
+
+    g = build("inception_v3", "tiny")
+    data = assign_streams(g, max_streams=2).to_json()
+    if mutate:
+        mutate(data)
+    return ir.save(g, tmp_path / "sched.onnx", schedule=data)
+
+
+def test_run_with_a_saved_schedule_and_outputs(tmp_path):
+    model = _scheduled_model(tmp_path)
+    out = tmp_path / "out.npz"
+    result = gspo("run", model, "-o", out)
+    assert result.exit_code == 0 and "on 2 stream(s)" in result.output
+    plain = tmp_path / "plain.npz"
+    assert gspo("run", model, "--streams", "1", "-o", plain).exit_code == 0
+    a, b = np.load(out), np.load(plain)
+    np.testing.assert_allclose(a["logits"], b["logits"], rtol=1e-5, atol=1e-6)
+    assert "exists" in one_line_error(gspo("run", model, "-o", out))
+
+
+def test_run_refuses_broken_schedules(tmp_path):
+    missing = _scheduled_model(tmp_path, lambda d: d["streams"][0].append("ghost"))
+    assert "not an op of the model" in one_line_error(gspo("run", missing))
+    cyclic = tmp_path / "c"
+    cyclic.mkdir()
+
+    def cycle(d):
+        a, b = d["events"][0]
+        other = next(s for s in d["streams"] if b in s)
+        d["events"].append([other[-1], a])
+
+    assert "deadlocks" in one_line_error(gspo("run", _scheduled_model(cyclic, cycle)))
+
+
+def test_run_bad_streams_and_inputs(tmp_path, model):
+    assert "at least 1" in one_line_error(gspo("run", model, "--streams", "0"))
+    assert "positive integer" in one_line_error(gspo("run", model, "--streams", "many"))
+    feeds = tmp_path / "bad.npz"
+    np.savez(feeds, nope=np.zeros(3))
+    assert "missing" in one_line_error(gspo("run", model, "--inputs", feeds))
+
+
+def test_bench_table_and_json(tmp_path, model):
+    text = gspo("bench", model, model, "--streams", "1,2", "--runs", "3", "--warmup", "1")
+    assert text.exit_code == 0 and "vs first" in text.output and text.output.count("[streams=") == 4
+    data = json.loads(gspo("bench", model, "--runs", "2", "--json").stdout)
+    assert data["rows"][0]["ratio"] == 1.0 and data["runs"] == 2
+    other = tmp_path / "other.onnx"
+    gspo("zoo", "resnet50", "-o", other)
+    assert "inputs differ" in one_line_error(gspo("bench", model, other))

@@ -145,6 +145,8 @@ class ModelExtras:
     value_info: tuple[bytes, ...] = ()
     weight_inputs: tuple[str, ...] = ()
     input_order: tuple[str, ...] = ()
+    #: The ``gspo.schedule`` JSON the model was saved with ("" if none).
+    schedule: str = ""
     sparse_initializers: tuple[bytes, ...] = ()
 
 

@@ -217,6 +217,7 @@ def from_model(
         value_info=tuple(vi.SerializeToString() for vi in g.value_info),
         weight_inputs=tuple(vi.name for vi in g.input if vi.name in weight_names),
         input_order=tuple(vi.name for vi in g.input),
+        schedule=next((p.value for p in model.metadata_props if p.key == SCHEDULE_KEY), ""),
         sparse_initializers=tuple(s.SerializeToString() for s in g.sparse_initializer),
     )
     graph = Graph(

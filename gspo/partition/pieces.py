@@ -6,7 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gspo.errors import GspoError
-from gspo.ir import Graph, ModelExtras, Value, toposort
+from gspo.ir import Graph, Value, toposort
+from gspo.ir.subgraph import extract
 
 __all__ = ["Piece", "make_piece", "merge_pieces"]
 
@@ -34,37 +35,8 @@ class Piece:
 
 def make_piece(graph: Graph, ops: Sequence[int], index: int = 0) -> Piece:
     """The piece of ``graph`` made of the nodes at ``ops`` (in graph order)."""
-    chosen = sorted(ops)
-    nodes = [graph.nodes[i] for i in chosen]
-    mine = set(chosen)
-    produced = {v.name for n in nodes for v in n.outputs if v.name}
-    graph_inputs = {v.name for v in graph.inputs}
-    read: dict[str, None] = {}
-    for n in nodes:
-        for name in n.reads():
-            if name not in produced:
-                read.setdefault(name)
-    inputs = [v for v in graph.inputs if v.name in read]
-    virtual = [name for name in read if name not in graph_inputs and name not in graph.weights]
-    inputs += [graph.values[name] for name in virtual]
-    outside_readers = set()
-    for i, n in enumerate(graph.nodes):
-        if i not in mine:
-            outside_readers.update(n.reads())
-    exported = set(graph.output_names()) | outside_readers
-    outputs = [v for n in nodes for v in n.outputs if v.name and v.name in exported]
-    piece = Graph(
-        inputs=tuple(inputs),
-        outputs=tuple(outputs),
-        nodes=tuple(nodes),
-        weights={name: graph.weights[name] for name in read if name in graph.weights},
-        opsets=graph.opsets,
-        name=f"{graph.name}/piece{index}",
-        store=graph.store,
-        extras=ModelExtras(ir_version=graph.extras.ir_version),
-        retired_weights=graph.retired_weights,
-    )
-    return Piece(piece, tuple(chosen), tuple(virtual))
+    sub, virtual = extract(graph, ops, name=f"{graph.name}/piece{index}")
+    return Piece(sub, tuple(sorted(ops)), virtual)
 
 
 def _interface(g: Graph) -> tuple:

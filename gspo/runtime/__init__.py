@@ -1,9 +1,24 @@
 """Execution and timing: the only package that imports onnxruntime."""
 
+from gspo.runtime.bench import Timing, interleaved
+from gspo.runtime.cpu import CpuExecutor, TraceEvent
+from gspo.runtime.executor import choose_schedule, make_executor, parse_streams, saved_schedule
+from gspo.runtime.plan import Plan, Segment, make_plan
 from gspo.runtime.session import SessionConfig, load_inputs, make_session, random_inputs, run
 from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verify
 
 __all__ = [
+    "CpuExecutor",
+    "Plan",
+    "Segment",
+    "Timing",
+    "TraceEvent",
+    "choose_schedule",
+    "interleaved",
+    "make_executor",
+    "make_plan",
+    "parse_streams",
+    "saved_schedule",
     "OutputDiff",
     "SessionConfig",
     "VerifyResult",

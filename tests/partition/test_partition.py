@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gspo.errors import GspoError
-from gspo.ir.builder import GraphBuilder
 from gspo.ir.dag import dependencies
 from gspo.partition import Partition, min_vertex_cut, op_weights, partition
 from gspo.zoo import MODELS, build
+from tests.helpers import random_dag_graph
 
 
 def validate(p: Partition) -> None:
@@ -49,29 +49,12 @@ def test_zoo_partitions_are_valid(name, threshold):
 
 @st.composite
 def random_dags(draw, max_nodes=30):
-    n = draw(st.integers(1, max_nodes))
-    b = GraphBuilder()
-    values = [b.input("x", (1, 4))]
-    used = set()
-    for _ in range(n):
-        op = draw(st.sampled_from(["Relu", "Sigmoid", "Add", "Mul", "Tanh", "Max"]))
-        a = draw(st.sampled_from(values))
-        if op in ("Add", "Mul", "Max"):
-            c = draw(st.sampled_from(values))
-            values.append(b.op(op, [a, c]))
-            used.update([a, c])
-        else:
-            values.append(b.op(op, [a]))
-            used.add(a)
-    outs = [v for v in values[1:] if v not in used] or [values[-1]]
-    return b.output(*outs).build() if len(values) > 1 else None
+    return random_dag_graph(draw, st, max_nodes)
 
 
 @settings(max_examples=80, deadline=None)
 @given(random_dags(), st.integers(2, 12), st.sampled_from([0.1, 0.25, 0.5]))
 def test_random_dag_partitions_are_valid(g, threshold, balance):
-    if g is None:
-        return
     validate(partition(g, threshold, balance))
 
 
@@ -96,7 +79,7 @@ def brute_force(deps, weights, ops, balance):
 @settings(max_examples=60, deadline=None)
 @given(random_dags(max_nodes=8), st.sampled_from([0.25, 0.5]))
 def test_cut_weight_is_the_brute_force_minimum(g, balance):
-    if g is None or len(g.nodes) < 2:
+    if len(g.nodes) < 2:
         return
     deps, weights = dependencies(g), op_weights(g)
     ops = list(range(len(g.nodes)))

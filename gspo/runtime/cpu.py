@@ -1,0 +1,161 @@
+"""CPU backend: one worker thread per stream running its segments' onnxruntime sessions.
+
+Threads are created once per executor (a persistent pool), block on queues between runs (no
+spinning), and onnxruntime releases the GIL during ``run``, so two streams really run at once on
+two cores. Intra-op threads are divided among the streams. With one stream the executor is one
+plain onnxruntime session over the whole model, run on the calling thread.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gspo.ir import Graph, serialize
+from gspo.runtime.plan import Plan, make_plan
+from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
+from gspo.streams import Schedule
+
+__all__ = ["CpuExecutor", "TraceEvent"]
+
+
+@dataclass(frozen=True)
+class TraceEvent:
+    """One segment execution: stream, segment, when it started waiting, started and ended."""
+
+    stream: int
+    segment: int
+    wait_start: float
+    start: float
+    end: float
+
+
+class _Abort(Exception):
+    pass
+
+
+class CpuExecutor:
+    """Run ``graph`` with ``schedule`` on the CPU.
+
+    Args:
+        graph: the model.
+        schedule: stream assignment; ``None`` or one stream = a single plain session.
+        config: session settings; ``intra_op_threads`` 0 means the cores divided by streams.
+    """
+
+    def __init__(self, graph: Graph, schedule: Schedule | None = None, config: SessionConfig = SessionConfig()):
+        self.graph = graph
+        self.outputs = graph.output_names()
+        self.schedule = schedule
+        self.plan: Plan | None = None
+        self._workers: list[threading.Thread] = []
+        if schedule is None or schedule.num_streams <= 1:
+            self._session = make_session(serialize(graph), config)
+            return
+        self.plan = make_plan(graph, schedule)
+        cores = os.cpu_count() or 1
+        threads = config.intra_op_threads or max(1, cores // self.plan.num_streams)
+        seg_config = replace(config, intra_op_threads=threads)
+        self._sessions = [make_session(serialize(seg.graph), seg_config) for seg in self.plan.segments]
+        self._jobs = [queue.Queue() for _ in self.plan.streams]
+        self._done: queue.Queue = queue.Queue()
+        for s in range(self.plan.num_streams):
+            t = threading.Thread(target=self._worker, args=(s,), daemon=True, name=f"gspo-stream-{s}")
+            t.start()
+            self._workers.append(t)
+
+    @property
+    def num_streams(self) -> int:
+        return self.plan.num_streams if self.plan else 1
+
+    def run(self, feeds: Mapping[str, np.ndarray], trace: list | None = None) -> dict[str, np.ndarray]:
+        """Run once; outputs by name. ``trace`` (a list) receives :class:`TraceEvent` rows."""
+        if self.plan is None:
+            names = list(self.outputs)
+            try:
+                outs = self._session.run(names, dict(feeds))
+            except Exception as e:
+                raise RuntimeError_(f"onnxruntime failed to run the model: {str(e).splitlines()[0][:300]}") from None
+            if trace is not None:
+                trace.append(TraceEvent(0, 0, 0.0, 0.0, 0.0))
+            return dict(zip(names, outs))
+        if not self._workers:
+            raise RuntimeError_("the executor is closed")
+        job = _Job(self.plan.num_events, dict(feeds), trace)
+        for q in self._jobs:
+            q.put(job)
+        errors = [self._done.get() for _ in self._jobs]
+        errors = [e for e in errors if e is not None]
+        if errors:
+            raise errors[0]
+        return {name: job.values[name] for name in self.outputs}
+
+    def _worker(self, stream: int) -> None:
+        plan = self.plan
+        assert plan is not None
+        while True:
+            job = self._jobs[stream].get()
+            if job is None:
+                return
+            error = None
+            try:
+                for k in plan.streams[stream]:
+                    seg = plan.segments[k]
+                    wait_start = time.perf_counter()
+                    for e in seg.waits:
+                        job.events[e].wait()
+                        if job.failed:
+                            raise _Abort
+                    start = time.perf_counter()
+                    feeds = {name: job.values[name] for name in seg.inputs}
+                    outs = self._sessions[k].run(list(seg.outputs), feeds)
+                    job.values.update(zip(seg.outputs, outs))
+                    end = time.perf_counter()
+                    for e in seg.signals:
+                        job.events[e].set()
+                    if job.trace is not None:
+                        job.trace.append(TraceEvent(stream, k, wait_start, start, end))
+            except _Abort:
+                error = None
+            except Exception as e:
+                error = RuntimeError_(f"onnxruntime failed on stream {stream}: {str(e).splitlines()[0][:300]}")
+                job.fail()
+            self._done.put(error)
+
+    def close(self) -> None:
+        for q in getattr(self, "_jobs", []):
+            q.put(None)
+        for t in self._workers:
+            t.join(timeout=5)
+        self._workers = []
+
+    def __enter__(self) -> CpuExecutor:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class _Job:
+    def __init__(self, num_events: int, values: dict, trace: list | None):
+        self.events = [threading.Event() for _ in range(num_events)]
+        self.values = values
+        self.trace = trace
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
+        for e in self.events:
+            e.set()

@@ -1,0 +1,132 @@
+"""The ``Schedule`` value: which stream runs each op, in which order, and the sync events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import networkx as nx
+
+from gspo.errors import GspoError
+from gspo.ir import Graph, Node
+from gspo.ir.dag import dependencies
+
+__all__ = ["Schedule", "ScheduleError", "node_id", "check_schedule", "apply_schedule", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+class ScheduleError(GspoError):
+    """A schedule that does not fit its graph (missing nodes, broken order, deadlock)."""
+
+
+def node_id(node: Node) -> str:
+    """A node's id in a schedule: the name of its first named output (unique in a graph)."""
+    for v in node.outputs:
+        if v.name:
+            return v.name
+    raise ScheduleError(f"node {node.name or node.op_type!r} has no named output")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Streams (node ids in execution order) and events ``(after, before)``.
+
+    An event records when op ``after`` has finished on its stream; op ``before``, on another
+    stream, waits for it before it starts.
+    """
+
+    streams: tuple[tuple[str, ...], ...]
+    events: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def num_streams(self) -> int:
+        return len(self.streams)
+
+    def stream_of(self) -> dict[str, int]:
+        return {op: s for s, ops in enumerate(self.streams) for op in ops}
+
+    def to_json(self) -> dict:
+        return {
+            "version": SCHEMA_VERSION,
+            "streams": [list(s) for s in self.streams],
+            "events": [list(e) for e in self.events],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping | str) -> Schedule:
+        try:
+            if isinstance(data, str):
+                data = json.loads(data)
+            if data.get("version") != SCHEMA_VERSION:
+                raise ScheduleError(f"schedule version {data.get('version')!r} is not {SCHEMA_VERSION}")
+            streams = tuple(tuple(str(x) for x in s) for s in data["streams"])
+            events = tuple((str(a), str(b)) for a, b in data.get("events", ()))
+        except ScheduleError:
+            raise
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ScheduleError(f"the schedule is not valid JSON of the expected form ({e})") from None
+        return cls(streams, events)
+
+    @classmethod
+    def single(cls, graph: Graph) -> Schedule:
+        """Every op on one stream, in graph order."""
+        return cls((tuple(node_id(n) for n in graph.nodes),) if graph.nodes else ())
+
+
+def happens_before(graph: Graph, schedule: Schedule) -> nx.DiGraph:
+    """Stream order plus events, as a graph over node ids."""
+    hb = nx.DiGraph()
+    for ops in schedule.streams:
+        hb.add_nodes_from(ops)
+        hb.add_edges_from(zip(ops, ops[1:]))
+    hb.add_edges_from(schedule.events)
+    return hb
+
+
+def check_schedule(graph: Graph, schedule: Schedule) -> None:
+    """Raise :class:`ScheduleError` unless ``schedule`` runs ``graph`` correctly.
+
+    Correct: every op on exactly one stream, events between known ops of different streams, no
+    deadlock (stream order plus events is acyclic), and every data dependency ordered by a
+    stream or implied by events.
+    """
+    ids = [node_id(n) for n in graph.nodes]
+    known = set(ids)
+    where = {}
+    for s, ops in enumerate(schedule.streams):
+        for op in ops:
+            if op not in known:
+                raise ScheduleError(f"the schedule names {op!r}, which is not an op of the model")
+            if op in where:
+                raise ScheduleError(f"{op!r} is scheduled twice")
+            where[op] = s
+    missing = [op for op in ids if op not in where]
+    if missing:
+        raise ScheduleError(f"{len(missing)} ops are not scheduled (first: {missing[0]!r})")
+    for a, b in schedule.events:
+        if a not in known or b not in known:
+            raise ScheduleError(f"an event names an unknown op ({a!r} -> {b!r})")
+        if where[a] == where[b]:
+            raise ScheduleError(f"event {a!r} -> {b!r} is within one stream")
+    hb = happens_before(graph, schedule)
+    if not nx.is_directed_acyclic_graph(hb):
+        raise ScheduleError("the schedule deadlocks: stream order and events form a cycle")
+    deps = dependencies(graph)
+    order = list(nx.topological_sort(hb))
+    rank = {op: i for i, op in enumerate(order)}
+    reach = {op: 1 << rank[op] for op in order}
+    for op in reversed(order):
+        for nxt in hb.successors(op):
+            reach[op] |= reach[nxt]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            if not (reach[ids[d]] >> rank[ids[i]]) & 1:
+                raise ScheduleError(f"{ids[i]!r} may run before {ids[d]!r}, which it reads")
+
+
+def apply_schedule(graph: Graph, schedule: Schedule) -> Graph:
+    """``graph`` with each node's ``stream`` set from ``schedule``."""
+    where = schedule.stream_of()
+    return graph.with_nodes(tuple(n.replace(stream=where[node_id(n)]) for n in graph.nodes))
