@@ -397,6 +397,9 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     graph = _load(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
     executor = make_executor(graph, n, device)
+    if timeline and executor.num_streams == 1:
+        executor.close()
+        raise GspoError("--timeline needs more than one stream (there is nothing to overlap)")
     try:
         trace: list = []
         start = time.perf_counter()
@@ -424,14 +427,13 @@ def _plot_timeline(trace, executor, path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise GspoError("--timeline needs matplotlib: pip install 'gspo[plot]'") from None
-    if not trace or executor.num_streams == 1:
-        raise GspoError("--timeline needs more than one stream (there is nothing to overlap)")
     t0 = min(t.wait_start for t in trace)
     fig, ax = plt.subplots(figsize=(10, 1 + 0.5 * executor.num_streams))
     for t in trace:
         ax.barh(t.stream, (t.start - t.wait_start) * 1e3, left=(t.wait_start - t0) * 1e3, color="#dddddd")
         ax.barh(t.stream, (t.end - t.start) * 1e3, left=(t.start - t0) * 1e3, color="#4477aa", edgecolor="white")
     ax.set_xlabel("ms (grey: waiting for another stream)")
+    ax.set_yticks(range(executor.num_streams))
     ax.set_ylabel("stream")
     ax.invert_yaxis()
     fig.tight_layout()

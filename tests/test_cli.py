@@ -201,3 +201,12 @@ def test_bench_table_and_json(tmp_path, model):
     other = tmp_path / "other.onnx"
     gspo("zoo", "resnet50", "-o", other)
     assert "inputs differ" in one_line_error(gspo("bench", model, other))
+
+
+def test_run_timeline(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    model = _scheduled_model(tmp_path)
+    png = tmp_path / "t.png"
+    assert gspo("run", model, "--timeline", png).exit_code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "more than one stream" in one_line_error(gspo("run", model, "--streams", "1", "--timeline", tmp_path / "u.png"))

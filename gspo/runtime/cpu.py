@@ -2,18 +2,20 @@
 
 Threads are created once per executor (a persistent pool), block on queues between runs (no
 spinning), and onnxruntime releases the GIL during ``run``, so two streams really run at once on
-two cores. Intra-op threads are divided among the streams. With one stream the executor is one
-plain onnxruntime session over the whole model, run on the calling thread.
+two cores. Each segment session gets the default intra-op thread count unless told otherwise:
+measured on 2 cores (``benchmarks/streams.md``), dividing the cores among the streams was slower
+(ResNet-50 0.57x vs 0.82x of plain onnxruntime) because a stream whose branch is alone then
+runs on one core. With one stream the executor is one plain onnxruntime session over the whole
+model, run on the calling thread.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -46,7 +48,8 @@ class CpuExecutor:
     Args:
         graph: the model.
         schedule: stream assignment; ``None`` or one stream = a single plain session.
-        config: session settings; ``intra_op_threads`` 0 means the cores divided by streams.
+        config: session settings for every segment (``intra_op_threads`` 0: onnxruntime's
+            default, all cores, for each stream).
     """
 
     def __init__(self, graph: Graph, schedule: Schedule | None = None, config: SessionConfig = SessionConfig()):
@@ -59,10 +62,7 @@ class CpuExecutor:
             self._session = make_session(serialize(graph), config)
             return
         self.plan = make_plan(graph, schedule)
-        cores = os.cpu_count() or 1
-        threads = config.intra_op_threads or max(1, cores // self.plan.num_streams)
-        seg_config = replace(config, intra_op_threads=threads)
-        self._sessions = [make_session(serialize(seg.graph), seg_config) for seg in self.plan.segments]
+        self._sessions = [make_session(serialize(seg.graph), config) for seg in self.plan.segments]
         self._jobs = [queue.Queue() for _ in self.plan.streams]
         self._done: queue.Queue = queue.Queue()
         for s in range(self.plan.num_streams):
