@@ -7,4 +7,17 @@ paper's model set, ``gspo.runtime`` runs and compares models with onnxruntime.
 from gspo.errors import GspoError
 
 __version__ = "0.1.0"
-__all__ = ["GspoError", "__version__"]
+__all__ = ["GspoError", "__version__", "optimize"]
+
+
+def optimize(model, **options):
+    """Optimize an ONNX model (path or graph): see :func:`gspo.search.optimize.optimize`.
+
+    Example:
+        >>> import gspo                                          # doctest: +SKIP
+        >>> result = gspo.optimize("model.onnx", time_budget=60)  # doctest: +SKIP
+        >>> result.save("fast.onnx"); result.report["speedup"]    # doctest: +SKIP
+    """
+    from gspo.search.optimize import optimize as _optimize
+
+    return _optimize(model, **options)

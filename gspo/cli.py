@@ -500,6 +500,164 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json
         click.echo(f"{r['config']:<{width}} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['ratio']:>8.3f}x")
 
 
+# ------------------------------------------------------------------- optimize
+@cli.command(name="optimize")
+@click.argument("model", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
+@device_option
+@click.option("--profile", help="Cost profile: a name in data/profiles or the cache, or a path [default: cpu].")
+@click.option("--alpha", type=float, default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
+@click.option("--budget", type=int, default=40, show_default=True, help="Graphs expanded per piece at most.")
+@click.option("--time-budget", type=float, default=None, help="Seconds for the whole optimization (anytime).")
+@click.option("-t", "--threshold", type=int, default=None, help="Largest piece in ops [default: 64].")
+@click.option("--max-streams", type=int, default=None, help="Stream cap [default: the CPU cores].")
+@click.option("--jobs", type=int, default=0, help="Processes searching pieces [default: the CPU cores].")
+@click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
+@click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random verification inputs.")
+@click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
+              help="Pick verified candidates by measured latency, or by the cost model (reproducible bytes).")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT; accept a profile made for another device.")
+@input_shape_option
+@handle_errors
+def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, threshold, max_streams, jobs,
+                 no_streams, no_rules, seed, select, report, force, input_shapes):
+    """Make MODEL faster: joint substitutions and streams, verified, never slower.
+
+    Partitions the model, searches each piece (rules and streams ranked by the cost profile),
+    verifies the best candidates by running them, merges, checks the whole model against the
+    original on random inputs (a mismatch writes nothing and exits 1) and writes OUTPUT.
+
+    \b
+    Example:
+        gspo optimize model.onnx -o fast.onnx --report report.json
+        gspo optimize nasrnn.onnx -o fast.onnx --no-streams --time-budget 60
+    """
+    from gspo.partition import DEFAULT_THRESHOLD
+    from gspo.search import OptimizeError, optimize
+
+    check_output_path(output, force, model)
+    if report:
+        check_output_path(report, force, model)
+    if no_streams and no_rules:
+        raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
+    graph = _load(model, input_shapes)
+    bar = _progress_printer("optimizing")
+    try:
+        result = optimize(
+            graph, progress=lambda phase, d, t: bar(d, t, phase), device=device, profile=profile, force_profile=force,
+            alpha=alpha, budget=budget, time_budget=time_budget, threshold=threshold or DEFAULT_THRESHOLD,
+            max_streams=max_streams, jobs=jobs, use_streams=not no_streams, use_rules=not no_rules, seed=seed,
+            select=select,
+        )
+    except OptimizeError as e:
+        click.echo(f"gspo: error: {e}", err=True)
+        sys.exit(1)
+    result.save(output, overwrite=force)
+    r = result.report
+    if report:
+        Path(report).write_text(json.dumps(r, indent=1, default=str) + "\n")
+    click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, measured)")
+    click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
+    if r["unchanged"]:
+        click.echo("nothing beat the input as measured: the output is the input")
+    subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
+    click.echo(f"substitutions: {subs}")
+    click.echo(f"streams: {r['streams']}, syncs: {r['syncs']}; pieces: {r['pieces']}; "
+               f"search {r['search_seconds']:.1f} s, total {r['total_seconds']:.1f} s")
+    if r["candidates_rejected_by_verification"]:
+        click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) whose outputs differed")
+    click.echo(f"wrote {output}")
+
+
+# ------------------------------------------------------------------ calibrate
+def _progress_printer(label: str):
+    """A one-line progress display on a terminal; silent in pipes."""
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int, what: str = "") -> None:
+        if tty:
+            width = 30
+            filled = int(width * done / max(total, 1))
+            click.echo(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12}", err=True, nl=False)
+            if done >= total:
+                click.echo("", err=True)
+
+    return show
+
+
+@cli.command()
+@click.option("--device", type=click.Choice(["cpu"]), default=None, help="Calibrate on the CPU.")
+@click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate on the CUDA device; save the profile as NAME.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Profile file [default: the user cache].")
+@click.option("--budget", type=float, default=15.0, show_default=True, help="Minutes to spend measuring at most.")
+@click.option("--db", "db_path", type=click.Path(dir_okay=False), help="Calibration database (SQLite) [default: user cache].")
+@click.option("--evaluate", "evaluate_profile", metavar="PROFILE", help="Measure held-out subgraphs and report accuracy.")
+@click.option("--count", type=click.IntRange(min=5), default=100, show_default=True, help="Held-out subgraphs of each kind.")
+@click.option("--report", type=click.Path(dir_okay=False), help="With --evaluate: write the full report (JSON).")
+@click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, force, as_json):
+    """Measure microbenchmarks on the device and fit a cost profile (resumable).
+
+    Measurements are cached in a SQLite database: an interrupted calibration resumes, and a
+    re-run measures only what is new. --evaluate reports the mean absolute percentage error and
+    Spearman rank correlation of a profile on held-out subgraphs cut from the zoo models.
+
+    \b
+    Example:
+        gspo calibrate --device cpu -o cpu.json --budget 10
+        gspo calibrate --evaluate cpu.json --json
+    """
+    import onnxruntime
+
+    from gspo.costmodel import device_description, load_profile, save_profile
+    from gspo.costmodel.profile import PROFILE_DIRS
+
+    runtime = onnxruntime.__version__
+    if evaluate_profile:
+        from gspo.costmodel.evaluate import evaluate
+
+        profile = load_profile(evaluate_profile, device_description("cpu"), runtime, force)
+        results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"))
+        data = {"profile": evaluate_profile, "device": profile.device, "results": [r.to_json() for r in results]}
+        if report:
+            Path(report).write_text(json.dumps(data, indent=1) + "\n")
+        if as_json:
+            click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
+            return
+        for r in results:
+            click.echo(f"{r.kind:<10} {len(r.measured):>4} subgraphs  mean error {100 * r.mape:6.2f}%  Spearman {r.spearman:.3f}")
+        return
+    if gpu_name:
+        from gspo.runtime.cuda import require_gpu
+
+        require_gpu()
+    elif device is None:
+        raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
+    if budget <= 0:
+        raise GspoError("--budget must be positive (minutes)")
+    from gspo.costmodel.calibrate import CalibrationConfig
+    from gspo.costmodel.calibrate import calibrate as run_calibration
+
+    backend = "cuda" if gpu_name else "cpu"
+    desc = f"cuda:{gpu_name}" if gpu_name else device_description("cpu")
+    out = Path(output) if output else PROFILE_DIRS[1] / f"{gpu_name or 'cpu'}.json"
+    if out.exists() and not force and output:
+        raise GspoError(f"{out}: exists; use --force to overwrite it")
+    db = db_path or str(PROFILE_DIRS[1].parent / "calibration.sqlite")
+    cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend)
+    import time as _time
+
+    start = _time.perf_counter()
+    profile = run_calibration(cfg, _progress_printer("calibrating"))
+    save_profile(profile, out)
+    click.echo(f"wrote {out} ({profile.meta['ops']} ops, {profile.meta['branches']} multi-branch subgraphs, "
+               f"{_time.perf_counter() - start:.0f} s; database {db})")
+
+
 # -------------------------------------------------------------------- convert
 @cli.command()
 @click.argument("model", type=click.Path())

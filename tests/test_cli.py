@@ -34,7 +34,7 @@ def one_line_error(result, code=2):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ["zoo", "info", "verify", "convert", "rules", "partition", "run", "bench"]:
+    for command in ["zoo", "info", "verify", "convert", "rules", "partition", "run", "bench", "optimize", "calibrate"]:
         result = gspo(command, "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command
     assert "Example:" in gspo("--help").output
@@ -210,3 +210,21 @@ def test_run_timeline(tmp_path):
     assert gspo("run", model, "--timeline", png).exit_code == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "more than one stream" in one_line_error(gspo("run", model, "--streams", "1", "--timeline", tmp_path / "u.png"))
+
+
+def test_optimize_command(tmp_path):
+    src = tmp_path / "nasrnn.onnx"
+    gspo("zoo", "nasrnn", "-o", src)
+    out, report = tmp_path / "fast.onnx", tmp_path / "r.json"
+    result = gspo("optimize", src, "-o", out, "--report", report, "--budget", "6", "--jobs", "1", "--select", "estimated")
+    assert result.exit_code == 0, result.output
+    assert "latency" in result.output and "substitutions:" in result.output and f"wrote {out}" in result.output
+    data = json.loads(report.read_text())
+    assert data["pieces"] >= 1 and "pieces_detail" in data and data["select"] == "estimated"
+    assert gspo("verify", src, out).exit_code == 0
+    assert "the output path is the input path" in one_line_error(gspo("optimize", src, "-o", src))
+    assert "--alpha must be at least 1" in one_line_error(gspo("optimize", src, "-o", tmp_path / "x.onnx", "--alpha", "0.5"))
+    assert "--budget must not be negative" in one_line_error(gspo("optimize", src, "-o", tmp_path / "x.onnx", "--budget", "-1"))
+    bad_profile = tmp_path / "p.json"
+    bad_profile.write_text("{broken")
+    assert "not a gspo profile" in one_line_error(gspo("optimize", src, "-o", tmp_path / "x.onnx", "--profile", bad_profile))

@@ -231,6 +231,10 @@ class Edit:
     def _signatures(self) -> dict[tuple, Node]:
         return {(n.op_type, n.domain, n.inputs, n.attrs): n for n in self.graph.nodes if not n.is_opaque}
 
+    def _names_taken(self) -> set[str]:
+        kept = {v.name for n in self.graph.nodes if n.key not in self._remove for v in n.outputs}
+        return kept | {v.name for n in self._add for v in n.outputs} | {v.name for v in self.graph.inputs}
+
     def _labels_taken(self) -> set[str]:
         kept = {n.name for n in self.graph.nodes if n.key not in self._remove}
         return kept | {n.name for n in self._add}
@@ -295,10 +299,15 @@ class Edit:
         plain = {a.name: a.value for a in attrs}
         ins = [self.value(i) if i else None for i in inputs]
         types = infer_shapes(op_type, plain, ins, n_out, self._const)
-        names = list(outputs) if outputs is not None else [
-            fresh_name(op_type.lower(), op_type, inputs, tuple((a.name, a.value) for a in attrs), i)
-            for i in range(n_out)
-        ]
+        if outputs is not None:
+            names = list(outputs)
+        else:
+            names = []
+            for i in range(n_out):
+                name = fresh_name(op_type.lower(), op_type, inputs, tuple((a.name, a.value) for a in attrs), i)
+                while name in self._names_taken():  # a different node already makes this value
+                    name = fresh_name(op_type.lower(), name)
+                names.append(name)
         values = tuple(Value(nm, dt, tuple(sh)) for nm, (dt, sh) in zip(names, types))
         for v in values:
             self._values[v.name] = v

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from gspo.ir import Graph
 from gspo.ir.subgraph import extract
-from gspo.streams import Schedule, check_schedule, node_id
+from gspo.streams import Schedule, check_schedule, node_id, segment_runs
 
 __all__ = ["Segment", "Plan", "make_plan"]
 
@@ -53,21 +53,7 @@ def make_plan(graph: Graph, schedule: Schedule) -> Plan:
     """Cut each stream into segments at sync points (the schedule is checked first)."""
     check_schedule(graph, schedule)
     index = {node_id(n): i for i, n in enumerate(graph.nodes)}
-    srcs = {a for a, _ in schedule.events}
-    dsts = {b for _, b in schedule.events}
-    runs: list[tuple[int, list[str]]] = []
-    for s, ops in enumerate(schedule.streams):
-        current: list[str] = []
-        for op in ops:
-            if current and op in dsts:
-                runs.append((s, current))
-                current = []
-            current.append(op)
-            if op in srcs:
-                runs.append((s, current))
-                current = []
-        if current:
-            runs.append((s, current))
+    runs = segment_runs(schedule)
     seg_of = {op: k for k, (_, ops) in enumerate(runs) for op in ops}
     pairs = sorted({(seg_of[a], seg_of[b]) for a, b in schedule.events})
     waits = {k: [] for k in range(len(runs))}

@@ -8,6 +8,7 @@ from gspo.streams.schedule import (
     check_schedule,
     happens_before,
     node_id,
+    segment_runs,
 )
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "happens_before",
     "make_events",
     "node_id",
+    "segment_runs",
 ]

@@ -12,7 +12,15 @@ from gspo.errors import GspoError
 from gspo.ir import Graph, Node
 from gspo.ir.dag import dependencies
 
-__all__ = ["Schedule", "ScheduleError", "node_id", "check_schedule", "apply_schedule", "SCHEMA_VERSION"]
+__all__ = [
+    "Schedule",
+    "ScheduleError",
+    "node_id",
+    "check_schedule",
+    "apply_schedule",
+    "segment_runs",
+    "SCHEMA_VERSION",
+]
 
 SCHEMA_VERSION = 1
 
@@ -124,6 +132,27 @@ def check_schedule(graph: Graph, schedule: Schedule) -> None:
         for d in ds:
             if not (reach[ids[d]] >> rank[ids[i]]) & 1:
                 raise ScheduleError(f"{ids[i]!r} may run before {ids[d]!r}, which it reads")
+
+
+def segment_runs(schedule: Schedule) -> list[tuple[int, tuple[str, ...]]]:
+    """Each stream cut into runs of ops between sync points: a run ends after an op another
+    stream waits for and a new one starts before an op that waits. ``(stream, op ids)`` each."""
+    srcs = {a for a, _ in schedule.events}
+    dsts = {b for _, b in schedule.events}
+    runs: list[tuple[int, tuple[str, ...]]] = []
+    for s, ops in enumerate(schedule.streams):
+        current: list[str] = []
+        for op in ops:
+            if current and op in dsts:
+                runs.append((s, tuple(current)))
+                current = []
+            current.append(op)
+            if op in srcs:
+                runs.append((s, tuple(current)))
+                current = []
+        if current:
+            runs.append((s, tuple(current)))
+    return runs
 
 
 def apply_schedule(graph: Graph, schedule: Schedule) -> Graph:

@@ -59,3 +59,17 @@ def test_push_pull_through_split_cycles():
     g = b.output(*[b.op("Neg", [p]) for p in pieces]).build()
     back, seen = _alternate(g, [PushThroughSplit(), PullThroughSplit()])
     assert back.key in seen
+
+
+def test_splitting_a_merged_matmul_and_merging_back_keeps_the_graph_valid():
+    """Content-derived names must not collide: the re-merged node would recreate the name the
+    Concat still produces (a bug the search found)."""
+    b = GraphBuilder()
+    x = b.input("x", (2, 4))
+    g = b.output(*[b.op("Tanh", [b.op("MatMul", [x, b.weight("w", (4, 3))])]) for _ in range(2)]).build()
+    merged = apply_first(MergeParallelMatMuls(), g)
+    halves = apply_first(SplitMatMul(), merged)
+    again = apply_first(MergeParallelMatMuls(), halves)
+    again.check()
+    back = apply_first(RemoveSplitConcat(), again)
+    back.check()

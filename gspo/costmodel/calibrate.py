@@ -1,0 +1,227 @@
+"""Calibration: measure the microbenchmarks on the device, fit the profile.
+
+Every measurement goes through ``gspo.runtime`` with its timing discipline (warm-up, repeated
+runs, median; intra-op spinning off) and is cached in the calibration database, so an
+interrupted calibration resumes where it stopped and a re-run only measures what is new.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gspo.costmodel.db import CalibrationDB
+from gspo.costmodel.estimate import CostModel, segment_boundary_bytes
+from gspo.costmodel.features import feature_vector, op_features
+from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops
+from gspo.costmodel.poly import fit_poly
+from gspo.costmodel.profile import Profile
+from gspo.ir import serialize
+from gspo.ir.builder import GraphBuilder
+from gspo.runtime import CpuExecutor, make_executor, make_plan, make_session, random_inputs
+from gspo.streams import assign_streams, segment_runs
+
+__all__ = ["CalibrationConfig", "calibrate", "time_callable", "measure_call_cost", "measure_sync_cost"]
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    device: str
+    runtime: str
+    db_path: str
+    budget_s: float = 15 * 60
+    min_runs: int = 5
+    max_runs: int = 30
+    target_s: float = 0.1  # per measurement, after warm-up
+    seed: int = 0
+    backend: str = "cpu"  # "cpu" or "cuda"
+
+
+def time_callable(fn: Callable[[], object], min_runs: int = 5, max_runs: int = 30, target_s: float = 0.1) -> float:
+    """Median seconds of ``fn`` after 2 warm-up calls, over at least ``min_runs`` runs and until
+    ``target_s`` has been spent (at most ``max_runs``)."""
+    fn()
+    fn()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < min_runs or (spent < target_s and len(times) < max_runs):
+        start = time.perf_counter()
+        fn()
+        dt = time.perf_counter() - start
+        times.append(dt)
+        spent += dt
+    return statistics.median(times)
+
+
+def measure_call_cost(backend: str = "cpu") -> float:
+    b = GraphBuilder()
+    g = b.output(b.op("Identity", [b.input("x", (1,))])).build()
+    feeds = {"x": np.zeros(1, np.float32)}
+    if backend == "cpu":
+        sess = make_session(g)
+        return time_callable(lambda: sess.run(None, feeds), 20, 2000, 0.2)
+    ex = make_executor(g, 1, backend)
+    try:
+        return time_callable(lambda: ex.run(feeds), 20, 2000, 0.2)
+    finally:
+        ex.close()
+
+
+def measure_sync_cost(rounds: int = 2000) -> float:
+    """Half a round trip of two ``threading.Event``s between two threads."""
+    ping, pong = threading.Event(), threading.Event()
+
+    def other():
+        for _ in range(rounds):
+            ping.wait()
+            ping.clear()
+            pong.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    start = time.perf_counter()
+    for _ in range(rounds):
+        ping.set()
+        pong.wait()
+        pong.clear()
+    elapsed = time.perf_counter() - start
+    t.join()
+    return elapsed / rounds / 2
+
+
+def _measure(bench: Bench, cfg: CalibrationConfig) -> dict:
+    g = bench.build()
+    feeds = random_inputs(g, cfg.seed)
+    timing = (cfg.min_runs, cfg.max_runs, cfg.target_s)
+    if bench.kind in ("op", "chain") and cfg.backend == "cpu":
+        sess = make_session(g)
+        return {"seconds": time_callable(lambda: sess.run(None, feeds), *timing)}
+    if bench.kind == "branches" and cfg.backend == "cpu":
+        sess = make_session(g)
+        schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
+        segments = make_plan(g, schedule).segments
+        seg_sessions = [make_session(serialize(seg.graph)) for seg in segments]
+
+        def in_order():
+            values = dict(feeds)
+            for seg, ss in zip(segments, seg_sessions):
+                values.update(zip(seg.outputs, ss.run(list(seg.outputs), {k: values[k] for k in seg.inputs})))
+
+        with CpuExecutor(g, schedule) as ex:
+            return {
+                "seconds": time_callable(lambda: ex.run(feeds), *timing),
+                "one_session": time_callable(lambda: sess.run(None, feeds), *timing),
+                "segments_in_order": time_callable(in_order, *timing),
+                "streams": schedule.num_streams,
+            }
+    streams = 1 if bench.kind == "op" else _stream_cap(cfg.backend)
+    ex = make_executor(g, streams, cfg.backend)
+    try:
+        seconds = time_callable(lambda: ex.run(feeds), cfg.min_runs, cfg.max_runs, cfg.target_s)
+    finally:
+        ex.close()
+    return {"seconds": seconds, "streams": ex.num_streams}
+
+
+def _stream_cap(backend: str) -> int | None:
+    return (os.cpu_count() or 1) if backend == "cpu" else None
+
+
+def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] | None = None) -> Profile:
+    """Measure what the database lacks (within the budget), then fit and return the profile."""
+    db = CalibrationDB(cfg.db_path, cfg.device, cfg.runtime)
+    started = time.perf_counter()
+    try:
+        fixed = db.get("fixed-costs")
+        if fixed is None:
+            # On CUDA the sync cost is part of what beta_a absorbs; it is not measured apart.
+            sync = measure_sync_cost() if cfg.backend == "cpu" else 0.0
+            fixed = {"call": measure_call_cost(cfg.backend), "sync": sync}
+            db.put("fixed-costs", "fixed", fixed)
+        suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed)
+        todo = [b for b in suite if db.get(b.signature) is None]
+        done = len(suite) - len(todo)
+        for i, bench in enumerate(todo):
+            if time.perf_counter() - started > cfg.budget_s:
+                break
+            db.put(bench.signature, bench.kind, _measure(bench, cfg))
+            if progress:
+                progress(done + i + 1, len(suite), bench.spec.get("op", "branches"))
+        ops = [(Bench("op", _spec(sig)), d) for sig, d in db.all("op")]
+        chain = [(Bench("chain", _spec(sig)), d) for sig, d in db.all("chain")]
+        branches = [(Bench("branches", _spec(sig)), d) for sig, d in db.all("branches")]
+    finally:
+        db.close()
+    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg)
+
+
+def _spec(signature: str) -> dict:
+    import json
+
+    d = json.loads(signature)
+    d.pop("kind")
+    return d
+
+
+def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig) -> Profile:
+    """Fit, in order: the per-family op model, the sequential aggregate correction (chains), the
+    per-segment costs (multi-branch graphs run as segments in order vs one session), and beta_a
+    (the same graphs on streams)."""
+    samples: dict[str, list[tuple[list[float], float, float]]] = {}
+    for bench, d in ops:
+        g = bench.build()
+        seconds = max(d["seconds"] - call_cost, 1e-7)
+        feats = [op_features(g, n) for n in g.nodes]
+        main = max(feats, key=lambda f: (f.flops, f.bytes))
+        samples.setdefault(main.family, []).append((feature_vector(main), seconds, main.flops))
+    families, reps = {}, {}
+    for fam, rows in sorted(samples.items()):
+        reps[fam] = sorted((flops, sec) for _, sec, flops in rows)
+        if len(rows) >= 8:
+            families[fam] = fit_poly([r[0] for r in rows], [math.log10(r[1]) for r in rows], degree=2, alpha=1.0)
+    meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches)}
+    own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
+    overhead = float(own[len(own) // 10]) if own else 0.0
+    base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, sync_cost, families, reps, None, meta=meta,
+                   op_overhead=overhead)
+    model = CostModel(base)
+    seq_scale = (1.0, 0.0)
+    if len(chain) >= 4:
+        # A pure factor (slope 1 in log space): a free slope fitted on short chains was unstable
+        # between calibrations (0.68-0.81) and extrapolated badly to larger graphs.
+        xs = [math.log10(max(sum(model.op_costs(b.build())), 1e-9)) for b, _ in chain]
+        ys = [math.log10(max(d["seconds"] - call_cost, 1e-7)) for _, d in chain]
+        seq_scale = (1.0, float(np.median(np.subtract(ys, xs))))
+    base = replace(base, seq_scale=seq_scale)
+    model = CostModel(base)
+    seg_rows, seg_y = [], []
+    graphs = []
+    for bench, d in branches:
+        g = bench.build()
+        schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
+        graphs.append((g, schedule, d))
+        if "segments_in_order" in d:
+            n_seg = len(segment_runs(schedule))
+            seg_rows.append([n_seg, sum(segment_boundary_bytes(g, schedule))])
+            seg_y.append(d["segments_in_order"] - d["one_session"])
+    seg_cost, byte_cost = call_cost, 0.0
+    if len(seg_rows) >= 4:
+        from scipy.optimize import nnls
+
+        coef, _ = nnls(np.asarray(seg_rows, dtype=np.float64), np.asarray(seg_y, dtype=np.float64))
+        seg_cost, byte_cost = float(coef[0]), float(coef[1])
+    base = replace(base, segment_cost=seg_cost, segment_byte_cost=byte_cost)
+    model = CostModel(base)
+    px, py = [], []
+    for g, schedule, d in graphs:
+        px.append(model.parallel_features(g, schedule))
+        py.append(model.critical_path(g, schedule)[0] / d["seconds"])
+    parallel = fit_poly(px, py, degree=2, alpha=1.0) if len(px) >= 8 else None
+    return replace(base, parallel=parallel)

@@ -1,0 +1,154 @@
+"""Calibration profiles: JSON (never pickle), versioned, keyed by device and runtime."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gspo import __version__
+from gspo.costmodel.poly import Poly
+from gspo.errors import GspoError
+
+__all__ = ["Profile", "ProfileError", "device_description", "load_profile", "save_profile", "find_profile",
+           "SCHEMA", "SCHEMA_VERSION", "PROFILE_DIRS"]
+
+log = logging.getLogger(__name__)
+SCHEMA = "gspo-profile"
+SCHEMA_VERSION = 1
+#: Where ``--profile NAME`` looks: the profiles shipped in the repository, then the user cache.
+PROFILE_DIRS = (
+    Path(__file__).resolve().parents[2] / "data" / "profiles",
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gspo" / "profiles",
+)
+
+
+class ProfileError(GspoError):
+    """A missing, corrupt, foreign or mismatched profile."""
+
+
+def device_description(device: str = "cpu") -> str:
+    """``cpu:<model name>:<N>c`` for the CPU (or the name given for a GPU profile)."""
+    if device != "cpu":
+        return device
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu:{name}:{os.cpu_count() or 1}c"
+
+
+@dataclass(frozen=True)
+class Profile:
+    device: str
+    runtime: str
+    call_cost: float  # seconds: one session run of a trivial graph
+    segment_cost: float  # seconds added per segment of a multi-stream plan
+    sync_cost: float  # seconds per cross-stream event
+    families: dict[str, Poly]  # log10(seconds) ~ poly(features)
+    representatives: dict[str, list[tuple[float, float]]]  # family -> [(flops, seconds)]
+    parallel: Poly | None  # beta_a ~ poly(parallel features)
+    #: Sequential aggregate: log10(graph seconds - call) = a * log10(sum of op costs) + b.
+    seq_scale: tuple[float, float] = (1.0, 0.0)
+    #: Seconds per segment byte (inputs + outputs crossing a segment boundary), on top of segment_cost.
+    segment_byte_cost: float = 0.0
+    #: Seconds every executed op costs at least (kernel dispatch), whatever its size.
+    op_overhead: float = 0.0
+    gspo_version: str = __version__
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "device": self.device,
+            "runtime": self.runtime,
+            "gspo_version": self.gspo_version,
+            "call_cost": self.call_cost,
+            "segment_cost": self.segment_cost,
+            "sync_cost": self.sync_cost,
+            "families": {k: v.to_json() for k, v in sorted(self.families.items())},
+            "representatives": {k: [list(r) for r in v] for k, v in sorted(self.representatives.items())},
+            "parallel": self.parallel.to_json() if self.parallel else None,
+            "seq_scale": list(self.seq_scale),
+            "segment_byte_cost": self.segment_byte_cost,
+            "op_overhead": self.op_overhead,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, label: str = "profile") -> Profile:
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ProfileError(f"{label}: not a gspo profile")
+        if d.get("version") != SCHEMA_VERSION:
+            raise ProfileError(f"{label}: profile schema version {d.get('version')!r}, gspo reads {SCHEMA_VERSION}")
+        try:
+            return cls(
+                device=str(d["device"]),
+                runtime=str(d["runtime"]),
+                call_cost=float(d["call_cost"]),
+                segment_cost=float(d["segment_cost"]),
+                sync_cost=float(d["sync_cost"]),
+                families={k: Poly.from_json(v) for k, v in d["families"].items()},
+                representatives={k: [(float(a), float(b)) for a, b in v] for k, v in d["representatives"].items()},
+                parallel=Poly.from_json(d["parallel"]) if d.get("parallel") else None,
+                seq_scale=tuple(float(v) for v in d.get("seq_scale", (1.0, 0.0))),
+                segment_byte_cost=float(d.get("segment_byte_cost", 0.0)),
+                op_overhead=float(d.get("op_overhead", 0.0)),
+                gspo_version=str(d.get("gspo_version", "")),
+                meta=dict(d.get("meta", {})),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProfileError(f"{label}: corrupt profile ({type(e).__name__}: {e})") from None
+
+
+def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")
+    return p
+
+
+def find_profile(name_or_path: str) -> Path:
+    """A path as given, or ``NAME`` looked up as ``NAME.json`` in :data:`PROFILE_DIRS`."""
+    p = Path(name_or_path)
+    if p.suffix == ".json" or p.exists() or os.sep in name_or_path:
+        return p
+    for d in PROFILE_DIRS:
+        candidate = d / f"{name_or_path}.json"
+        if candidate.exists():
+            return candidate
+    raise ProfileError(f"no profile named {name_or_path!r} (looked in {', '.join(str(d) for d in PROFILE_DIRS)})")
+
+
+def load_profile(name_or_path: str, device: str | None = None, runtime: str | None = None, force: bool = False) -> Profile:
+    """Load a profile; one made on another device or runtime version is refused unless ``force``
+    (then it is used with a warning).
+
+    Raises:
+        ProfileError: missing, unreadable, corrupt, foreign, or mismatched without ``force``.
+    """
+    path = find_profile(name_or_path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read the profile ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError):
+        raise ProfileError(f"{path}: not a gspo profile (not JSON)") from None
+    profile = Profile.from_json(data, str(path))
+    for what, mine, theirs in (("device", device, profile.device), ("onnxruntime version", runtime, profile.runtime)):
+        if mine is not None and mine != theirs:
+            message = f"{path}: the profile was made for {what} {theirs!r}, this is {mine!r}"
+            if not force:
+                raise ProfileError(message + " (use --force to use it anyway)")
+            log.warning("%s; using it anyway (--force)", message)
+    return profile

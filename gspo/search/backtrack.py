@@ -1,0 +1,130 @@
+"""Cost-based backtracking search over rewrites and stream assignments (GSPO Algorithm 1).
+
+Gaps in the paper's pseudocode, closed here: the best graph is updated when a cheaper one is
+found; the candidate list that collects improving graphs is the one verified on the board;
+alpha, the budgets and K are explicit settings. JOCG_P (streams) is applied to every candidate:
+a graph costs the cheaper of running on one stream and running on Nimble's streams, as the cost
+model estimates, and remembers which.
+
+Notes:
+    Q is a priority queue by estimated cost (ties by insertion order, so the search is
+    deterministic). Popping a graph expands it with every match of every rule; a rewritten graph
+    seen before (same structural key) is skipped; one within ``alpha`` times the best cost is
+    pushed; one cheaper than the best becomes the best and joins the candidate list. The search
+    stops on an empty queue, after ``budget`` expansions, or after ``time_budget`` seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from gspo.ir import Graph, GraphError
+from gspo.rules import DEFAULT_RULES, Rule
+from gspo.streams import Schedule, assign_streams
+
+__all__ = ["SearchConfig", "Candidate", "SearchResult", "search", "joint_cost"]
+
+log = logging.getLogger(__name__)
+
+CostFn = Callable[[Graph, "Schedule | None"], float]
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Settings of one search (the CLI builds this).
+
+    Attributes:
+        alpha: keep exploring graphs up to ``alpha`` x the best cost (>= 1).
+        budget: most graphs expanded per piece.
+        time_budget: most seconds per piece (``None``: no limit).
+        max_streams: stream cap for JOCG_P (``None``: no cap).
+        use_rules / use_streams: the two halves of the joint search (ablations).
+        keep: K, how many of the best candidates go to on-board verification.
+    """
+
+    alpha: float = 1.05
+    budget: int = 40
+    time_budget: float | None = None
+    max_streams: int | None = 2
+    use_rules: bool = True
+    use_streams: bool = True
+    keep: int = 3
+    rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    graph: Graph
+    schedule: Schedule | None  # None: one stream
+    cost: float
+    applied: tuple[str, ...]  # rule names, in order
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    start: Candidate
+    best: Candidate
+    candidates: tuple[Candidate, ...]  # the K best improving graphs, cheapest first
+    expanded: int
+    generated: int
+    seconds: float
+    invalid: int = 0
+
+
+def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None]:
+    """JOCG_P: the cheaper of one stream and Nimble's streams, by the cost model."""
+    seq = cost_fn(graph, None)
+    if not config.use_streams:
+        return seq, None
+    schedule = assign_streams(graph, max_streams=config.max_streams)
+    if schedule.num_streams <= 1:
+        return seq, None
+    par = cost_fn(graph, schedule)
+    return (par, schedule) if par < seq else (seq, None)
+
+
+def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None) -> SearchResult:
+    """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost."""
+    started = time.perf_counter()
+    rules = tuple(rules if rules is not None else config.rules) if config.use_rules else ()
+    cost, schedule = joint_cost(graph, cost_fn, config)
+    start = Candidate(graph, schedule, cost, ())
+    best = start
+    improving: list[Candidate] = []
+    seen = {graph.key}
+    counter = itertools.count()
+    queue: list = [(cost, next(counter), start)]
+    expanded = generated = invalid = 0
+    while queue and expanded < config.budget:
+        if config.time_budget is not None and time.perf_counter() - started > config.time_budget:
+            break
+        _, _, current = heapq.heappop(queue)
+        expanded += 1
+        for rule in rules:
+            for match in rule.match(current.graph):
+                try:
+                    rewritten = rule.apply(current.graph, match).check()
+                except (GraphError, ValueError) as e:  # a rule bug: never let it through
+                    log.warning("%s produced an invalid graph (%s); skipped", rule.name, e)
+                    invalid += 1
+                    continue
+                if rewritten.key in seen:
+                    continue
+                seen.add(rewritten.key)
+                generated += 1
+                c, s = joint_cost(rewritten, cost_fn, config)
+                cand = Candidate(rewritten, s, c, current.applied + (rule.name,))
+                if c <= config.alpha * best.cost:
+                    heapq.heappush(queue, (c, next(counter), cand))
+                if c < best.cost:
+                    best = cand
+                    improving.append(cand)
+    if config.use_streams and not config.use_rules:
+        improving.append(start)
+    ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
+    return SearchResult(start, best, tuple(ranked), expanded, generated, time.perf_counter() - started, invalid)

@@ -1,0 +1,308 @@
+"""``gspo optimize``: partition, search each piece, verify on the board, merge, verify, save.
+
+Never slower, never different: the unmodified piece is always a verified candidate, the merged
+model is checked against the original on random inputs (a mismatch is an error naming the
+output, and nothing is written), and if the optimized model is not measured faster than the
+original, the original is the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import multiprocessing
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gspo.costmodel import CostModel, ProfileError, device_description, load_profile
+from gspo.errors import GspoError
+from gspo.ir import Graph, load, save
+from gspo.partition import DEFAULT_THRESHOLD, partition
+from gspo.rules import DEFAULT_RULES, Rule
+from gspo.runtime import CpuExecutor, compare_outputs, interleaved, random_inputs
+from gspo.search.backtrack import Candidate, SearchConfig, search
+from gspo.streams import Schedule, apply_schedule, assign_streams
+
+__all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
+
+log = logging.getLogger(__name__)
+
+
+class OptimizeError(GspoError):
+    """The optimized model differs from the original; nothing was written."""
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    device: str = "cpu"
+    profile: str | None = None
+    force_profile: bool = False
+    alpha: float = 1.05
+    budget: int = 40
+    time_budget: float | None = None
+    threshold: int = DEFAULT_THRESHOLD
+    max_streams: int | None = None
+    jobs: int = 0
+    use_rules: bool = True
+    use_streams: bool = True
+    keep: int = 3
+    seed: int = 0
+    rtol: float = 1e-3
+    atol: float = 1e-4
+    timing_runs: int = 10
+    margin: float = 0.03
+    #: "measured": pick by measured latency (never slower as measured; may differ between runs
+    #: when candidates are within noise). "estimated": pick by the cost model among the verified
+    #: candidates (byte-identical output for the same input, seed and profile).
+    select: str = "measured"
+    rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
+
+    def validate(self) -> None:
+        if self.alpha < 1:
+            raise GspoError(f"--alpha must be at least 1 (got {self.alpha})")
+        if self.budget < 0:
+            raise GspoError(f"--budget must not be negative (got {self.budget})")
+        if self.time_budget is not None and self.time_budget <= 0:
+            raise GspoError(f"--time-budget must be positive (got {self.time_budget})")
+        if self.max_streams is not None and self.max_streams < 1:
+            raise GspoError(f"--max-streams must be at least 1 (got {self.max_streams})")
+        if self.jobs < 0:
+            raise GspoError(f"--jobs must not be negative (got {self.jobs})")
+        if self.select not in ("measured", "estimated"):
+            raise GspoError(f"--select must be measured or estimated (got {self.select!r})")
+        if self.device not in ("cpu", "cuda"):
+            raise GspoError(f"unknown device {self.device!r}")
+        if self.device == "cuda":
+            from gspo.runtime.cuda import require_gpu
+
+            require_gpu()
+            raise GspoError("gspo optimize --device cuda is not implemented yet (no GPU to build it on)")
+
+
+@dataclass(frozen=True)
+class OptimizeResult:
+    original: Graph
+    graph: Graph
+    schedule: Schedule | None
+    report: dict
+
+    @property
+    def unchanged(self) -> bool:
+        return self.graph.key == self.original.key and self.schedule is None
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
+        return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite)
+
+
+# ------------------------------------------------------------------- the pool
+_WORK: dict = {}  # set before the fork; read-only in the workers
+
+
+def _search_piece(index: int):
+    piece, cost_fn, cfg, per_piece_time = _WORK["pieces"][index], _WORK["cost_fn"], _WORK["cfg"], _WORK["time"]
+    scfg = SearchConfig(cfg.alpha, cfg.budget, per_piece_time, _WORK["max_streams"], cfg.use_rules, cfg.use_streams,
+                        cfg.keep, cfg.rules)
+    result = search(piece.graph, cost_fn, scfg)
+    cands = [(c.graph.nodes, dict(c.graph.weights), dict(c.graph.retired_weights), c.schedule, c.cost, c.applied)
+             for c in (result.start, *result.candidates)]
+    return index, cands, result.expanded, result.generated, result.seconds
+
+
+def _rebuild(template: Graph, packed) -> Candidate:
+    nodes, weights, retired, schedule, cost, applied = packed
+    g = dataclasses.replace(template, nodes=nodes, weights=weights, retired_weights=retired)
+    return Candidate(g, schedule, cost, applied)
+
+
+def _run_pool(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress):
+    _WORK.update(pieces=pieces, cost_fn=cost_fn, cfg=cfg, max_streams=max_streams, time=per_piece_time)
+    results = [None] * len(pieces)
+    try:
+        if jobs <= 1 or len(pieces) <= 1:
+            for i in range(len(pieces)):
+                results[i] = _search_piece(i)
+                if progress:
+                    progress(i + 1, len(pieces))
+        else:
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(jobs) as pool:
+                for done, r in enumerate(pool.imap_unordered(_search_piece, range(len(pieces))), 1):
+                    results[r[0]] = r
+                    if progress:
+                        progress(done, len(pieces))
+    finally:
+        _WORK.clear()
+    return results
+
+
+# ------------------------------------------------------------- verification
+def _runner(graph: Graph, schedule: Schedule | None):
+    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None)
+
+
+def _verify_and_time(reference: Graph, options: list[tuple[str, Graph, Schedule | None]], cfg: OptimizeConfig):
+    """Equivalence of each option against ``reference``, then interleaved timing of the
+    equivalent ones. Returns rows ``(label, graph, schedule, median_s or None, error or None)``."""
+    feeds = random_inputs(reference, cfg.seed)
+    executors, rows = [], []
+    try:
+        ref_ex = _runner(reference, None)
+        executors.append(ref_ex)
+        expected = ref_ex.run(feeds)
+        timed = []
+        for label, g, s in options:
+            ex = _runner(g, s)
+            executors.append(ex)
+            got = ex.run(feeds)
+            res = compare_outputs(expected, got, cfg.rtol, cfg.atol)
+            if res.equivalent:
+                timed.append((label, g, s, ex))
+            else:
+                rows.append((label, g, s, None, f"output {res.worst.name} differs (max abs error {res.worst.max_abs:.3g})"))
+        timings = interleaved([(lbl, (lambda ex=ex: ex.run(feeds))) for lbl, _, _, ex in timed], cfg.timing_runs, 2)
+        rows += [(lbl, g, s, t.median, None) for (lbl, g, s, _), t in zip(timed, timings)]
+    finally:
+        for ex in executors:
+            ex.close()
+    return rows
+
+
+def _pick(rows, baseline_label: str, cfg: OptimizeConfig, estimate: Callable):
+    """The best equivalent option: by measured median (it must beat the baseline by ``margin``),
+    or by estimated cost when ``cfg.select == "estimated"``."""
+    ok = [r for r in rows if r[3] is not None]
+    base = next(r for r in ok if r[0] == baseline_label)
+    if cfg.select == "estimated":
+        return min(ok, key=lambda r: (estimate(r[1], r[2]), r[0] != baseline_label))
+    best = min(ok, key=lambda r: r[3])
+    return best if best[3] < base[3] * (1 - cfg.margin) else base
+
+
+# ----------------------------------------------------------------- optimize
+def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None, **options) -> OptimizeResult:
+    """Optimize a model (a path or a :class:`~gspo.ir.Graph`); options are :class:`OptimizeConfig` fields.
+
+    Returns:
+        :class:`OptimizeResult` with the optimized graph, its schedule (``None``: one stream)
+        and a report (the same as ``gspo optimize --report``).
+
+    Raises:
+        OptimizeError: the optimized model's outputs differ from the original's.
+        GspoError: bad input (model, profile, options).
+    """
+    cfg = OptimizeConfig(**options)
+    cfg.validate()
+    t0 = time.perf_counter()
+    original = model if isinstance(model, Graph) else load(model)
+    import onnxruntime
+
+    runtime = onnxruntime.__version__
+    device = device_description("cpu")
+    explicit = cfg.profile is not None
+    try:
+        profile = load_profile(cfg.profile or "cpu", device, runtime, force=cfg.force_profile or not explicit)
+    except ProfileError:
+        raise
+    cost_model = CostModel(profile)
+    cores = os.cpu_count() or 1
+    max_streams = cfg.max_streams or cores
+    jobs = cfg.jobs or cores
+    parts = partition(original, cfg.threshold, rules=cfg.rules)
+    pieces = parts.pieces
+    search_time = None
+    if cfg.time_budget is not None:
+        search_time = 0.6 * cfg.time_budget * max(1, jobs) / max(1, len(pieces))
+
+    def cost_fn(g, s):
+        return cost_model.cost(g, s)
+
+    show = (lambda d, t: progress("search", d, t)) if progress else None
+    searched = _run_pool(pieces, cost_fn, cfg, max_streams, search_time, jobs, show)
+    t_search = time.perf_counter() - t0
+
+    chosen_graphs, piece_reports, applied = [], [], Counter()
+    caught = 0
+    for k, (piece, (_, packed, expanded, generated, seconds)) in enumerate(zip(pieces, searched)):
+        cands = [_rebuild(piece.graph, p) for p in packed]
+        start, improving = cands[0], cands[1:]
+        over_time = cfg.time_budget is not None and time.perf_counter() - t0 > cfg.time_budget
+        options = [("unmodified", piece.graph, None)]
+        if cfg.use_streams and not over_time:
+            s = assign_streams(piece.graph, max_streams=max_streams)
+            if s.num_streams > 1:
+                options.append(("unmodified+streams", piece.graph, s))
+        if not over_time:
+            options += [(f"candidate{i}", c.graph, c.schedule) for i, c in enumerate(improving)]
+        chosen = options[0]
+        rows = []
+        if len(options) > 1:
+            rows = _verify_and_time(piece.graph, options, cfg)
+            caught += sum(1 for r in rows if r[4] is not None)
+            chosen = _pick(rows, "unmodified", cfg, cost_fn)[:3]
+        label = chosen[0]
+        cand = next((c for i, c in enumerate(improving) if label == f"candidate{i}"), None)
+        if cand is not None:
+            applied.update(cand.applied)
+        chosen_graphs.append(chosen[1])
+        piece_reports.append({
+            "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
+            "estimated_unmodified_s": start.cost, "chosen": label,
+            "candidates": [{"label": r[0], "measured_s": r[3], "rejected": r[4],
+                            "estimated_s": next((c.cost for i, c in enumerate(improving) if r[0] == f"candidate{i}"), None),
+                            "rules": list(next((c.applied for i, c in enumerate(improving) if r[0] == f"candidate{i}"), ()))}
+                           for r in rows],
+        })
+        if progress:
+            progress("verify", k + 1, len(pieces))
+
+    merged = parts.merge(chosen_graphs)
+    final_options = [("optimized", merged, None)]
+    if cfg.use_streams:
+        s = assign_streams(merged, max_streams=max_streams)
+        if s.num_streams > 1:
+            final_options.append(("optimized+streams", merged, s))
+    if merged.key != original.key:
+        final_options.insert(0, ("original", original, None))
+    else:
+        final_options[0] = ("original", original, None)
+    rows = _verify_and_time(original, final_options, cfg)
+    bad = [r for r in rows if r[4] is not None]
+    if bad:
+        raise OptimizeError(f"the optimized model differs from the original: {bad[0][4]}; nothing written")
+    best = _pick(rows, "original", cfg, cost_fn)
+    measured = {r[0]: r[3] for r in rows}
+    result_graph, schedule = best[1], best[2]
+    if schedule is not None:
+        result_graph = apply_schedule(result_graph, schedule)
+    t_total = time.perf_counter() - t0
+    before, after = measured["original"], measured[best[0]]
+    report = {
+        "model": original.name,
+        "device": profile.device,
+        "profile": cfg.profile or "cpu",
+        "pieces": len(pieces),
+        "threshold": cfg.threshold,
+        "cut_weight": parts.cut_weight,
+        "search_seconds": t_search,
+        "total_seconds": t_total,
+        "latency_before_ms": before * 1e3,
+        "latency_after_ms": after * 1e3,
+        "speedup": before / after,
+        "estimated_before_ms": cost_model.cost(original) * 1e3,
+        "estimated_after_ms": cost_model.cost(best[1], best[2]) * 1e3,
+        "chosen": best[0],
+        "select": cfg.select,
+        "unchanged": best[0] == "original",
+        "substitutions": dict(sorted(applied.items())) if best[0] != "original" else {},
+        "streams": schedule.num_streams if schedule else 1,
+        "syncs": len(schedule.events) if schedule else 0,
+        "candidates_rejected_by_verification": caught,
+        "final_candidates": [{"label": r[0], "measured_ms": r[3] * 1e3} for r in rows],
+        "pieces_detail": piece_reports,
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
+    }
+    return OptimizeResult(original, result_graph, schedule, report)

@@ -1,0 +1,158 @@
+"""Estimators on hand-made graphs, profile round trip and errors, resumable calibration DB."""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import sqlite3
+
+import pytest
+
+from gspo.costmodel import CostModel, Profile, ProfileError, load_profile, save_profile
+from gspo.costmodel.calibrate import CalibrationConfig, calibrate
+from gspo.costmodel.db import CalibrationDB
+from gspo.costmodel.features import family_of, feature_vector, op_features
+from gspo.costmodel.poly import Poly, fit_poly
+from gspo.ir.builder import GraphBuilder
+from gspo.streams import Schedule, assign_streams
+
+
+def flat_profile(per_op=1e-3, call=1e-4, seg=2e-4, sync=5e-5, beta=None) -> Profile:
+    """Every op costs ``per_op`` seconds (a constant fit), beta_a constant when given."""
+    const = Poly(powers=((1, 0, 0, 0),), coef=(0.0,), intercept=math.log10(per_op), mean=(0,) * 4, scale=(1,) * 4)
+    families = {f: const for f in ("conv", "matmul", "elementwise", "pool", "norm", "softmax", "data", "other")}
+    par = None if beta is None else Poly(((1, 0, 0, 0, 0),), (0.0,), beta, (0,) * 5, (1,) * 5)
+    return Profile("cpu:test:2c", "1.0", call, seg, sync, families, {}, par)
+
+
+def two_branches(lengths=(3, 1)):
+    b = GraphBuilder()
+    x = b.input("x", (1, 8))
+    outs = []
+    for n in lengths:
+        y = x
+        for _ in range(n):
+            y = b.op("Relu", [y])
+        outs.append(y)
+    return b.output(b.op("Add", outs)).build()
+
+
+def test_sequential_is_eq1_the_sum_of_op_costs():
+    g = two_branches((3, 1))
+    model = CostModel(flat_profile())
+    assert model.sequential(g) == pytest.approx(1e-4 + 5 * 1e-3)
+
+
+def test_parallel_takes_the_longest_branch_and_divides_by_beta():
+    g = two_branches((3, 1))
+    s = assign_streams(g)
+    assert s.num_streams == 2
+    cp1, total = CostModel(flat_profile()).critical_path(g, s)
+    # stream 0: relu x3 then add (waits for the short branch): the longest branch decides
+    assert cp1 == pytest.approx(1e-4 + 4 * 1e-3 + 2 * 2e-4 + 5e-5)
+    assert total == pytest.approx(5 * 1e-3 + 3 * 2e-4)
+    assert CostModel(flat_profile(beta=0.5)).parallel(g, s) == pytest.approx(cp1 / 0.5)
+    assert CostModel(flat_profile(beta=0.5)).cost(g, Schedule.single(g)) == pytest.approx(1e-4 + 5e-3)
+
+
+def test_features_and_families():
+    b = GraphBuilder()
+    x = b.input("x", (1, 3, 8, 8))
+    c = b.op("Conv", [x, b.weight("w", (4, 3, 3, 3))], kernel_shape=[3, 3])
+    g = b.output(b.op("Relu", [c])).build()
+    conv, relu = (op_features(g, n) for n in g.nodes)
+    assert (family_of(g.nodes[0]), family_of(g.nodes[1])) == ("conv", "elementwise")
+    assert conv.k == 27 and conv.flops == 2 * 4 * 36 * 27
+    assert len(feature_vector(relu)) == 4
+
+
+def test_poly_fit_recovers_a_quadratic_and_round_trips():
+    xs = [[a, b] for a in range(5) for b in range(4)]
+    ys = [1 + 2 * a - b + 0.5 * a * b for a, b in xs]
+    p = fit_poly(xs, ys, alpha=1e-9)
+    assert all(abs(p(x) - y) < 1e-4 for x, y in zip(xs, ys))
+    assert Poly.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_profile_round_trip_and_errors(tmp_path):
+    p = flat_profile(beta=0.8)
+    path = save_profile(p, tmp_path / "p.json")
+    assert load_profile(str(path)) == p
+    with pytest.raises(ProfileError, match="made for device 'cpu:test:2c'"):
+        load_profile(str(path), device="cpu:other:8c")
+    assert load_profile(str(path), device="cpu:other:8c", force=True) == p
+    with pytest.raises(ProfileError, match="onnxruntime version"):
+        load_profile(str(path), runtime="9.9")
+    bad_version = tmp_path / "v.json"
+    bad_version.write_text(json.dumps({**p.to_json(), "version": 99}))
+    with pytest.raises(ProfileError, match="schema version 99"):
+        load_profile(str(bad_version))
+    foreign = tmp_path / "f.json"
+    foreign.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(ProfileError, match="not a gspo profile"):
+        load_profile(str(foreign))
+    corrupt = tmp_path / "c.json"
+    corrupt.write_text("{nope")
+    with pytest.raises(ProfileError, match="not JSON"):
+        load_profile(str(corrupt))
+    broken = tmp_path / "b.json"
+    d = p.to_json()
+    del d["families"]
+    broken.write_text(json.dumps(d))
+    with pytest.raises(ProfileError, match="corrupt profile"):
+        load_profile(str(broken))
+    with pytest.raises(ProfileError, match="no profile named"):
+        load_profile("does-not-exist")
+
+
+def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch):
+    import gspo.costmodel.calibrate as cal
+    from gspo.costmodel.microbench import multi_branch, single_ops
+
+    small_ops, small_branches = single_ops()[::25], multi_branch(count=10)[:9]
+    monkeypatch.setattr(cal, "single_ops", lambda seed: small_ops)
+    monkeypatch.setattr(cal, "multi_branch", lambda seed: small_branches)
+    monkeypatch.setattr(cal, "chains", lambda seed: [])
+    measured = []
+    real = cal._measure
+
+    def interrupted(bench, cfg):
+        if len(measured) == 3:
+            raise KeyboardInterrupt  # Ctrl-C during the fourth measurement
+        measured.append(bench.signature)
+        return real(bench, cfg)
+
+    cfg = CalibrationConfig("cpu:test", "x", str(tmp_path / "db.sqlite"), budget_s=600, min_runs=2, max_runs=2, target_s=0)
+    monkeypatch.setattr(cal, "_measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        calibrate(cfg)
+    assert len(measured) == 3 and CalibrationDB(cfg.db_path, "cpu:test", "x").count() == 4  # + fixed costs
+    monkeypatch.setattr(cal, "_measure", lambda b, c: (measured.append(b.signature), real(b, c))[1])
+    profile = calibrate(cfg)
+    total = len(small_ops) + len(small_branches)
+    assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
+    assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches)}
+    assert profile.parallel is not None
+    calibrate(cfg)
+    assert len(measured) == total  # a re-run measures nothing new
+
+
+def _writer(path, start):
+    db = CalibrationDB(path, "dev", "rt")
+    for i in range(start, start + 200):
+        db.put(f"sig{i}", "op", {"seconds": i})
+    db.close()
+
+
+def test_two_writers_at_once_lose_nothing(tmp_path):
+    path = str(tmp_path / "db.sqlite")
+    CalibrationDB(path, "dev", "rt").close()
+    procs = [multiprocessing.Process(target=_writer, args=(path, s)) for s in (0, 100)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
+    assert rows == 300  # 0..299, the overlapping 100..199 kept once
+    assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"

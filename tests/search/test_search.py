@@ -1,0 +1,158 @@
+"""The joint search and gspo optimize: equivalent, deterministic, never slower, never wrong."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from gspo import ir
+from gspo.errors import GspoError
+from gspo.ir import Literal
+from gspo.rules import Rule
+from gspo.rules.base import Edit
+from gspo.runtime import verify
+from gspo.search import OptimizeError, SearchConfig, optimize, search
+from gspo.zoo import build
+
+FAST = dict(budget=6, timing_runs=5, jobs=1)
+
+
+def test_search_finds_the_nasrnn_gate_merges():
+    from gspo.costmodel import CostModel, load_profile
+
+    model = CostModel(load_profile("cpu", force=True))
+    g = build("nasrnn", "tiny")
+    result = search(g, model.cost, SearchConfig(budget=30, use_streams=False))
+    assert result.best.cost < result.start.cost
+    assert {"MergeMatMulsIntoAdd", "MergeParallelMatMuls"} & set(result.best.applied)
+    assert all(c.cost < result.start.cost for c in result.candidates)
+    assert [c.cost for c in result.candidates] == sorted(c.cost for c in result.candidates)
+    again = search(g, model.cost, SearchConfig(budget=30, use_streams=False))
+    assert again.best.graph.key == result.best.graph.key  # deterministic
+
+
+@pytest.mark.parametrize("name", ["nasrnn", "inception_v3", "bert"])
+def test_optimize_output_is_equivalent(name, tmp_path):
+    g = build(name, "tiny")
+    result = optimize(g, **FAST)
+    out = result.save(tmp_path / "o.onnx")
+    assert verify(g, ir.load(out), rtol=1e-3, atol=1e-4, runs=2).equivalent
+    assert result.report["latency_after_ms"] <= result.report["latency_before_ms"]
+
+
+@pytest.mark.parametrize("name", ["nasrnn", "inception_v3"])
+def test_same_seed_gives_the_same_bytes(tmp_path, name):
+    """With selection by the cost model the output is reproducible to the byte (selection by
+    measured latency can differ between runs when candidates are within the machine's noise)."""
+    g = build(name, "tiny")
+    a = optimize(g, seed=3, select="estimated", **FAST)
+    b = optimize(g, seed=3, select="estimated", **FAST)
+    assert not a.unchanged
+    assert a.save(tmp_path / "a.onnx").read_bytes() == b.save(tmp_path / "b.onnx").read_bytes()
+
+
+def test_no_streams_writes_no_schedule_and_no_rules_changes_only_the_schedule(tmp_path):
+    g = build("inception_v3", "tiny")
+    r = optimize(g, use_streams=False, **FAST)
+    assert r.schedule is None and all(n.stream is None for n in r.graph.nodes)
+    assert b"gspo.schedule" not in ir.serialize(r.graph)
+    r2 = optimize(g, use_rules=False, **FAST)
+    assert r2.report["substitutions"] == {}
+    stripped = r2.graph.with_nodes(tuple(n.replace(stream=None) for n in r2.graph.nodes))
+    assert stripped.key == g.key
+
+
+def test_when_nothing_beats_the_input_the_output_is_the_input():
+    b = ir.builder.GraphBuilder()
+    g = b.output(b.op("Relu", [b.input("x", (1, 4))])).build()
+    r = optimize(g, **FAST)
+    assert r.unchanged and r.report["unchanged"] and r.graph.key == g.key
+
+
+class BreakConvs(Rule):
+    """Test-only rule: scales a Conv weight by 2 (changes the outputs)."""
+
+    anchors = ("Conv",)
+
+    def check(self, graph, site):
+        return self._match(site)
+
+    def apply(self, graph, match):
+        conv = match.nodes[0]
+        e = Edit(graph).drop(conv)
+        w = graph.weights[conv.inputs[1]].evaluate(graph.store) * 2
+        e.node("Conv", [conv.inputs[0], e.weight("w", Literal.from_array(w.astype(np.float32))), *conv.inputs[2:]],
+               conv.attrs, outputs=[conv.outputs[0].name], like=conv)
+        return e.commit()
+
+
+def test_a_corrupting_rule_is_caught_by_verification_and_never_written(monkeypatch):
+    from gspo.costmodel import CostModel, load_profile
+
+    g = build("squeezenet", "tiny")
+    real = CostModel(load_profile("cpu", force=True))
+    opt = sys.modules["gspo.search.optimize"]
+    broken_keys = set()  # the broken rewrites are made to look cheaper to the cost model
+
+    class Cheap(CostModel):
+        def cost(self, graph, schedule=None):
+            return real.cost(graph, schedule) * (0.5 if graph.key in broken_keys else 1.0)
+
+    rule = BreakConvs()
+    original_apply = rule.apply
+
+    def apply(graph, match):
+        out = original_apply(graph, match)
+        broken_keys.add(out.key)
+        return out
+
+    rule.apply = apply
+    monkeypatch.setattr(opt, "CostModel", Cheap)
+    r = optimize(g, rules=(rule,), use_streams=False, **FAST)
+    assert r.report["candidates_rejected_by_verification"] >= 1
+    assert verify(g, r.graph, rtol=1e-3, atol=1e-4).equivalent
+
+
+def test_a_wrong_final_model_is_refused(monkeypatch):
+    opt = sys.modules["gspo.search.optimize"]
+    g = build("squeezenet", "tiny")
+    real_merge = type(opt.partition(g, 64)).merge
+
+    def broken_merge(self, replacements=None):
+        merged = real_merge(self, replacements)
+        conv = next(n for n in merged.nodes if n.op_type == "Conv")
+        w = merged.weights[conv.inputs[1]].evaluate(merged.store) * 3
+        return merged.replace_nodes(weights={conv.inputs[1]: Literal.from_array(w.astype(np.float32))})
+
+    monkeypatch.setattr(type(opt.partition(g, 64)), "merge", broken_merge)
+    with pytest.raises(OptimizeError, match="differs from the original"):
+        optimize(g, **FAST)
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(alpha=0.5), "--alpha must be at least 1"),
+    (dict(budget=-1), "--budget must not be negative"),
+    (dict(time_budget=-3), "--time-budget must be positive"),
+    (dict(max_streams=0), "--max-streams"),
+    (dict(profile="no-such-profile"), "no profile named"),
+    (dict(select="random"), "--select"),
+])
+def test_bad_options(options, message):
+    with pytest.raises(GspoError, match=message):
+        optimize(build("squeezenet", "tiny"), **options)
+
+
+def test_a_profile_for_another_device_is_refused_without_force(tmp_path):
+    import json
+
+    from gspo.costmodel.profile import PROFILE_DIRS
+
+    data = json.loads((PROFILE_DIRS[0] / "cpu.json").read_text())
+    data["device"] = "cpu:Some Other CPU:64c"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(data))
+    with pytest.raises(GspoError, match="made for device"):
+        optimize(build("squeezenet", "tiny"), profile=str(other), **FAST)
+    assert optimize(build("squeezenet", "tiny"), profile=str(other), force_profile=True, **FAST).graph is not None
