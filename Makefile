@@ -14,10 +14,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	mkdir -p out
-	$(BIN)/gspo zoo nasnet_mobile --size full -o out/nasnet_mobile.onnx --force
-	$(BIN)/gspo info out/nasnet_mobile.onnx
-	$(BIN)/gspo convert out/nasnet_mobile.onnx -o out/nasnet_mobile_roundtrip.onnx --force
-	$(BIN)/gspo verify out/nasnet_mobile.onnx out/nasnet_mobile_roundtrip.onnx
+	$(BIN)/gspo zoo nasrnn --size full -o out/nasrnn.onnx --force
+	$(BIN)/gspo info out/nasrnn.onnx
+	$(BIN)/gspo optimize out/nasrnn.onnx -o out/nasrnn_gspo.onnx --report out/nasrnn_report.json --force
+	$(BIN)/gspo verify out/nasrnn.onnx out/nasrnn_gspo.onnx
 
 test: $(STAMP)
 	$(BIN)/ruff check gspo tests

@@ -320,11 +320,19 @@ class Edit:
 
     def rewire(self, old: str, new: str) -> Edit:
         """Point every reader of ``old`` (except dropped nodes) at ``new``."""
-        for n in self.graph.consumers.get(old, ()):
-            if n.key in self._remove:
-                continue
+        return self.rewire_all({old: new})
+
+    def rewire_all(self, mapping: dict[str, str]) -> Edit:
+        """Point every reader of each ``old`` value at ``mapping[old]``, all at once (a node that
+        reads several of them is replaced once, with every input renamed)."""
+        readers: dict[bytes, Node] = {}
+        for old in mapping:
+            for n in self.graph.consumers.get(old, ()):
+                if n.key not in self._remove:
+                    readers.setdefault(n.key, n)
+        for n in readers.values():
             self.drop(n)
-            self._add.append(n.replace(inputs=tuple(new if i == old else i for i in n.inputs)))
+            self._add.append(n.replace(inputs=tuple(mapping.get(i, i) for i in n.inputs)))
         return self
 
     def commit(self) -> Graph:

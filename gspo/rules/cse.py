@@ -39,9 +39,7 @@ class MergeDuplicates(Rule):
     def apply(self, graph, match):
         keep, dup = match.nodes
         e = Edit(graph).drop(dup)
-        for mine, theirs in zip(dup.outputs, keep.outputs):
-            if mine.name:
-                e.rewire(mine.name, theirs.name)
+        e.rewire_all({mine.name: theirs.name for mine, theirs in zip(dup.outputs, keep.outputs) if mine.name})
         return e.commit()
 
 

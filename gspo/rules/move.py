@@ -358,8 +358,7 @@ class RemoveConcatSplit(Rule):
     def apply(self, graph, match):
         split, cat = match.nodes
         e = Edit(graph).drop(split, cat)
-        for v, part in zip(split.outputs, cat.inputs):
-            e.rewire(v.name, part)
+        e.rewire_all({v.name: part for v, part in zip(split.outputs, cat.inputs)})
         return e.commit()
 
 

@@ -69,33 +69,38 @@ class Candidate:
 class SearchResult:
     start: Candidate
     best: Candidate
-    candidates: tuple[Candidate, ...]  # the K best improving graphs, cheapest first
+    candidates: tuple[Candidate, ...]  # the K best improving graphs, then the K best one-stream ones
     expanded: int
     generated: int
     seconds: float
     invalid: int = 0
 
 
-def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None]:
-    """JOCG_P: the cheaper of one stream and Nimble's streams, by the cost model."""
+def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None, float]:
+    """JOCG_P: the cheaper of one stream and Nimble's streams, by the cost model; also the
+    one-stream cost on its own."""
     seq = cost_fn(graph, None)
     if not config.use_streams:
-        return seq, None
+        return seq, None, seq
     schedule = assign_streams(graph, max_streams=config.max_streams)
     if schedule.num_streams <= 1:
-        return seq, None
+        return seq, None, seq
     par = cost_fn(graph, schedule)
-    return (par, schedule) if par < seq else (seq, None)
+    return (par, schedule, seq) if par < seq else (seq, None, seq)
 
 
 def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None) -> SearchResult:
     """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost."""
     started = time.perf_counter()
     rules = tuple(rules if rules is not None else config.rules) if config.use_rules else ()
-    cost, schedule = joint_cost(graph, cost_fn, config)
+    cost, schedule, seq = joint_cost(graph, cost_fn, config)
     start = Candidate(graph, schedule, cost, ())
     best = start
     improving: list[Candidate] = []
+    # The best one-stream graphs too: when the parallel estimate is wrong (it errs optimistic on
+    # CPU), verification still has the substitutions alone to choose from.
+    best_seq = seq
+    improving_seq: list[Candidate] = []
     seen = {graph.key}
     counter = itertools.count()
     queue: list = [(cost, next(counter), start)]
@@ -117,14 +122,20 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
                     continue
                 seen.add(rewritten.key)
                 generated += 1
-                c, s = joint_cost(rewritten, cost_fn, config)
-                cand = Candidate(rewritten, s, c, current.applied + (rule.name,))
+                c, s, c_seq = joint_cost(rewritten, cost_fn, config)
+                applied = current.applied + (rule.name,)
+                cand = Candidate(rewritten, s, c, applied)
                 if c <= config.alpha * best.cost:
                     heapq.heappush(queue, (c, next(counter), cand))
                 if c < best.cost:
                     best = cand
                     improving.append(cand)
+                if s is not None and c_seq < best_seq:
+                    best_seq = c_seq
+                    improving_seq.append(Candidate(rewritten, None, c_seq, applied))
     if config.use_streams and not config.use_rules:
         improving.append(start)
     ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
+    keys = {(c.graph.key, c.schedule is None) for c in ranked}
+    ranked += [c for c in sorted(improving_seq, key=lambda c: c.cost)[: config.keep] if (c.graph.key, True) not in keys]
     return SearchResult(start, best, tuple(ranked), expanded, generated, time.perf_counter() - started, invalid)

@@ -141,3 +141,14 @@ def test_split_concat_identity_property(sizes, opset):
         pieces = b.op("Split", [x], n_outputs=len(sizes), axis=1, split=list(sizes))
     g = b.output(b.op("Tanh", [b.op("Concat", list(pieces), axis=1)])).build()
     assert_equivalent(g, apply_first(RemoveSplitConcat(), g), runs=1)
+
+
+def test_remove_concat_split_when_one_node_reads_several_pieces():
+    """A reader of two pieces must get both inputs renamed (a bug the search found)."""
+    b = GraphBuilder()
+    p, q = b.op("Relu", [b.input("p", (2, 3))]), b.op("Relu", [b.input("q", (2, 3))])
+    s1, s2 = b.op("Split", [b.op("Concat", [p, q], axis=1), b.const("s", np.array([3, 3]))], n_outputs=2, axis=1)
+    g = b.output(b.op("Add", [s1, s2])).build()
+    h = apply_first(RemoveConcatSplit(), g)
+    assert ops(h) == ["Relu", "Relu", "Add"]
+    assert_equivalent(g, h)
