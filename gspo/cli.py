@@ -508,7 +508,8 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json
 @click.option("--profile", help="Cost profile: a name in data/profiles or the cache, or a path [default: cpu].")
 @click.option("--alpha", type=float, default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
 @click.option("--budget", type=int, default=40, show_default=True, help="Graphs expanded per piece at most.")
-@click.option("--time-budget", type=float, default=None, help="Seconds for the whole optimization (anytime).")
+@click.option("--time-budget", type=float, default=90.0, show_default=True,
+              help="Seconds for the whole optimization (anytime: the best so far is verified and written).")
 @click.option("-t", "--threshold", type=int, default=None, help="Largest piece in ops [default: 64].")
 @click.option("--max-streams", type=int, default=None, help="Stream cap [default: the CPU cores].")
 @click.option("--jobs", type=int, default=0, help="Processes searching pieces [default: the CPU cores].")

@@ -47,7 +47,9 @@ class OptimizeConfig:
     force_profile: bool = False
     alpha: float = 1.05
     budget: int = 40
-    time_budget: float | None = None
+    #: Seconds for the whole optimization (anytime): 90 keeps a full zoo model under 2 minutes
+    #: on 2 cores (benchmarks/optimize.md); None = no limit.
+    time_budget: float | None = 90.0
     threshold: int = DEFAULT_THRESHOLD
     max_streams: int | None = None
     jobs: int = 0
@@ -58,8 +60,10 @@ class OptimizeConfig:
     rtol: float = 1e-3
     atol: float = 1e-4
     timing_runs: int = 30
-    #: Seconds of timing per piece at most (runs shrink to fit, at least 5).
+    #: Seconds of timing per piece, and per whole-model comparison, at most (runs shrink to fit,
+    #: at least 5).
     piece_timing_budget: float = 1.0
+    final_timing_budget: float = 8.0
     margin: float = 0.05
     #: "measured": pick by measured latency (never slower as measured; may differ between runs
     #: when candidates are within noise). "estimated": pick by the cost model among the verified
@@ -295,7 +299,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         final_options.insert(0, ("original", original, None))
     else:
         final_options[0] = ("original", original, None)
-    rows = _verify_and_time(original, final_options, cfg)
+    rows = _verify_and_time(original, final_options, cfg, cfg.final_timing_budget)
     bad = [r for r in rows if r[4] is not None]
     if bad:
         raise OptimizeError(f"the optimized model differs from the original: {bad[0][4]}; nothing written")
@@ -303,7 +307,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     if best[0] != "original" and cfg.select == "measured":
         # Confirm against the original in a second, independent timing: this machine's speed
         # drifts, and one lucky set of runs must not replace the input with something slower.
-        confirm = _verify_and_time(original, [("original", original, None), best[:3]], cfg)
+        confirm = _verify_and_time(original, [("original", original, None), best[:3]], cfg, cfg.final_timing_budget)
         if _pick(confirm, "original", cfg, cost_fn)[0] == "original":
             best = next(r for r in rows if r[0] == "original")
     measured = {r[0]: r[3] for r in rows}
