@@ -72,15 +72,16 @@ def max_antichain_width(graph: Graph, counts: Callable[[Node], bool] = lambda n:
     mask = 0
     for i in chosen:
         mask |= 1 << i
+    n = len(graph.nodes)
     bip = nx.Graph()
-    left = [("o", i) for i in chosen]
+    left = list(chosen)
     bip.add_nodes_from(left)
-    bip.add_nodes_from(("i", i) for i in chosen)
+    bip.add_nodes_from(n + i for i in chosen)
     for i in chosen:
         bits = reach[i] & mask
         while bits:
             low = bits & -bits
-            bip.add_edge(("o", i), ("i", low.bit_length() - 1))
+            bip.add_edge(i, n + low.bit_length() - 1)
             bits ^= low
     matching = nx.bipartite.hopcroft_karp_matching(bip, top_nodes=left)
     return len(chosen) - len(matching) // 2

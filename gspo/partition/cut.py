@@ -62,20 +62,23 @@ def min_vertex_cut(
         raise ValueError("balance must be in (0, 0.5]")
     members = set(ops)
     k = max(1, min(math.ceil(balance * len(ops)), len(ops) // 2))
+    # Integer labels: 2v = v_in, 2v + 1 = v_out, -1 = source, -2 = sink (string labels hash
+    # differently in every process, which could change which of several minimum cuts is found).
+    source, sink = -1, -2
     net = nx.DiGraph()
     for v in ops:
-        net.add_edge(("i", v), ("o", v), capacity=weights[v])
-        net.add_edge(("o", v), ("i", v))
+        net.add_edge(2 * v, 2 * v + 1, capacity=weights[v])
+        net.add_edge(2 * v + 1, 2 * v)
         for u in deps[v]:
             if u in members:
-                net.add_edge(("o", u), ("i", v))
-                net.add_edge(("i", v), ("i", u))
+                net.add_edge(2 * u + 1, 2 * v)
+                net.add_edge(2 * v, 2 * u)
     for v in ops[:k]:
-        net.add_edge("s", ("i", v))
+        net.add_edge(source, 2 * v)
     for v in ops[-k:]:
-        net.add_edge(("i", v), "t")
-    value, (side_s, _) = nx.minimum_cut(net, "s", "t", flow_func=cut_fn)
-    cut = tuple(v for v in ops if ("i", v) in side_s and ("o", v) not in side_s)
-    before = tuple(v for v in ops if ("i", v) in side_s)
-    after = tuple(v for v in ops if ("i", v) not in side_s)
+        net.add_edge(2 * v, sink)
+    value, (side_s, _) = nx.minimum_cut(net, source, sink, flow_func=cut_fn)
+    cut = tuple(v for v in ops if 2 * v in side_s and 2 * v + 1 not in side_s)
+    before = tuple(v for v in ops if 2 * v in side_s)
+    after = tuple(v for v in ops if 2 * v not in side_s)
     return Cut(float(value), cut, before, after)

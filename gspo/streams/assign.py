@@ -50,23 +50,25 @@ def chain_cover(deps: Sequence[Sequence[int]], reach: Sequence[int]) -> list[lis
     for v, ds in enumerate(deps):
         for u in ds:
             children[u].append(v)
+    # Integer labels (u for "u's output", n + v for "v's input"): string hashing is randomized
+    # per process, and labels that hash differently would change networkx's matching.
     bip = nx.Graph()
-    left = [("o", u) for u in range(n)]
+    left = list(range(n))
     bip.add_nodes_from(left)
-    bip.add_nodes_from(("i", v) for v in range(n))
+    bip.add_nodes_from(range(n, 2 * n))
     for u in range(n):
         covered = 0
         for w in children[u]:
             covered |= reach[w]
         for v in sorted(children[u]):
             if not (covered >> v) & 1:
-                bip.add_edge(("o", u), ("i", v))
+                bip.add_edge(u, n + v)
     matching = nx.bipartite.hopcroft_karp_matching(bip, top_nodes=left)
     nxt: list[int | None] = [None] * n
     prv: list[int | None] = [None] * n
-    for (side, u), (_, v) in matching.items():
-        if side == "o":
-            nxt[u], prv[v] = v, u
+    for u, v in matching.items():
+        if u < n:
+            nxt[u], prv[v - n] = v - n, u
     for u in range(n):
         if nxt[u] is None:
             _augment(u, reach, nxt, prv)

@@ -49,8 +49,13 @@ def test_parallel_takes_the_longest_branch_and_divides_by_beta():
     s = assign_streams(g)
     assert s.num_streams == 2
     cp1, total = CostModel(flat_profile()).critical_path(g, s)
-    # stream 0: relu x3 then add (waits for the short branch): the longest branch decides
-    assert cp1 == pytest.approx(1e-4 + 4 * 1e-3 + 2 * 2e-4 + 5e-5)
+    # Three segments: [relu x3], [relu], and [add], which waits for the branch on the other
+    # stream. The add starts after the long branch (3 ms + seg), plus the sync when the add runs
+    # on the short branch's stream (then the long branch's end is the event it waits for).
+    where = s.stream_of()
+    long_stream = where[g.nodes[0].outputs[0].name]
+    sync = 0.0 if where["add"] == long_stream else 5e-5
+    assert cp1 == pytest.approx(1e-4 + (3e-3 + 2e-4) + sync + (1e-3 + 2e-4))
     assert total == pytest.approx(5 * 1e-3 + 3 * 2e-4)
     assert CostModel(flat_profile(beta=0.5)).parallel(g, s) == pytest.approx(cp1 / 0.5)
     assert CostModel(flat_profile(beta=0.5)).cost(g, Schedule.single(g)) == pytest.approx(1e-4 + 5e-3)
