@@ -612,12 +612,11 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         gspo calibrate --device cpu -o cpu.json --budget 10
         gspo calibrate --evaluate cpu.json --json
     """
-    import onnxruntime
-
     from gspo.costmodel import device_description, load_profile, save_profile
     from gspo.costmodel.profile import PROFILE_DIRS
+    from gspo.runtime import runtime_version
 
-    runtime = onnxruntime.__version__
+    runtime = runtime_version()
     if evaluate_profile:
         from gspo.costmodel.evaluate import evaluate
 

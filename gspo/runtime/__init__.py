@@ -4,7 +4,14 @@ from gspo.runtime.bench import Timing, interleaved
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import choose_schedule, make_executor, parse_streams, saved_schedule
 from gspo.runtime.plan import Plan, Segment, make_plan
-from gspo.runtime.session import SessionConfig, load_inputs, make_session, random_inputs, run
+from gspo.runtime.session import (
+    SessionConfig,
+    load_inputs,
+    make_session,
+    random_inputs,
+    run,
+    runtime_version,
+)
 from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verify
 
 __all__ = [
@@ -27,5 +34,6 @@ __all__ = [
     "make_session",
     "random_inputs",
     "run",
+    "runtime_version",
     "verify",
 ]

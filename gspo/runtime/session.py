@@ -12,7 +12,12 @@ from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
 from gspo.ir.weights import np_dtype
 
-__all__ = ["SessionConfig", "make_session", "run", "random_inputs", "load_inputs", "RuntimeError_"]
+__all__ = ["SessionConfig", "make_session", "run", "random_inputs", "load_inputs", "RuntimeError_", "runtime_version"]
+
+
+def runtime_version() -> str:
+    """The installed onnxruntime's version (profiles and calibrations are keyed by it)."""
+    return ort.__version__
 
 
 ort.set_default_logger_severity(4)

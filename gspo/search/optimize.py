@@ -23,7 +23,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
 from gspo.partition import DEFAULT_THRESHOLD, partition
 from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge
-from gspo.runtime import CpuExecutor, compare_outputs, interleaved, random_inputs
+from gspo.runtime import CpuExecutor, compare_outputs, interleaved, random_inputs, runtime_version
 from gspo.search.backtrack import Candidate, SearchConfig, search
 from gspo.streams import Schedule, apply_schedule, assign_streams
 
@@ -216,9 +216,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     cfg.validate()
     t0 = time.perf_counter()
     original = model if isinstance(model, Graph) else load(model)
-    import onnxruntime
-
-    runtime = onnxruntime.__version__
+    runtime = runtime_version()
     device = device_description("cpu")
     explicit = cfg.profile is not None
     try:
