@@ -34,7 +34,7 @@ def one_line_error(result, code=2):
 
 
 def test_every_command_has_help_with_an_example():
-    for command in ["zoo", "info", "verify", "convert", "rules", "partition", "run", "bench", "optimize", "calibrate"]:
+    for command in ["zoo", "info", "verify", "convert", "rules", "partition", "run", "bench", "optimize", "calibrate", "regress"]:
         result = gspo(command, "--help")
         assert result.exit_code == 0 and "Example:" in result.output, command
     assert "Example:" in gspo("--help").output

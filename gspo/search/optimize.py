@@ -253,7 +253,8 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
             if s.num_streams > 1:
                 options.append(("unmodified+streams", piece.graph, s))
         if cfg.use_rules and not over_time:
-            greedy, counts = apply_greedily(piece.graph, GREEDY_RULES)
+            allowed = {r.name for r in cfg.rules}
+            greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
             if greedy.key != piece.graph.key:
                 options.append(("greedy", greedy, None))
                 greedy_counts = counts
