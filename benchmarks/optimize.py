@@ -18,9 +18,14 @@ import os
 import platform
 import time
 
-import onnxruntime
-
-from gspo.runtime import CpuExecutor, SessionConfig, interleaved, make_session, random_inputs
+from gspo.runtime import (
+    CpuExecutor,
+    SessionConfig,
+    interleaved,
+    make_session,
+    random_inputs,
+    runtime_version,
+)
 from gspo.search import optimize
 from gspo.zoo import MODELS, build
 
@@ -56,7 +61,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     args = ap.parse_args()
     print("# gspo optimize vs plain onnxruntime (CPU)\n")
-    print(f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, onnxruntime {onnxruntime.__version__}; "
+    print(f"{datetime.date.today()}, {platform.machine()}, {os.cpu_count()} cores, onnxruntime {runtime_version()}; "
           f"full zoo models, fp32, batch 1; {args.runs} interleaved runs after 5 warm-ups, medians.\n")
     print(f"Command: `.venv/bin/python benchmarks/optimize.py --runs {args.runs}`\n")
     print("| model | plain onnxruntime ms (best threads) | gspo ms | speedup | identical-session control | chosen | streams | substitutions | speedup optimize measured | pieces | optimize wall time |")

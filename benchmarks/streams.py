@@ -19,54 +19,21 @@ import argparse
 import datetime
 import os
 import platform
-import threading
-import time
 
-import numpy as np
-import onnxruntime
-
+from gspo.costmodel.calibrate import measure_call_cost, measure_sync_cost
 from gspo.ir import serialize
-from gspo.ir.builder import GraphBuilder
-from gspo.runtime import CpuExecutor, SessionConfig, interleaved, make_session, random_inputs
+from gspo.runtime import (
+    CpuExecutor,
+    SessionConfig,
+    interleaved,
+    make_session,
+    random_inputs,
+    runtime_version,
+)
 from gspo.streams import Schedule, assign_streams
 from gspo.zoo import build
 
 MODELS = ["resnet50", "inception_v3", "squeezenet", "nasnet_mobile", "nasnet_large", "nasrnn", "bert"]
-
-
-def segment_call_cost(runs: int = 2000) -> float:
-    b = GraphBuilder()
-    g = b.output(b.op("Identity", [b.input("x", (1,))])).build()
-    sess = make_session(g, SessionConfig(intra_op_threads=1))
-    feeds = {"x": np.zeros(1, np.float32)}
-    for _ in range(100):
-        sess.run(None, feeds)
-    start = time.perf_counter()
-    for _ in range(runs):
-        sess.run(None, feeds)
-    return (time.perf_counter() - start) / runs
-
-
-def sync_cost(rounds: int = 2000) -> float:
-    """Round trip of two threading.Events between two threads, halved."""
-    ping, pong = threading.Event(), threading.Event()
-
-    def other():
-        for _ in range(rounds):
-            ping.wait()
-            ping.clear()
-            pong.set()
-
-    t = threading.Thread(target=other)
-    t.start()
-    start = time.perf_counter()
-    for _ in range(rounds):
-        ping.set()
-        pong.wait()
-        pong.clear()
-    elapsed = time.perf_counter() - start
-    t.join()
-    return elapsed / rounds / 2
 
 
 def bench_model(name: str, cores: int, runs: int) -> str:
@@ -109,11 +76,11 @@ def main() -> None:
     args = ap.parse_args()
     cores = os.cpu_count() or 1
     print("# Multi-stream runtime vs plain onnxruntime (CPU)\n")
-    print(f"{datetime.date.today()}, {platform.machine()}, {cores} cores, onnxruntime {onnxruntime.__version__}, "
+    print(f"{datetime.date.today()}, {platform.machine()}, {cores} cores, onnxruntime {runtime_version()}, "
           f"full-size zoo models, batch 1, fp32, {args.runs} interleaved runs after 3 warm-ups, medians.\n")
     print(f"Command: `.venv/bin/python benchmarks/streams.py --runs {args.runs}`\n")
-    print(f"Fixed costs: one segment call (1-element Identity session) {segment_call_cost() * 1e6:.1f} us; "
-          f"one cross-thread sync {sync_cost() * 1e6:.1f} us.\n")
+    print(f"Fixed costs: one segment call (1-element Identity session) {measure_call_cost() * 1e6:.1f} us; "
+          f"one cross-thread sync {measure_sync_cost() * 1e6:.1f} us.\n")
     print("| model | ops | streams (width -> cap) | segments | events | plain ms | gspo-1 / plain | gspo-N / plain | gspo-N/split / plain | seq-segs / plain | segmenting cost per segment |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):

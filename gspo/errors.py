@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError"]
+__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError", "first_line"]
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's message (for one-line errors), or its type's name."""
+    lines = str(e).strip().splitlines()
+    return lines[0][:limit] if lines else type(e).__name__
 
 
 class GspoError(Exception):

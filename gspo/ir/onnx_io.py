@@ -18,6 +18,7 @@ import onnx
 from onnx import AttributeProto, TensorProto, helper
 
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
+from gspo.errors import first_line as _first_line
 from gspo.ir._hash import digest
 from gspo.ir.graph import Attr, Graph, ModelExtras, Node, Value
 from gspo.ir.weights import Init, WeightStore, materialize
@@ -158,11 +159,6 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str
         edh.load_external_data_for_model(model, root)
     except Exception as e:
         raise ModelLoadError(f"{label}: cannot read external data: {_first_line(e)}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0][:300] if text else type(e).__name__
 
 
 def from_model(

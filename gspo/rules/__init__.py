@@ -6,7 +6,7 @@ Each family lives in its own module ending in a ``RULES`` list; ``DEFAULT_RULES`
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from gspo.ir import Graph
 from gspo.rules import combine, cse, enlarge, fold, merge, move, split
@@ -57,6 +57,3 @@ def apply_greedily(graph: Graph, rules: Sequence[Rule], max_steps: int = 100_000
                     raise RuntimeError(f"rules still matched after {max_steps} steps")
     return graph, counts
 
-
-def count_matches(graph: Graph, rules: Iterable[Rule]) -> dict[str, int]:
-    return {r.name: sum(1 for _ in r.match(graph)) for r in rules}

@@ -12,7 +12,7 @@ is not added twice, so two rewrite paths that reach the same graph reach the sam
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -362,9 +362,6 @@ def split_sizes(graph: Graph, node: Node) -> list[int] | Fail:
         return Fail("unknown shapes")
     return [v.shape[ax] for v in outs]
 
-
-def mapping_key(params: Mapping[str, Any]) -> tuple:
-    return tuple(sorted(params.items()))
 
 
 def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Fail | None:

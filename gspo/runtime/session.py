@@ -9,6 +9,7 @@ import numpy as np
 import onnxruntime as ort
 
 from gspo.errors import GspoError
+from gspo.errors import first_line as _first_line
 from gspo.ir import Graph, serialize
 from gspo.ir.weights import np_dtype
 
@@ -118,7 +119,3 @@ def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
             )
     return feeds
 
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0][:300] if lines else type(e).__name__

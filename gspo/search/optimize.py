@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gspo.costmodel import CostModel, ProfileError, device_description, load_profile
+from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
 from gspo.partition import DEFAULT_THRESHOLD, partition
@@ -219,10 +219,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     runtime = runtime_version()
     device = device_description("cpu")
     explicit = cfg.profile is not None
-    try:
-        profile = load_profile(cfg.profile or "cpu", device, runtime, force=cfg.force_profile or not explicit)
-    except ProfileError:
-        raise
+    profile = load_profile(cfg.profile or "cpu", device, runtime, force=cfg.force_profile or not explicit)
     cost_model = CostModel(profile)
     cores = os.cpu_count() or 1
     max_streams = cfg.max_streams or cores
