@@ -9,6 +9,7 @@ original, the original is the result.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import multiprocessing
 import os
@@ -34,6 +35,25 @@ log = logging.getLogger(__name__)
 #: The TASO-like greedy variant every piece also gets verified with: folds, CSE, enlargement and
 #: merges applied wherever they match (no splits or moves, which only the search explores).
 GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES)
+
+
+#: Shares of ``--time-budget``: the search gets half (spread over the pieces and jobs), the final
+#: whole-model comparison and its confirmation keep a fifth, piece verification gets the rest.
+#: Measured on NASNet-A Large (24 pieces), where verification and the final comparison of a
+#: 500 ms model take longer than the search (benchmarks/RESULTS.md).
+SEARCH_SHARE = 0.5
+FINAL_SHARE = 0.2
+
+
+def _distinct(options):
+    """Options without repeats (the greedy variant and a candidate are often the same graph)."""
+    seen, out = set(), []
+    for label, g, s in options:
+        key = (g.key, json.dumps(s.to_json(), sort_keys=True) if s is not None else None)
+        if key not in seen:
+            seen.add(key)
+            out.append((label, g, s))
+    return out
 
 
 class OptimizeError(GspoError):
@@ -226,9 +246,10 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     jobs = cfg.jobs or cores
     parts = partition(original, cfg.threshold, rules=cfg.rules)
     pieces = parts.pieces
+    deadline = None if cfg.time_budget is None else t0 + cfg.time_budget
     search_time = None
     if cfg.time_budget is not None:
-        search_time = 0.6 * cfg.time_budget * max(1, jobs) / max(1, len(pieces))
+        search_time = SEARCH_SHARE * cfg.time_budget * max(1, jobs) / max(1, len(pieces))
 
     def cost_fn(g, s):
         return cost_model.cost(g, s)
@@ -240,30 +261,43 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     chosen_graphs, piece_reports, applied = [], [], Counter()
     greedy_counts: dict[str, int] = {}
     caught = 0
+    final_budget = cfg.final_timing_budget
+    if cfg.time_budget is not None:
+        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
+    seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
     for k, (piece, (_, packed, expanded, generated, seconds)) in enumerate(zip(pieces, searched)):
         cands = [_rebuild(piece.graph, p) for p in packed]
         start, improving = cands[0], cands[1:]
-        over_time = cfg.time_budget is not None and time.perf_counter() - t0 > cfg.time_budget
         options = [("unmodified", piece.graph, None)]
-        if cfg.use_streams and not over_time:
-            s = assign_streams(piece.graph, max_streams=max_streams)
-            if s.num_streams > 1:
-                options.append(("unmodified+streams", piece.graph, s))
-        if cfg.use_rules and not over_time:
+        if cfg.use_rules:
             allowed = {r.name for r in cfg.rules}
             greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
             if greedy.key != piece.graph.key:
                 options.append(("greedy", greedy, None))
                 greedy_counts = counts
-        if not over_time:
-            for i, c in enumerate(improving):
-                options.append((f"candidate{i}", c.graph, c.schedule))
-                if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
-                    options.append((f"candidate{i}-1stream", c.graph, None))
+        for i, c in enumerate(improving):
+            options.append((f"candidate{i}", c.graph, c.schedule))
+        for i, c in enumerate(improving):
+            if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
+                options.append((f"candidate{i}-1stream", c.graph, None))
+        if cfg.use_streams:
+            s = assign_streams(piece.graph, max_streams=max_streams)
+            if s.num_streams > 1:
+                options.append(("unmodified+streams", piece.graph, s))
+        options = _distinct(options)
+        timing_budget = cfg.piece_timing_budget
+        if deadline is not None:
+            # Anytime: share what is left (less the final comparison's reserve) among the pieces
+            # still to verify; drop the least promising options when it cannot hold them all.
+            share = (deadline - time.perf_counter() - FINAL_SHARE * cfg.time_budget) / (len(pieces) - k)
+            timing_budget = min(timing_budget, max(0.0, share) / 2)
+            options = options[:max(1, int(share / seconds_per_option))]
         chosen = options[0]
         rows = []
         if len(options) > 1:
-            rows = _verify_and_time(piece.graph, options, cfg, cfg.piece_timing_budget)
+            began = time.perf_counter()
+            rows = _verify_and_time(piece.graph, options, cfg, timing_budget)
+            seconds_per_option = max(0.05, (time.perf_counter() - began - timing_budget) / len(options))
             caught += sum(1 for r in rows if r[4] is not None)
             chosen = _pick(rows, "unmodified", cfg, cost_fn)[:3]
         label = chosen[0]
@@ -295,7 +329,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         final_options.insert(0, ("original", original, None))
     else:
         final_options[0] = ("original", original, None)
-    rows = _verify_and_time(original, final_options, cfg, cfg.final_timing_budget)
+    rows = _verify_and_time(original, final_options, cfg, final_budget)
     bad = [r for r in rows if r[4] is not None]
     if bad:
         raise OptimizeError(f"the optimized model differs from the original: {bad[0][4]}; nothing written")
@@ -303,7 +337,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     if best[0] != "original" and cfg.select == "measured":
         # Confirm against the original in a second, independent timing: this machine's speed
         # drifts, and one lucky set of runs must not replace the input with something slower.
-        confirm = _verify_and_time(original, [("original", original, None), best[:3]], cfg, cfg.final_timing_budget)
+        confirm = _verify_and_time(original, [("original", original, None), best[:3]], cfg, final_budget)
         if _pick(confirm, "original", cfg, cost_fn)[0] == "original":
             best = next(r for r in rows if r[0] == "original")
     measured = {r[0]: r[3] for r in rows}
