@@ -105,13 +105,20 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
     counter = itertools.count()
     queue: list = [(cost, next(counter), start)]
     expanded = generated = invalid = 0
-    while queue and expanded < config.budget:
-        if config.time_budget is not None and time.perf_counter() - started > config.time_budget:
-            break
+    deadline = None if config.time_budget is None else started + config.time_budget
+    out_of_time = False
+    while queue and expanded < config.budget and not out_of_time:
         _, _, current = heapq.heappop(queue)
         expanded += 1
         for rule in rules:
+            if out_of_time:
+                break
             for match in rule.match(current.graph):
+                # Anytime, also inside one expansion: on a large graph one expansion rewrites
+                # and costs hundreds of matches (a minute on an unpartitioned model).
+                if deadline is not None and time.perf_counter() > deadline:
+                    out_of_time = True
+                    break
                 try:
                     rewritten = rule.apply(current.graph, match).check()
                 except (GraphError, ValueError) as e:  # a rule bug: never let it through
