@@ -2,7 +2,9 @@
 
 ``k`` Convs on one input with equal stride, dilation, padding and kernel, ``group=1`` -> one
 Conv whose weights are concatenated on the output-channel axis, then a Split; ``k`` MatMuls
-(or Gemms) sharing their left operand with constant right operands -> one MatMul + Split.
+(or Gemms) sharing their left operand with constant right operands -> one MatMul + Split;
+``k`` independent MatMuls sharing their constant right operand -> their left operands stacked
+as rows of one MatMul + Split (TASO's batching: the weight is read once, not ``k`` times).
 The Split's outputs keep the merged ops' output names, so their readers are untouched.
 """
 
@@ -11,9 +13,11 @@ from __future__ import annotations
 from collections import OrderedDict
 
 from gspo.ir import Graph, Literal, Node, concat
+from gspo.ir.builder import make_attr
+from gspo.ir.dag import reachability
 from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of, split_node
 
-__all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "RULES", "readers_by_input"]
+__all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "RULES", "readers_by_input"]
 
 import numpy as np
 
@@ -145,5 +149,57 @@ class MergeParallelMatMuls(Rule):
         return e.commit()
 
 
-RULES = [MergeParallelConvs(), MergeParallelMatMuls()]
+class BatchSharedWeightMatMuls(Rule):
+    """``MatMul(a1, B), MatMul(a2, B)`` -> ``Split(MatMul(Concat(a1, a2), B))`` along rows, for a
+    constant 2-D ``B``, 2-D ``a_i`` and MatMuls that do not depend on each other (an unrolled
+    RNN's input projections: every step's input times the same weight)."""
+
+    pattern = ("MatMul", "MatMul")
+    merges = True
+
+    def sites(self, graph):
+        by_weight: OrderedDict[str, list[Node]] = OrderedDict()
+        for n in nodes_of(graph, "MatMul"):
+            if len(n.inputs) == 2 and n.inputs[1] in graph.weights:
+                by_weight.setdefault(n.inputs[1], []).append(n)
+        for nodes in by_weight.values():
+            if len(nodes) >= 2:
+                yield tuple(nodes)
+
+    def check(self, graph, site):
+        w = constant(graph, site[0].inputs[1])
+        if isinstance(w, Fail):
+            return w
+        if len(w.shape) != 2:
+            return Fail("right operand is not 2-D")
+        usable = []
+        for n in site:
+            a = graph.values.get(n.inputs[0])
+            if a is not None and a.is_static and len(a.shape) == 2:
+                usable.append(n)
+        if len(usable) < 2:
+            return Fail("left operands are not 2-D with known shapes")
+        reach = reachability(graph)
+        index = {id(n): i for i, n in enumerate(graph.nodes)}
+        chosen: list[Node] = []
+        for n in usable:  # graph order: the earliest independent ones
+            i = index[id(n)]
+            if not any((reach[i] >> index[id(c)]) & 1 or (reach[index[id(c)]] >> i) & 1 for c in chosen):
+                chosen.append(n)
+        if len(chosen) < 2:
+            return Fail("the MatMuls sharing the weight depend on each other")
+        return self._match(chosen)
+
+    def apply(self, graph, match):
+        nodes = match.nodes
+        first = nodes[0]
+        e = Edit(graph).drop(*nodes)
+        rows = [graph.values[n.inputs[0]].shape[0] for n in nodes]
+        (stacked,) = e.node("Concat", [n.inputs[0] for n in nodes], [make_attr("axis", 0)], like=first)
+        (merged,) = e.node("MatMul", [stacked, first.inputs[1]], first.attrs, like=first)
+        split_node(e, merged, 0, rows, [n.outputs[0].name for n in nodes], like=first)
+        return e.commit()
+
+
+RULES = [MergeParallelConvs(), MergeParallelMatMuls(), BatchSharedWeightMatMuls()]
 

@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 #: The TASO-like greedy variant every piece also gets verified with: folds, CSE, enlargement and
 #: merges applied wherever they match (no splits or moves, which only the search explores).
 GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES)
+#: The same over the whole model, batching first: merges across pieces (an unrolled RNN's input
+#: projections sit in different pieces, one per step) need the whole graph, and batching them
+#: must come before the per-step merges that would use up their MatMuls.
+WHOLE_MODEL_RULES = (merge.BatchSharedWeightMatMuls(), *GREEDY_RULES)
 
 
 #: Shares of ``--time-budget``: the search gets half (spread over the pieces and jobs), the final
@@ -329,6 +333,12 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         final_options.insert(0, ("original", original, None))
     else:
         final_options[0] = ("original", original, None)
+    whole_counts: dict[str, int] = {}
+    if cfg.use_rules:
+        allowed = {r.name for r in cfg.rules}
+        whole, whole_counts = apply_greedily(original, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
+        if whole.key not in (original.key, merged.key):
+            final_options.append(("greedy-whole-model", whole, None))
     rows = _verify_and_time(original, final_options, cfg, final_budget)
     bad = [r for r in rows if r[4] is not None]
     if bad:
@@ -341,6 +351,8 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         if _pick(confirm, "original", cfg, cost_fn)[0] == "original":
             best = next(r for r in rows if r[0] == "original")
     measured = {r[0]: r[3] for r in rows}
+    if best[0] == "greedy-whole-model":  # its substitutions, not the pieces' search results
+        applied = Counter(whole_counts)
     result_graph, schedule = best[1], best[2]
     if schedule is not None:
         result_graph = apply_schedule(result_graph, schedule)

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gspo.ir.builder import GraphBuilder
-from gspo.rules.merge import MergeParallelConvs, MergeParallelMatMuls
+from gspo.rules.merge import BatchSharedWeightMatMuls, MergeParallelConvs, MergeParallelMatMuls
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
 
@@ -99,3 +99,46 @@ def test_merge_matmuls_needs_constant_weights():
 def test_merge_matmuls_property(ns, k, batch):
     g = parallel_linear(ns, k, batch)
     assert_equivalent(g, apply_first(MergeParallelMatMuls(), g), runs=1)
+
+
+def shared_weight(rows=(1, 1, 1), k=6, n=5, chained=False):
+    """MatMuls of several inputs by one weight; ``chained``: each reads the previous result (an RNN's state)."""
+    b = GraphBuilder(seed=9)
+    w = b.weight("w", (k, n if not chained else k))
+    outs, prev = [], None
+    for i, m in enumerate(rows):
+        x = b.input(f"x{i}", (m, k))
+        a = x if prev is None or not chained else b.op("Add", [x, prev])
+        prev = b.op("Tanh", [b.op("MatMul", [a, w])])
+        outs.append(prev)
+    return b.output(*outs).build()
+
+
+def test_batch_shared_weight_matmuls():
+    g = shared_weight((1, 3, 2))
+    h = apply_first(BatchSharedWeightMatMuls(), g)
+    assert ops(h).count("MatMul") == 1 and ops(h).count("Concat") == 1 and "Split" in ops(h)
+    assert_equivalent(g, h)
+
+
+def test_batch_shared_weight_refuses_dependent_matmuls():
+    assert reasons(BatchSharedWeightMatMuls(), shared_weight((1, 1, 1), n=6, chained=True)) == [
+        "the MatMuls sharing the weight depend on each other"]
+
+
+def test_batch_shared_weight_takes_the_independent_ones_and_batches_the_nasrnn_inputs():
+    from gspo.rules import apply_greedily
+    from gspo.zoo import build
+
+    g = build("nasrnn", "tiny")
+    h, counts = apply_greedily(g, [BatchSharedWeightMatMuls()])
+    assert counts == {"BatchSharedWeightMatMuls": 8}  # the 8 input projections; the state's 8 stay per step
+    assert ops(h).count("MatMul") == ops(g).count("MatMul") - 8 * (3 - 1)
+    assert_equivalent(g, h)
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.lists(st.integers(1, 4), min_size=2, max_size=5), k=st.integers(1, 6), n=st.integers(1, 6))
+def test_batch_shared_weight_property(rows, k, n):
+    g = shared_weight(tuple(rows), k, n)
+    assert_equivalent(g, apply_first(BatchSharedWeightMatMuls(), g), runs=1)

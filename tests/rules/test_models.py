@@ -39,7 +39,8 @@ def merge_sites(graph) -> dict[str, int]:
 def test_merge_sites_in_the_papers_models():
     assert merge_sites(_full("inception_v3")).get("MergeParallelConvs", 0) >= 10  # inception blocks
     # 5 inputs and 5 states, each read by 8 gate MatMuls; 8 gates x 5 steps of x@Wx + h@Wh
-    assert merge_sites(_full("nasrnn")) == {"MergeParallelMatMuls": 10, "MergeMatMulsIntoAdd": 40}
+    # and 8 input weights shared by the 5 steps (the state weights too, but the steps depend on each other)
+    assert merge_sites(_full("nasrnn")) == {"MergeParallelMatMuls": 10, "MergeMatMulsIntoAdd": 40, "BatchSharedWeightMatMuls": 8}
     assert merge_sites(_full("bert")) == {"MergeParallelMatMuls": 12}  # Q/K/V in each of 12 layers
     folded, _ = apply_greedily(_full("nasnet_mobile"), fold.RULES + cse.RULES)
     assert merge_sites(folded).get("MergeConvsIntoAdd", 0) >= 20

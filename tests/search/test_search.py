@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -10,7 +11,7 @@ import pytest
 from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir import Literal
-from gspo.rules import Rule
+from gspo.rules import DEFAULT_RULES, Rule
 from gspo.rules.base import Edit
 from gspo.runtime import verify
 from gspo.search import OptimizeError, SearchConfig, optimize, search
@@ -33,6 +34,25 @@ def test_search_finds_the_nasrnn_gate_merges():
     assert again.best.graph.key == result.best.graph.key  # deterministic
 
 
+def test_the_time_budget_stops_the_search_inside_an_expansion():
+    from gspo.costmodel import CostModel, load_profile
+
+    model = CostModel(load_profile("cpu", force=True))
+    g = build("nasrnn", "tiny")
+    calls = []
+
+    def slow_cost(graph, schedule):
+        calls.append(1)
+        time.sleep(0.05)
+        return model.cost(graph, schedule)
+
+    full = search(g, model.cost, SearchConfig(budget=1, use_streams=False))
+    assert full.generated > 4  # one expansion of this graph has many matches
+    result = search(g, slow_cost, SearchConfig(budget=1, use_streams=False, time_budget=0.12))
+    assert result.expanded == 1 and result.generated < full.generated
+    assert result.seconds < 0.12 + 0.2  # at most one cost evaluation past the deadline
+
+
 @pytest.mark.parametrize("name", ["nasrnn", "inception_v3", "bert"])
 def test_optimize_output_is_equivalent(name, tmp_path):
     g = build(name, "tiny")
@@ -40,6 +60,19 @@ def test_optimize_output_is_equivalent(name, tmp_path):
     out = result.save(tmp_path / "o.onnx")
     assert verify(g, ir.load(out), rtol=1e-3, atol=1e-4, runs=2).equivalent
     assert result.report["latency_after_ms"] <= result.report["latency_before_ms"]
+
+
+def test_merges_across_pieces_are_a_verified_whole_model_option():
+    """NasRNN's pieces hold one step each: batching the steps' input projections needs the
+    whole graph, so optimize verifies a whole-model greedy variant too (and it may win)."""
+    g = build("nasrnn", "tiny")
+    result = optimize(g, **FAST)
+    labels = [c["label"] for c in result.report["final_candidates"]]
+    assert result.report["pieces"] > 1 and "greedy-whole-model" in labels
+    if result.report["chosen"] == "greedy-whole-model":
+        assert result.report["substitutions"].get("BatchSharedWeightMatMuls") == 8
+    no_batching = optimize(g, rules=tuple(r for r in DEFAULT_RULES if r.name != "BatchSharedWeightMatMuls"), **FAST)
+    assert "BatchSharedWeightMatMuls" not in no_batching.report["substitutions"]
 
 
 @pytest.mark.parametrize("name", ["nasrnn", "inception_v3"])
