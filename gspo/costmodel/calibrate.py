@@ -23,6 +23,7 @@ from gspo.costmodel.features import feature_vector, op_features
 from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops
 from gspo.costmodel.poly import fit_poly
 from gspo.costmodel.profile import Profile
+from gspo.costmodel.reference import SpeedReference, normalize
 from gspo.ir import serialize
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import CpuExecutor, make_executor, make_plan, make_session, random_inputs
@@ -96,7 +97,26 @@ def measure_sync_cost(rounds: int = 2000) -> float:
     return elapsed / rounds / 2
 
 
-def _measure(bench: Bench, cfg: CalibrationConfig) -> dict:
+#: Seconds spent timing the speed reference after each measurement.
+REFERENCE_TARGET_S = 0.03
+
+
+def speed_reference(backend: str = "cpu") -> SpeedReference | None:
+    """The speed reference timed next to every measurement (CPU only: on a GPU the reference
+    would have to run on the device, which is not built yet)."""
+    if backend != "cpu":
+        return None
+    return SpeedReference(lambda fn: time_callable(fn, 5, 500, REFERENCE_TARGET_S))
+
+
+def _measure(bench: Bench, cfg: CalibrationConfig, reference: SpeedReference | None = None) -> dict:
+    d = _measure_bench(bench, cfg)
+    if reference is not None:
+        d["reference"] = reference.measure()
+    return d
+
+
+def _measure_bench(bench: Bench, cfg: CalibrationConfig) -> dict:
     g = bench.build()
     feeds = random_inputs(g, cfg.seed)
     timing = (cfg.min_runs, cfg.max_runs, cfg.target_s)
@@ -130,6 +150,9 @@ def _measure(bench: Bench, cfg: CalibrationConfig) -> dict:
     return {"seconds": seconds, "streams": ex.num_streams}
 
 
+_TIMED = frozenset({"seconds", "one_session", "segments_in_order"})
+
+
 def _stream_cap(backend: str) -> int | None:
     return (os.cpu_count() or 1) if backend == "cpu" else None
 
@@ -148,10 +171,11 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed)
         todo = [b for b in suite if db.get(b.signature) is None]
         done = len(suite) - len(todo)
+        reference = speed_reference(cfg.backend) if todo else None
         for i, bench in enumerate(todo):
             if time.perf_counter() - started > cfg.budget_s:
                 break
-            db.put(bench.signature, bench.kind, _measure(bench, cfg))
+            db.put(bench.signature, bench.kind, _measure(bench, cfg, reference))
             if progress:
                 progress(done + i + 1, len(suite), bench.spec.get("op", "branches"))
         ops = [(Bench("op", _spec(sig)), d) for sig, d in db.all("op")]
@@ -173,7 +197,17 @@ def _spec(signature: str) -> dict:
 def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig) -> Profile:
     """Fit, in order: the per-family op model, the sequential aggregate correction (chains), the
     per-segment costs (multi-branch graphs run as segments in order vs one session), and beta_a
-    (the same graphs on streams)."""
+    (the same graphs on streams). Measurements timed with the speed reference are first put in
+    reference units (see :mod:`gspo.costmodel.reference`)."""
+    refs = [d["reference"] for _, d in (*ops, *chain, *branches) if d.get("reference")]
+    nominal = float(statistics.median(refs)) if refs else 0.0
+
+    def units(d: dict) -> dict:
+        return {k: normalize(v, d.get("reference"), nominal) if k in _TIMED else v for k, v in d.items()}
+
+    ops = [(b, units(d)) for b, d in ops]
+    chain = [(b, units(d)) for b, d in chain]
+    branches = [(b, units(d)) for b, d in branches]
     samples: dict[str, list[tuple[list[float], float, float]]] = {}
     for bench, d in ops:
         g = bench.build()
@@ -186,11 +220,11 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         reps[fam] = sorted((flops, sec) for _, sec, flops in rows)
         if len(rows) >= 8:
             families[fam] = fit_poly([r[0] for r in rows], [math.log10(r[1]) for r in rows], degree=2, alpha=1.0)
-    meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches)}
+    meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches), "normalized": len(refs)}
     own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
     overhead = float(own[len(own) // 10]) if own else 0.0
     base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, sync_cost, families, reps, None, meta=meta,
-                   op_overhead=overhead)
+                   op_overhead=overhead, reference_s=nominal)
     model = CostModel(base)
     seq_scale = (1.0, 0.0)
     if len(chain) >= 4:

@@ -61,6 +61,9 @@ class Profile:
     segment_byte_cost: float = 0.0
     #: Seconds every executed op costs at least (kernel dispatch), whatever its size.
     op_overhead: float = 0.0
+    #: Median seconds of the speed reference (gspo.costmodel.reference) during calibration: the
+    #: profile's estimates are in these reference units. 0: measurements were not normalized.
+    reference_s: float = 0.0
     gspo_version: str = __version__
     meta: dict = field(default_factory=dict)
 
@@ -80,6 +83,7 @@ class Profile:
             "seq_scale": list(self.seq_scale),
             "segment_byte_cost": self.segment_byte_cost,
             "op_overhead": self.op_overhead,
+            "reference_s": self.reference_s,
             "meta": self.meta,
         }
 
@@ -102,6 +106,7 @@ class Profile:
                 seq_scale=tuple(float(v) for v in d.get("seq_scale", (1.0, 0.0))),
                 segment_byte_cost=float(d.get("segment_byte_cost", 0.0)),
                 op_overhead=float(d.get("op_overhead", 0.0)),
+                reference_s=float(d.get("reference_s", 0.0)),
                 gspo_version=str(d.get("gspo_version", "")),
                 meta=dict(d.get("meta", {})),
             )

@@ -122,25 +122,54 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     measured = []
     real = cal._measure
 
-    def interrupted(bench, cfg):
+    def interrupted(bench, cfg, reference=None):
         if len(measured) == 3:
             raise KeyboardInterrupt  # Ctrl-C during the fourth measurement
         measured.append(bench.signature)
-        return real(bench, cfg)
+        return real(bench, cfg, reference)
 
     cfg = CalibrationConfig("cpu:test", "x", str(tmp_path / "db.sqlite"), budget_s=600, min_runs=2, max_runs=2, target_s=0)
     monkeypatch.setattr(cal, "_measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         calibrate(cfg)
     assert len(measured) == 3 and CalibrationDB(cfg.db_path, "cpu:test", "x").count() == 4  # + fixed costs
-    monkeypatch.setattr(cal, "_measure", lambda b, c: (measured.append(b.signature), real(b, c))[1])
+    monkeypatch.setattr(cal, "_measure", lambda b, c, r=None: (measured.append(b.signature), real(b, c, r))[1])
     profile = calibrate(cfg)
     total = len(small_ops) + len(small_branches)
     assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
-    assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches)}
-    assert profile.parallel is not None
+    assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "normalized": total}
+    assert profile.parallel is not None and profile.reference_s > 0
     calibrate(cfg)
     assert len(measured) == total  # a re-run measures nothing new
+
+
+def test_measurements_are_put_in_reference_units():
+    """A machine at half speed for every other measurement (the reference slows down with it)
+    fits the same profile, in reference units, as a steady machine; without the reference the
+    drift would distort the fit."""
+    from gspo.costmodel.calibrate import fit
+    from gspo.costmodel.microbench import single_ops
+
+    ops = single_ops()[::3]
+    true = [1e-5 * (1 + i % 17) * (1 + i // 17) for i in range(len(ops))]
+    cfg = CalibrationConfig("cpu:test", "x", "unused")
+
+    def profile(slow, with_reference=True):
+        rows = []
+        for i, (bench, t) in enumerate(zip(ops, true)):
+            f = slow if i % 2 else 1.0
+            rows.append((bench, {"seconds": t * f, **({"reference": 1e-3 * f} if with_reference else {})}))
+        return fit(rows, [], [], 0.0, 0.0, cfg)
+
+    steady, drifting, uncorrected = profile(1.0), profile(2.0), profile(2.0, with_reference=False)
+    assert steady.reference_s == pytest.approx(1e-3) and drifting.reference_s == pytest.approx(1.5e-3)
+    graphs = [b.build() for b in ops[::5]]
+    for g in graphs:
+        a = sum(CostModel(steady).op_costs(g)) / steady.reference_s
+        b = sum(CostModel(drifting).op_costs(g)) / drifting.reference_s
+        assert b == pytest.approx(a, rel=1e-6)
+    ratios = [sum(CostModel(uncorrected).op_costs(g)) / sum(CostModel(steady).op_costs(g)) for g in graphs]
+    assert max(ratios) / min(ratios) > 1.05  # the uncorrected fit is distorted, not just rescaled
 
 
 def _writer(path, start):
