@@ -72,7 +72,7 @@ class OptimizeConfig:
     alpha: float = 1.05
     budget: int = 40
     #: Seconds for the whole optimization (anytime): 90 keeps a full zoo model under 2 minutes
-    #: on 2 cores (benchmarks/optimize.md); None = no limit.
+    #: on 2 cores (benchmarks/RESULTS.md); None = no limit.
     time_budget: float | None = 90.0
     threshold: int = DEFAULT_THRESHOLD
     max_streams: int | None = None
@@ -334,8 +334,11 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     else:
         final_options[0] = ("original", original, None)
     whole_counts: dict[str, int] = {}
-    if cfg.use_rules:
-        allowed = {r.name for r in cfg.rules}
+    allowed = {r.name for r in cfg.rules}
+    batching = WHOLE_MODEL_RULES[0]
+    # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
+    # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
+    if cfg.use_rules and batching.name in allowed and next(iter(batching.match(original)), None) is not None:
         whole, whole_counts = apply_greedily(original, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
         if whole.key not in (original.key, merged.key):
             final_options.append(("greedy-whole-model", whole, None))
