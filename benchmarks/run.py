@@ -30,6 +30,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -411,7 +412,7 @@ def render(results: dict, figures: list[str]) -> str:
     w("## This machine's limits\n")
     w(f"Peak fp32 rate measured through onnxruntime (fastest run of MatMul 512/1024/2048 squared and of 3x3 Conv "
       f"256ch 56x56 and 512ch 28x28, default threads): **{lim['peak_gflops']:.1f} GFLOP/s**. Memory bandwidth (better of onnxruntime Add over 64 MB tensors "
-      f"and numpy's in-place copy of 256 MB): **{lim['bandwidth_gbs']:.1f} GB/s**. A model's limit is "
+      f"and numpy's in-place copy of 256 MB): **{lim['bandwidth_gbs']:.1f} GB/s**. When runs were merged, each is the highest measured in any of them. A model's limit is "
       "max(FLOPs / peak, weight bytes / bandwidth): no schedule of its operators on this CPU can run "
       "faster than that; the fraction columns below are that limit over the measured median.\n")
     # ------------------------------------------------------------- peers
@@ -543,7 +544,7 @@ def main() -> None:
     say("measuring this machine's limits ...")
     results = {"date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M UTC"),
                "machine": f"{platform.machine()}, {os.cpu_count()} cores, {device_description('cpu')}",
-               "versions": versions(), "command": " ".join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]]),
+               "versions": versions(), "command": shlex.join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]]),
                "runs": args.runs, "limits": machine_limits(), "models": []}
     say(json.dumps(results["limits"]))
     partial = Path(args.out).parent / "results.partial.json"
@@ -576,13 +577,15 @@ def main() -> None:
         old = json.loads(store.read_text())
         fresh = {m["model"]: m for m in results["models"]}
         old["models"] = [fresh.pop(m["model"], m) for m in old["models"]] + list(fresh.values())
-        old["limits"], old["versions"] = results["limits"], results["versions"]  # fractions use the latest limits
         for key in ("search_time", "search_budget", "search_cap", "cost_model"):
             if key in results:
                 old[key] = results[key]
         old["failures"] = [f for f in old.get("failures", []) if f.split(":")[0] not in measured] + results.get("failures", [])
         first = [{k: old[k] for k in ("date", "command", "wall_min", "limits")} | {"measured": ["everything"]}]
         old["history"] = old.get("history", first) + results["history"]
+        # A peak is the best rate ever observed: keep the higher of each limit across runs.
+        old["limits"] = {k: max(old["limits"][k], results["limits"][k]) for k in results["limits"]}
+        old["versions"] = results["versions"]
         results = old
     figures = plots(results)
     Path(args.out).write_text(render(results, figures) + "\n")

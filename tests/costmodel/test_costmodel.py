@@ -139,6 +139,7 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
     assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "normalized": total}
     assert profile.parallel is not None and profile.reference_s > 0
+    assert profile.seq_scale[1] != 0.0  # no chains: the factor comes from the fork-join graphs run as one session
     calibrate(cfg)
     assert len(measured) == total  # a re-run measures nothing new
 
