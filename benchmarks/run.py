@@ -70,15 +70,6 @@ def say(*a) -> None:
 
 
 # ------------------------------------------------------------------ limits
-def _session(model: onnx.ModelProto, threads: int = 0):
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-
-
 def machine_limits() -> dict:
     """Peak fp32 rate (the best of onnxruntime MatMul and 3x3 Conv, default threads, fastest run)
     and memory bandwidth (the better of onnxruntime Add over 64 MB tensors and numpy's in-place
@@ -90,7 +81,7 @@ def machine_limits() -> dict:
                                helper.make_tensor_value_info("b", TensorProto.FLOAT, [n, n])],
                               [helper.make_tensor_value_info("c", TensorProto.FLOAT, [n, n])])
         m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-        s = _session(m)
+        s = make_session(m.SerializeToString())
         feeds = {"a": np.random.rand(n, n).astype(np.float32), "b": np.random.rand(n, n).astype(np.float32)}
         (t,) = interleaved([("gemm", lambda s=s, feeds=feeds: s.run(None, feeds))], runs=15, warmup=3)
         best_flops = max(best_flops, 2 * n ** 3 / t.min)
@@ -99,7 +90,7 @@ def machine_limits() -> dict:
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, hw, hw])],
                               [onnx.numpy_helper.from_array(np.random.rand(c, c, 3, 3).astype(np.float32) * 0.01, "w")])
-        s = _session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9))
+        s = make_session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString())
         feeds = {"x": np.random.rand(1, c, hw, hw).astype(np.float32)}
         (t,) = interleaved([("conv", lambda s=s, feeds=feeds: s.run(None, feeds))], runs=15, warmup=3)
         best_flops = max(best_flops, 2 * c * c * 9 * hw * hw / t.min)
@@ -108,7 +99,7 @@ def machine_limits() -> dict:
                           [helper.make_tensor_value_info("a", TensorProto.FLOAT, [numel]),
                            helper.make_tensor_value_info("b", TensorProto.FLOAT, [numel])],
                           [helper.make_tensor_value_info("c", TensorProto.FLOAT, [numel])])
-    s = _session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9))
+    s = make_session(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString())
     feeds = {"a": np.ones(numel, np.float32), "b": np.ones(numel, np.float32)}
     (t_add,) = interleaved([("add", lambda: s.run(None, feeds))], runs=15, warmup=3)
     src, dst = np.ones(64 * 2 ** 20, np.float32), np.zeros(64 * 2 ** 20, np.float32)
@@ -118,16 +109,15 @@ def machine_limits() -> dict:
 
 
 # ------------------------------------------------------------------- peers
-def peer_runners(graph, path: Path, feeds, expected, notes: list[str]):
-    """``(label, run)`` for each peer that loads and matches plain onnxruntime's outputs."""
-    import onnxruntime as ort
-
+def peer_runners(graph, path: Path, feeds, notes: list[str]):
+    """Plain onnxruntime's outputs, and ``(label, run)`` for each peer that loads and matches them."""
     plain = make_session(graph)
     plain1 = make_session(graph, SessionConfig(intra_op_threads=1))
     control = make_session(graph)  # a second, identical session: its ratio to the first is pure noise
     runners = [("onnxruntime", lambda: plain.run(None, feeds)), ("onnxruntime 1 thread", lambda: plain1.run(None, feeds)),
                ("control", lambda: control.run(None, feeds))]
     names = [o.name for o in plain.get_outputs()]
+    expected = dict(zip(names, plain.run(None, feeds)))
 
     def check(label, outs):
         res = compare_outputs(expected, dict(zip(names, outs)), 1e-3, 1e-4)
@@ -135,12 +125,7 @@ def peer_runners(graph, path: Path, feeds, expected, notes: list[str]):
             notes.append(f"{label}: output {res.worst.name} differs from onnxruntime's (max abs error {res.worst.max_abs:.3g}); not timed")
         return res.equivalent
 
-    so = ort.SessionOptions()
-    so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    so.inter_op_num_threads = os.cpu_count() or 1
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    so.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    par = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    par = make_session(graph, SessionConfig(parallel_mode=True))
     if check("onnxruntime parallel mode", par.run(None, feeds)):
         runners.append(("onnxruntime parallel mode", lambda: par.run(None, feeds)))
     try:
@@ -173,7 +158,7 @@ def peer_runners(graph, path: Path, feeds, expected, notes: list[str]):
         notes.append("openvino not installed (pip install -e '.[bench]'); skipped")
     except Exception as e:
         notes.append(f"OpenVINO failed: {str(e).splitlines()[0][:120]}")
-    return runners
+    return expected, runners
 
 
 # --------------------------------------------------------------- ablations
@@ -201,10 +186,8 @@ def bench_model(name: str, graph, runs: int, time_budget: float, with_ablations:
         path = Path(tmp) / f"{name}.onnx"
         save(graph, path)
         notes: list[str] = []
-        plain = make_session(graph)
-        expected = dict(zip([o.name for o in plain.get_outputs()], plain.run(None, feeds)))
         say("  peers ...")
-        runners = peer_runners(graph, path, feeds, expected, notes)
+        expected, runners = peer_runners(graph, path, feeds, notes)
         results = ablations(graph, time_budget) if with_ablations else {}
         if not with_ablations:
             say("  gspo optimize (joint) ...")
@@ -275,12 +258,17 @@ def search_time(name: str, graph, budget: int, cap: float) -> dict:
 
 
 # ------------------------------------------------------------------ report
+def joint_gain(m: dict) -> float:
+    """How much faster joint is than the best of the three other modes (0.05 = 5%)."""
+    return m["speedup"]["gspo joint"] / max(m["speedup"][f"gspo {k}"] for k in ABLATIONS[:3]) - 1
+
+
 def geomean(xs) -> float:
     xs = list(xs)
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def plots(results: dict) -> list[str]:
+def plots(results: dict, outdir: Path) -> list[str]:
     try:
         import matplotlib
 
@@ -301,7 +289,7 @@ def plots(results: dict) -> list[str]:
         ax.set_title("Ablations (paper Fig. 5), CPU, 2 cores")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(HERE / "fig5_ablations.png", dpi=100)
+        fig.savefig(outdir / "fig5_ablations.png", dpi=100)
         made.append("fig5_ablations.png")
     if results.get("search_time"):
         rows = results["search_time"]
@@ -314,7 +302,7 @@ def plots(results: dict) -> list[str]:
         ax.set_title("Search time (paper Fig. 6)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(HERE / "fig6_search_time.png", dpi=100)
+        fig.savefig(outdir / "fig6_search_time.png", dpi=100)
         made.append("fig6_search_time.png")
     if results.get("cost_model"):
         fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -328,7 +316,7 @@ def plots(results: dict) -> list[str]:
             ax.set_ylabel("estimated ms")
             ax.set_title(f"{ev['kind']}: MAPE {ev['mape'] * 100:.1f}%, Spearman {ev['spearman']:.3f}")
         fig.tight_layout()
-        fig.savefig(HERE / "fig7_cost_model.png", dpi=100)
+        fig.savefig(outdir / "fig7_cost_model.png", dpi=100)
         made.append("fig7_cost_model.png")
     plt.close("all")
     return made
@@ -384,10 +372,7 @@ def render(results: dict, figures: list[str]) -> str:
     w("| claim | paper (V100 / A100 GPU) | ours (2-core CPU) |")
     w("|---|---|---|")
     if zoo:
-        gains = []
-        for m in zoo:
-            others = max(m["speedup"][f"gspo {k}"] for k in ("rules only", "streams only", "rules then streams"))
-            gains.append(m["speedup"]["gspo joint"] / others - 1)
+        gains = [joint_gain(m) for m in zoo]
         w(f"| joint over the best of TASO-like / Nimble-like / TASO+Nimble | up to {PAPER['over_best'] * 100:.1f}% | "
           f"up to {max(gains) * 100:+.1f}% (median {statistics.median(gains) * 100:+.1f}%; per model in Ablations) |")
         w(f"| geometric-mean speedup of joint over onnxruntime, {len(zoo)} zoo models (issue target 1.1x) | (not reported against onnxruntime) | "
@@ -444,10 +429,9 @@ def render(results: dict, figures: list[str]) -> str:
             for a in ABLATIONS:
                 g = m["gspo"][a]
                 cells.append(f"{m['speedup'][f'gspo {a}']:.3f}x{' (= input)' if g['unchanged'] else ''}")
-            others = max(m["speedup"][f"gspo {k}"] for k in ABLATIONS[:3])
             j = m["gspo"]["joint"]
             subs = ", ".join(f"{k} {v}" for k, v in j["substitutions"].items()) or "none"
-            w(f"| {m['model']} | " + " | ".join(cells) + f" | {(m['speedup']['gspo joint'] / others - 1) * 100:+.1f}% | "
+            w(f"| {m['model']} | " + " | ".join(cells) + f" | {joint_gain(m) * 100:+.1f}% | "
               f"{subs}; {j['streams']} stream(s) | {j['wall_s']:.1f} |")
         w("")
         w("Fraction of the machine's limit reached (limit / measured):\n")
@@ -537,7 +521,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.render_only:
         results = json.loads((Path(args.out).parent / "results.json").read_text())
-        Path(args.out).write_text(render(results, plots(results)) + "\n")
+        Path(args.out).write_text(render(results, plots(results, Path(args.out).parent)) + "\n")
         say(f"wrote {args.out} from results.json")
         return
     t0 = time.perf_counter()
@@ -587,7 +571,7 @@ def main() -> None:
         old["limits"] = {k: max(old["limits"][k], results["limits"][k]) for k in results["limits"]}
         old["versions"] = results["versions"]
         results = old
-    figures = plots(results)
+    figures = plots(results, Path(args.out).parent)
     Path(args.out).write_text(render(results, figures) + "\n")
     store.write_text(json.dumps(results, indent=1) + "\n")
     partial.unlink(missing_ok=True)

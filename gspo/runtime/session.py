@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ class SessionConfig:
     allow_spinning: bool = False
     optimization: str = "all"  # "all" | "basic" | "extended" | "disable"
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    #: onnxruntime's own parallel execution mode (inter-op threads = cores); measured slower than
+    #: sequential on every zoo model here, kept as a peer for benchmarks/run.py.
+    parallel_mode: bool = False
 
 
 _LEVELS = {
@@ -59,6 +63,10 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig()) 
     so.inter_op_num_threads = 1
     so.log_severity_level = 4
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if config.allow_spinning else "0")
+    if config.parallel_mode:
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        so.inter_op_num_threads = os.cpu_count() or 1
+        so.add_session_config_entry("session.inter_op.allow_spinning", "1" if config.allow_spinning else "0")
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:

@@ -9,7 +9,6 @@ original, the original is the result.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import multiprocessing
 import os
@@ -53,9 +52,8 @@ def _distinct(options):
     """Options without repeats (the greedy variant and a candidate are often the same graph)."""
     seen, out = set(), []
     for label, g, s in options:
-        key = (g.key, json.dumps(s.to_json(), sort_keys=True) if s is not None else None)
-        if key not in seen:
-            seen.add(key)
+        if (g.key, s) not in seen:  # a Schedule is frozen: equal schedules hash alike
+            seen.add((g.key, s))
             out.append((label, g, s))
     return out
 
@@ -262,6 +260,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     searched = _run_pool(pieces, cost_fn, cfg, max_streams, search_time, jobs, show)
     t_search = time.perf_counter() - t0
 
+    allowed = {r.name for r in cfg.rules}
     chosen_graphs, piece_reports, applied = [], [], Counter()
     greedy_counts: dict[str, int] = {}
     caught = 0
@@ -274,7 +273,6 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         start, improving = cands[0], cands[1:]
         options = [("unmodified", piece.graph, None)]
         if cfg.use_rules:
-            allowed = {r.name for r in cfg.rules}
             greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
             if greedy.key != piece.graph.key:
                 options.append(("greedy", greedy, None))
@@ -334,7 +332,6 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     else:
         final_options[0] = ("original", original, None)
     whole_counts: dict[str, int] = {}
-    allowed = {r.name for r in cfg.rules}
     batching = WHOLE_MODEL_RULES[0]
     # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
     # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
