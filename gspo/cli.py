@@ -677,8 +677,9 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
             click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
             return
         for r in results:
+            noise = f"; test-retest noise {100 * r.noise:.2f}%" if r.noise is not None else ""
             click.echo(f"{r.kind:<10} {len(r.measured):>4} subgraphs  mean error {100 * r.mape:6.2f}%  Spearman {r.spearman:.3f}"
-                       f"  (raw timings, drift not cancelled: {100 * r.mape_raw:.2f}%)")
+                       f"  (raw timings, drift not cancelled: {100 * r.mape_raw:.2f}%{noise})")
         return
     if gpu_name:
         from gspo.runtime.cuda import require_gpu

@@ -20,7 +20,7 @@ import numpy as np
 from gspo.costmodel.db import CalibrationDB
 from gspo.costmodel.estimate import CostModel, segment_boundary_bytes
 from gspo.costmodel.features import feature_vector, op_features
-from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops
+from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops, zoo_pieces
 from gspo.costmodel.poly import fit_poly
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import SpeedReference, normalize
@@ -120,10 +120,11 @@ def _measure_bench(bench: Bench, cfg: CalibrationConfig) -> dict:
     g = bench.build()
     feeds = random_inputs(g, cfg.seed)
     timing = (cfg.min_runs, cfg.max_runs, cfg.target_s)
-    if bench.kind in ("op", "chain") and cfg.backend == "cpu":
+    forked = bench.kind == "branches" or (bench.kind == "piece" and bench.spec.get("parallel"))
+    if not forked and bench.kind in ("op", "chain", "piece") and cfg.backend == "cpu":
         sess = make_session(g)
         return {"seconds": time_callable(lambda: sess.run(None, feeds), *timing)}
-    if bench.kind == "branches" and cfg.backend == "cpu":
+    if forked and cfg.backend == "cpu":
         sess = make_session(g)
         schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
         segments = make_plan(g, schedule).segments
@@ -168,7 +169,7 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
             sync = measure_sync_cost() if cfg.backend == "cpu" else 0.0
             fixed = {"call": measure_call_cost(cfg.backend), "sync": sync}
             db.put("fixed-costs", "fixed", fixed)
-        suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed)
+        suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed) + zoo_pieces()
         todo = [b for b in suite if db.get(b.signature) is None]
         done = len(suite) - len(todo)
         reference = speed_reference(cfg.backend) if todo else None
@@ -181,9 +182,12 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         ops = [(Bench("op", _spec(sig)), d) for sig, d in db.all("op")]
         chain = [(Bench("chain", _spec(sig)), d) for sig, d in db.all("chain")]
         branches = [(Bench("branches", _spec(sig)), d) for sig, d in db.all("branches")]
+        # Only the pieces of the current suite (a changed zoo or held-out set retires old ones).
+        current = {b.signature for b in suite if b.kind == "piece"}
+        pieces = [(Bench("piece", _spec(sig)), d) for sig, d in db.all("piece") if sig in current]
     finally:
         db.close()
-    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg)
+    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg, pieces)
 
 
 def _spec(signature: str) -> dict:
@@ -194,12 +198,41 @@ def _spec(signature: str) -> dict:
     return d
 
 
-def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig) -> Profile:
-    """Fit, in order: the per-family op model, the sequential aggregate correction (chains), the
-    per-segment costs (multi-branch graphs run as segments in order vs one session), and beta_a
-    (the same graphs on streams). Measurements timed with the speed reference are first put in
+#: Bounds of an in-context family factor: a family's ops take between a quarter and four times
+#: their single-op cost inside real pieces (a free fit zeroed families the pieces rarely contain).
+FAMILY_SCALE_BOUNDS = (0.25, 4.0)
+
+
+def _family_scales(model: CostModel, timed: list, call_cost: float) -> dict[str, float]:
+    """Per family, the factor that best turns single-op costs into the measured run times of
+    ``timed`` pieces (least squares on relative error, bounded); families the pieces lack keep 1."""
+    from scipy.optimize import lsq_linear
+
+    from gspo.costmodel.features import FAMILIES
+
+    rows, ys = [], []
+    for bench, seconds in timed:
+        g = bench.build()
+        by_family = dict.fromkeys(FAMILIES, 0.0)
+        for node, c in zip(g.nodes, model.op_costs(g)):
+            by_family[op_features(g, node).family] += c
+        rows.append([by_family[f] for f in FAMILIES])
+        ys.append(max(seconds - call_cost, 1e-7))
+    x = np.asarray(rows) / np.asarray(ys)[:, None]
+    present = x.any(axis=0)
+    res = lsq_linear(x[:, present], np.ones(len(ys)), bounds=FAMILY_SCALE_BOUNDS)
+    return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), res.x)}
+
+
+def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig, pieces=()) -> Profile:
+    """Fit, in order: the per-family op model, the sequential aggregate correction (per-family
+    in-context factors from zoo pieces run as one session; without enough of them, one factor from
+    chains and fork-join graphs), the per-segment costs (multi-branch graphs run as segments in
+    order vs one session), and beta_a (the same graphs on streams). Parallel zoo pieces were
+    tried in the last two fits too and made the held-out parallel error worse (20% -> 25% on the
+    same measurements); they only feed the family factors. Measurements timed with the speed reference are first put in
     reference units (see :mod:`gspo.costmodel.reference`)."""
-    refs = [d["reference"] for _, d in (*ops, *chain, *branches) if d.get("reference")]
+    refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]
     nominal = float(statistics.median(refs)) if refs else 0.0
 
     def units(d: dict) -> dict:
@@ -208,6 +241,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     ops = [(b, units(d)) for b, d in ops]
     chain = [(b, units(d)) for b, d in chain]
     branches = [(b, units(d)) for b, d in branches]
+    pieces = [(b, units(d)) for b, d in pieces]
     samples: dict[str, list[tuple[list[float], float, float]]] = {}
     for bench, d in ops:
         g = bench.build()
@@ -220,18 +254,25 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         reps[fam] = sorted((flops, sec) for _, sec, flops in rows)
         if len(rows) >= 8:
             families[fam] = fit_poly([r[0] for r in rows], [math.log10(r[1]) for r in rows], degree=2, alpha=1.0)
-    meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches), "normalized": len(refs)}
+    meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches), "pieces": len(pieces),
+            "normalized": len(refs)}
     own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
     overhead = float(own[len(own) // 10]) if own else 0.0
     base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, sync_cost, families, reps, None, meta=meta,
                    op_overhead=overhead, reference_s=nominal)
     model = CostModel(base)
     seq_scale = (1.0, 0.0)
-    # Every calibration graph run as one session: the chains, and the fork-join graphs' one-session
-    # timings. Chains alone gave 0.65 and over-discounted real pieces (zoo pieces measure 0.86 of
-    # their op sum, fork-join graphs 0.79): their branches look more like the pieces.
+    # From single-op costs to a graph's run time. Preferred: per-family in-context factors fitted
+    # on zoo pieces (disjoint from the held-out ones), what the search actually costs. Without
+    # enough pieces (a GPU calibration, a test): one factor over every calibration graph run as one
+    # session (chains, fork-join graphs), 0.75 on this CPU; chains alone gave 0.65 and
+    # over-discounted real pieces.
     whole = [(b, d["seconds"]) for b, d in chain] + [(b, d["one_session"]) for b, d in branches if "one_session" in d]
-    if len(whole) >= 4:
+    real = [(b, d.get("one_session", d["seconds"])) for b, d in pieces]
+    if len(real) >= 8:
+        base = replace(base, family_scale=_family_scales(model, real, call_cost))
+        model = CostModel(base)
+    elif len(whole) >= 4:
         # A pure factor (slope 1 in log space): a free slope fitted on short chains was unstable
         # between calibrations (0.68-0.81) and extrapolated badly to larger graphs.
         xs = [math.log10(max(sum(model.op_costs(b.build())), 1e-9)) for b, _ in whole]

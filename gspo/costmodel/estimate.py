@@ -1,8 +1,9 @@
 """Estimating a graph's latency from a profile (GSPO Eq. 1-3).
 
 Sequential (Eq. 1-2): ``Cost = call_cost + sum of op costs``; an op's cost is its family's
-polynomial fit of log10(seconds) over log features; a family without a fit uses Eq. 2 with its
-nearest representative op (by FLOPs).
+polynomial fit of log10(seconds) over log features (a family without a fit uses Eq. 2 with its
+nearest representative op, by FLOPs), times the family's in-context factor (``family_scale``:
+how much of a zoo piece's time an op of that family takes compared with running alone).
 
 Parallel (Eq. 3), made precise: each stream is cut into segments between sync points. With
 ``beta_i = 1`` (the sequential model measures every op with the whole device to itself), the
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_features
 from gspo.costmodel.profile import Profile
 from gspo.ir import Graph
+from gspo.ir._hash import digest
 from gspo.streams import Schedule, node_id, segment_runs
 
 __all__ = ["CostModel", "parallel_features", "segment_boundary_bytes"]
@@ -39,6 +41,17 @@ def _fused_into_producer(graph: Graph, node) -> bool:
         return False
     readers = graph.consumers.get(node.inputs[0], ())
     return len(readers) == 1 and node.inputs[0] not in graph.output_names()
+
+
+def _cost_key(graph: Graph, node) -> bytes:
+    """What an op's cost depends on: the node itself (its key has its output shapes, not its input
+    shapes) and the shape, dtype and constness of every input. Keying on ``node.key`` alone made
+    two MatMuls named alike, with equal output shapes but different reduction lengths, share a
+    cost across graphs."""
+    values = graph.values
+    ins = tuple((v.dtype, v.shape, name in graph.weights) if (v := values.get(name)) is not None else None
+                for name in node.inputs)
+    return digest(node.key, ins)
 
 
 def _boundary_bytes(graph: Graph, runs, index) -> list[float]:
@@ -89,9 +102,12 @@ class CostModel:
             if _fused_into_producer(graph, n):
                 out.append(0.0)
                 continue
-            c = self._cache.get(n.key)
+            key = _cost_key(graph, n)
+            c = self._cache.get(key)
             if c is None:
-                c = self._cache[n.key] = max(self.feature_cost(op_features(graph, n)), self.profile.op_overhead)
+                f = op_features(graph, n)
+                scale = self.profile.family_scale.get(f.family, 1.0)
+                c = self._cache[key] = scale * max(self.feature_cost(f), self.profile.op_overhead)
             out.append(c)
         return out
 

@@ -3,7 +3,9 @@
 Sequential: pieces of the full zoo models (partitioned at several thresholds), each measured as
 one onnxruntime session. Parallel: pieces with at least two independent ops, measured with the
 multi-stream runtime (streams capped at the cores). None of these graphs is in the calibration
-suite. Reports mean absolute percentage error and Spearman rank correlation.
+suite (see :mod:`gspo.costmodel.pieces`). Reports mean absolute percentage error and Spearman
+rank correlation, and the machine's noise: every subgraph is measured in two separate passes,
+and the error of one pass against the other is what even an exact model would show.
 
 When the profile was calibrated with the speed reference, each subgraph's timing is followed by
 the reference's, and the error is computed in reference units (the machine's drift between
@@ -13,17 +15,17 @@ calibration and now, and during the evaluation, cancels); the raw error is repor
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from gspo.costmodel.calibrate import speed_reference, time_callable
 from gspo.costmodel.estimate import CostModel
+from gspo.costmodel.pieces import held_out_subgraphs
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import normalize
-from gspo.partition import partition
 from gspo.runtime import CpuExecutor, make_session, random_inputs
 from gspo.streams import assign_streams
-from gspo.zoo import MODELS, build
 
 __all__ = ["Evaluation", "held_out_subgraphs", "evaluate"]
 
@@ -35,6 +37,14 @@ class Evaluation:
     measured: tuple[float, ...]  # in reference units when the profile has a reference, else raw
     labels: tuple[str, ...]
     raw: tuple[float, ...] = ()  # seconds as measured (empty: same as ``measured``)
+    passes: tuple[tuple[float, ...], ...] = ()  # per subgraph, each pass's time (same units as measured)
+
+    @property
+    def noise(self) -> float | None:
+        """Test-retest error: pass 2 taken as an estimate of pass 1 (``None`` with one pass). A
+        model that predicted one pass exactly would score about this against the other."""
+        pairs = [p[:2] for p in self.passes if len(p) >= 2]
+        return _mape([b for _, b in pairs], [a for a, _ in pairs]) if pairs else None
 
     @property
     def mape(self) -> float:
@@ -52,66 +62,57 @@ class Evaluation:
 
     def to_json(self) -> dict:
         raw = self.raw or self.measured
+        passes = self.passes or tuple(() for _ in self.measured)
         return {"kind": self.kind, "n": len(self.measured), "mape": self.mape, "mape_raw": self.mape_raw,
-                "spearman": self.spearman,
-                "rows": [{"subgraph": lbl, "estimated_s": e, "measured_s": m, "measured_raw_s": r}
-                         for lbl, e, m, r in zip(self.labels, self.estimated, self.measured, raw)]}
+                "spearman": self.spearman, "noise": self.noise,
+                "rows": [{"subgraph": lbl, "estimated_s": e, "measured_s": m, "measured_raw_s": r,
+                          "passes_s": list(p)}
+                         for lbl, e, m, r, p in zip(self.labels, self.estimated, self.measured, raw, passes)]}
 
 
 def _mape(estimated, measured) -> float:
     return sum(abs(e - m) / m for e, m in zip(estimated, measured)) / len(measured)
 
 
-def held_out_subgraphs(count: int = 100, parallel: bool = False, size: str = "full"):
-    """``(label, graph)`` pieces of the zoo models, spread over models and thresholds."""
-    per_model: dict[str, list] = {}
-    for name in MODELS:
-        g = build(name, size)
-        for t in (8, 16, 32, 64):
-            for k, piece in enumerate(partition(g, t).pieces):
-                pg = piece.graph
-                if not pg.outputs or len(pg.nodes) < 2:
-                    continue
-                width = assign_streams(pg).num_streams
-                if parallel != (width >= 2):
-                    continue
-                per_model.setdefault(name, []).append((f"{name}/T{t}/piece{k}", pg))
-    chosen, i = [], 0
-    pools = [v for v in per_model.values() if v]
-    while len(chosen) < count and any(pools):
-        pool = pools[i % len(pools)]
-        if pool:
-            chosen.append(pool.pop(len(pool) // 2))
-        i += 1
-        pools = [p for p in pools if p]
-    return chosen
-
-
-def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], None] | None = None) -> list[Evaluation]:
+def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], None] | None = None,
+             passes: int = 2) -> list[Evaluation]:
+    """Estimate and measure the held-out subgraphs. Each is measured in ``passes`` separate passes
+    over the whole set (so that the machine's drift during the run shows); the measured time is
+    their mean, and the test-retest error (pass 2 against pass 1) is the noise floor of this run."""
     model = CostModel(profile)
     cap = os.cpu_count() or 1
     reference = speed_reference("cpu") if profile.reference_s else None
     results = []
     for parallel in (False, True):
-        est, meas, raw, labels = [], [], [], []
         subgraphs = held_out_subgraphs(count, parallel)
-        for i, (label, g) in enumerate(subgraphs):
+        runners, est = [], []
+        for _, g in subgraphs:
             feeds = random_inputs(g)
             if parallel:
                 schedule = assign_streams(g, max_streams=cap)
-                with CpuExecutor(g, schedule) as ex:
-                    seconds = time_callable(lambda ex=ex, feeds=feeds: ex.run(feeds))
+                ex = CpuExecutor(g, schedule)
+                runners.append((lambda ex=ex, feeds=feeds: ex.run(feeds), ex.close))
                 est.append(model.parallel(g, schedule))
             else:
                 sess = make_session(g)
-                seconds = time_callable(lambda sess=sess, feeds=feeds: sess.run(None, feeds))
+                runners.append((lambda sess=sess, feeds=feeds: sess.run(None, feeds), None))
                 est.append(model.sequential(g))
-            now = reference.measure() if reference is not None else None
-            raw.append(seconds)
-            meas.append(normalize(seconds, now, profile.reference_s))
-            labels.append(label)
-            if progress:
-                progress(i + 1, len(subgraphs))
-        results.append(Evaluation("parallel" if parallel else "sequential", tuple(est), tuple(meas), tuple(labels),
-                                  tuple(raw)))
+        timed: list[list[tuple[float, float]]] = [[] for _ in subgraphs]  # (units, raw) per pass
+        try:
+            for k in range(passes):
+                for i, (run, _) in enumerate(runners):
+                    seconds = time_callable(run)
+                    now = reference.measure() if reference is not None else None
+                    timed[i].append((normalize(seconds, now, profile.reference_s), seconds))
+                    if progress:
+                        progress(k * len(runners) + i + 1, passes * len(runners))
+        finally:
+            for _, close in runners:
+                if close is not None:
+                    close()
+        results.append(Evaluation(
+            "parallel" if parallel else "sequential", tuple(est),
+            tuple(statistics.fmean(u for u, _ in t) for t in timed), tuple(lbl for lbl, _ in subgraphs),
+            tuple(statistics.fmean(r for _, r in t) for t in timed),
+            tuple(tuple(u for u, _ in t) for t in timed)))
     return results

@@ -15,12 +15,12 @@ import numpy as np
 from gspo.ir import Graph
 from gspo.ir.builder import GraphBuilder
 
-__all__ = ["Bench", "single_ops", "multi_branch", "chains"]
+__all__ = ["Bench", "single_ops", "multi_branch", "chains", "zoo_pieces"]
 
 
 @dataclass(frozen=True)
 class Bench:
-    kind: str  # "op" or "branches"
+    kind: str  # "op", "chain", "branches" or "piece"
     spec: dict
 
     @property
@@ -28,6 +28,10 @@ class Bench:
         return json.dumps({"kind": self.kind, **self.spec}, sort_keys=True)
 
     def build(self) -> Graph:
+        if self.kind == "piece":
+            from gspo.costmodel.pieces import zoo_piece
+
+            return zoo_piece(self.spec["label"])
         return {"op": _build_op, "branches": _build_branches, "chain": _build_chain}[self.kind](self.spec)
 
 
@@ -239,4 +243,15 @@ def chains(seed: int = 0, count: int = 50) -> list[Bench]:
         else:
             ops = [rng.choice(["linear", "linear", "ln", "Tanh", "Relu", "Sigmoid"]) for _ in range(rng.randint(3, 12))]
             out.append(Bench("chain", {"stack": "mlp", "m": rng.choice([1, 16, 128]), "h": rng.choice([64, 256, 768]), "ops": ops}))
+    return out
+
+
+def zoo_pieces(sequential: int = 60, parallel: int = 40) -> list[Bench]:
+    """Pieces of the full zoo models shaped like what the search costs, disjoint from the
+    evaluation's held-out pieces (see :mod:`gspo.costmodel.pieces`): sequential ones are timed as
+    one session, parallel ones as one session and on streams."""
+    from gspo.costmodel.pieces import calibration_pieces
+
+    out = [Bench("piece", {"label": lbl, "parallel": False}) for lbl, _ in calibration_pieces(sequential, False)]
+    out += [Bench("piece", {"label": lbl, "parallel": True}) for lbl, _ in calibration_pieces(parallel, True)]
     return out

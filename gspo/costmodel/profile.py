@@ -64,6 +64,9 @@ class Profile:
     #: Median seconds of the speed reference (gspo.costmodel.reference) during calibration: the
     #: profile's estimates are in these reference units. 0: measurements were not normalized.
     reference_s: float = 0.0
+    #: Per op family, the factor from a single-op cost (measured alone) to the same op's share of a
+    #: zoo piece's run time, fitted on calibration pieces; families not listed keep 1.
+    family_scale: dict[str, float] = field(default_factory=dict)
     gspo_version: str = __version__
     meta: dict = field(default_factory=dict)
 
@@ -84,6 +87,7 @@ class Profile:
             "segment_byte_cost": self.segment_byte_cost,
             "op_overhead": self.op_overhead,
             "reference_s": self.reference_s,
+            "family_scale": dict(sorted(self.family_scale.items())),
             "meta": self.meta,
         }
 
@@ -107,6 +111,7 @@ class Profile:
                 segment_byte_cost=float(d.get("segment_byte_cost", 0.0)),
                 op_overhead=float(d.get("op_overhead", 0.0)),
                 reference_s=float(d.get("reference_s", 0.0)),
+                family_scale={str(k): float(v) for k, v in d.get("family_scale", {}).items()},
                 gspo_version=str(d.get("gspo_version", "")),
                 meta=dict(d.get("meta", {})),
             )

@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -119,6 +120,7 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     monkeypatch.setattr(cal, "single_ops", lambda seed: small_ops)
     monkeypatch.setattr(cal, "multi_branch", lambda seed: small_branches)
     monkeypatch.setattr(cal, "chains", lambda seed: [])
+    monkeypatch.setattr(cal, "zoo_pieces", lambda: [])
     measured = []
     real = cal._measure
 
@@ -137,7 +139,8 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     profile = calibrate(cfg)
     total = len(small_ops) + len(small_branches)
     assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
-    assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "normalized": total}
+    assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "pieces": 0,
+                            "normalized": total}
     assert profile.parallel is not None and profile.reference_s > 0
     assert profile.seq_scale[1] != 0.0  # no chains: the factor comes from the fork-join graphs run as one session
     calibrate(cfg)
@@ -191,3 +194,76 @@ def test_two_writers_at_once_lose_nothing(tmp_path):
     rows = sqlite3.connect(path).execute("SELECT COUNT(*) FROM measurements").fetchone()[0]
     assert rows == 300  # 0..299, the overlapping 100..199 kept once
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _flops_profile() -> Profile:
+    """Every op costs 1 ns per FLOP (log10 seconds = log10 flops - 9), whatever its family."""
+    fit = Poly(powers=((1, 0, 0, 0),), coef=(1.0,), intercept=-9.0, mean=(0,) * 4, scale=(1,) * 4)
+    return Profile("cpu:test:2c", "1.0", 0.0, 0.0, 0.0, {f: fit for f in ("conv", "matmul", "elementwise")}, {}, None)
+
+
+def _matmul(k: int):
+    b = GraphBuilder()
+    return b.output(b.op("MatMul", [b.input("x", (4, k)), b.weight("w", (k, 8))], out="y")).build()
+
+
+def test_op_costs_are_not_shared_between_ops_that_differ_only_in_input_shape():
+    """Two MatMuls with the same names and output shape but different reduction lengths: one
+    CostModel (as in the search and the evaluation) must cost them apart."""
+    model = CostModel(_flops_profile())
+    small, large = model.op_costs(_matmul(16)), model.op_costs(_matmul(256))
+    assert large[0] == pytest.approx(small[0] * (2 * 4 * 8 * 256 + 1) / (2 * 4 * 8 * 16 + 1), rel=1e-6)
+
+
+def test_family_scales_recover_in_context_factors():
+    """Pieces whose measured time is 2x their conv cost plus 0.5x their elementwise cost: the
+    fitted per-family factors are 2 and 0.5, and the model then predicts the pieces exactly."""
+    from gspo.costmodel.calibrate import _family_scales
+
+    class Piece:
+        def __init__(self, g):
+            self.g = g
+
+        def build(self):
+            return self.g
+
+    model = CostModel(_flops_profile())
+    timed = []
+    for i, (c, n_relu) in enumerate([(4, 1), (8, 3), (16, 2), (6, 5), (12, 1), (10, 4), (3, 6), (14, 2)]):
+        b = GraphBuilder()
+        y = b.op("Conv", [b.input("x", (1, c, 8 + i, 8)), b.weight("w", (c, c, 3, 3))], pads=[1, 1, 1, 1])
+        b.op("MaxPool", [y], kernel_shape=[1, 1])  # keeps the Relus below from fusing into the Conv
+        for _ in range(n_relu):
+            y = b.op("Sigmoid", [y])
+        g = b.output(y).build()
+        by = {"conv": 0.0, "elementwise": 0.0}
+        for node, cost in zip(g.nodes, model.op_costs(g)):
+            fam = op_features(g, node).family
+            by[fam] = by.get(fam, 0.0) + cost
+        timed.append((Piece(g), 2 * by["conv"] + 0.5 * by["elementwise"] + 1e-3 * by.get("pool", 0.0)))
+    scales = _family_scales(model, timed, 0.0)
+    assert scales["conv"] == pytest.approx(2.0, rel=1e-3) and scales["elementwise"] == pytest.approx(0.5, rel=1e-3)
+    assert "matmul" not in scales  # no piece has one: it keeps 1
+    scaled = CostModel(replace(_flops_profile(), family_scale=scales))
+    for piece, seconds in timed:
+        assert sum(scaled.op_costs(piece.g)) == pytest.approx(seconds, rel=0.3)
+
+
+def test_calibration_pieces_are_disjoint_from_the_held_out_ones():
+    from gspo.costmodel.pieces import calibration_pieces, held_out_subgraphs, shape_signature
+
+    for parallel in (False, True):
+        held = held_out_subgraphs(100, False, "tiny") + held_out_subgraphs(100, True, "tiny")
+        fitting = calibration_pieces(20, parallel, "tiny")
+        assert fitting, "the tiny zoo leaves pieces for calibration"
+        assert not {lbl for lbl, _ in held} & {lbl for lbl, _ in fitting}
+        assert not {shape_signature(g) for _, g in held} & {shape_signature(g) for _, g in fitting}
+
+
+def test_evaluation_noise_is_pass_two_against_pass_one():
+    from gspo.costmodel.evaluate import Evaluation
+
+    ev = Evaluation("sequential", (1.0, 2.0), (1.05, 2.2), ("a", "b"), passes=((1.0, 1.1), (2.0, 2.4)))
+    assert ev.noise == pytest.approx((0.1 + 0.2) / 2)
+    assert Evaluation("sequential", (1.0,), (1.0,), ("a",)).noise is None
+    assert ev.to_json()["noise"] == pytest.approx(0.15)
