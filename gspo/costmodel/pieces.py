@@ -74,9 +74,9 @@ HELD_OUT = 100
 def calibration_pieces(count: int, parallel: bool, size: str = "full") -> list[tuple[str, Graph]]:
     """``count`` pieces for fitting, disjoint (by label and by structure) from the held-out set
     of ``HELD_OUT`` pieces of either kind."""
-    held = [g for kind in (False, True) for _, g in held_out_subgraphs(HELD_OUT, kind, size)]
-    held_labels = {lbl for kind in (False, True) for lbl, _ in held_out_subgraphs(HELD_OUT, kind, size)}
-    forbidden = {shape_signature(g) for g in held}
+    held = [piece for kind in (False, True) for piece in held_out_subgraphs(HELD_OUT, kind, size)]
+    held_labels = {lbl for lbl, _ in held}
+    forbidden = {shape_signature(g) for _, g in held}
     pools: dict[str, list] = {}
     seen: set = set()
     for name, pieces in _pools(size)[int(parallel)].items():
