@@ -353,6 +353,12 @@ def render(results: dict, figures: list[str]) -> str:
     results = results | {"models": [with_limits(m, results["limits"]) for m in results["models"]]}
     L = []
     w = L.append
+
+    def header(*columns: str) -> None:
+        """A Markdown table's header row and its separator (one ``---`` per column)."""
+        w("| " + " | ".join(columns) + " |")
+        w("|" + "---|" * len(columns))
+
     zoo = [m for m in results["models"] if m["gspo"].get("rules only")]
     light = [m for m in results["models"] if not m["gspo"].get("rules only")]
     w("# gspo benchmark results\n")
@@ -369,8 +375,7 @@ def render(results: dict, figures: list[str]) -> str:
       "onnxruntime session identical to the first) shows how far from 1.000 pure noise goes in each set.\n")
     # ---------------------------------------------------------- summary
     w("## Summary, next to the paper's claims\n")
-    w("| claim | paper (V100 / A100 GPU) | ours (2-core CPU) |")
-    w("|---|---|---|")
+    header("claim", "paper (V100 / A100 GPU)", "ours (2-core CPU)")
     if zoo:
         gains = [joint_gain(m) for m in zoo]
         w(f"| joint over the best of TASO-like / Nimble-like / TASO+Nimble | up to {PAPER['over_best'] * 100:.1f}% | "
@@ -406,8 +411,7 @@ def render(results: dict, figures: list[str]) -> str:
     w("Speedup over the better onnxruntime setting (higher is faster); `-` = the peer failed or its outputs differ (see notes). "
       "*control* is a second onnxruntime session identical to the default one, timed in the same set: "
       "its distance from 1.000 (in either direction) is this run's noise.\n")
-    w("| model | nodes | GFLOPs | best onnxruntime ms | control | " + " | ".join(peers) + " | gspo (joint) | gspo fraction of limit |")
-    w("|---|---|---|---|---|" + "---|" * (len(peers) + 2))
+    header("model", "nodes", "GFLOPs", "best onnxruntime ms", "control", *peers, "gspo (joint)", "gspo fraction of limit")
     for m in results["models"]:
         cells = [f"{m['speedup'][p]:.3f}x" if p in m["speedup"] else "-" for p in peers]
         control = m["median_ms"]["onnxruntime"] / m["median_ms"]["control"]
@@ -422,8 +426,7 @@ def render(results: dict, figures: list[str]) -> str:
         w("`gspo optimize` (`--jobs 2`, default `--time-budget`) in four modes, timed in the same interleaved set as the peers "
           "(modes whose outputs are identical, byte for byte, are timed once and share the figure). "
           "\"= input\" means optimize found nothing measurably faster and returned the input unchanged.\n")
-        w("| model | " + " | ".join(ABLATIONS) + " | joint vs best other | joint: substitutions, streams | optimize wall s (joint) |")
-        w("|---|" + "---|" * (len(ABLATIONS) + 3))
+        header("model", *ABLATIONS, "joint vs best other", "joint: substitutions, streams", "optimize wall s (joint)")
         for m in zoo:
             cells = []
             for a in ABLATIONS:
@@ -435,8 +438,7 @@ def render(results: dict, figures: list[str]) -> str:
               f"{subs}; {j['streams']} stream(s) | {j['wall_s']:.1f} |")
         w("")
         w("Fraction of the machine's limit reached (limit / measured):\n")
-        w("| model | limit ms | bound by | best onnxruntime | OpenVINO f32 | gspo joint |")
-        w("|---|---|---|---|---|---|")
+        header("model", "limit ms", "bound by", "best onnxruntime", "OpenVINO f32", "gspo joint")
         for m in results["models"]:
             bound = m["bound"]
             ov = f"{m['fraction_of_limit']['OpenVINO f32'] * 100:.0f}%" if "OpenVINO f32" in m["fraction_of_limit"] else "-"
@@ -464,8 +466,8 @@ def render(results: dict, figures: list[str]) -> str:
         w(f"The same backtracking search (alpha 1.05, cost model `data/profiles/cpu.json`, one process): over the pieces of a "
           f"T={DEFAULT_THRESHOLD} partition with {results['search_budget']} expansions each, and over the whole graph with the same "
           f"total number of expansions, stopped after {results['search_cap']:.0f} s. Gain = estimated cost saved / estimated cost of the input.\n")
-        w("| model | pieces | partitioned s (incl. partitioning) | expansions | gain | whole-graph s | expansions | gain | time saved | reading |")
-        w("|---|---|---|---|---|---|---|---|---|---|")
+        header("model", "pieces", "partitioned s (incl. partitioning)", "expansions", "gain", "whole-graph s", "expansions",
+               "gain", "time saved", "reading")
         for r in results["search_time"]:
             capped = " (stopped at the cap)" if r["whole_capped"] else ""
             saved = 1 - r["partitioned_s"] / r["whole_s"]
@@ -488,8 +490,7 @@ def render(results: dict, figures: list[str]) -> str:
           "at least 2 streams, on gspo's CPU executor).\n")
         w("Errors are in the speed reference's units (each subgraph's time scaled by the reference workload timed right after it "
           "against its median during calibration, which cancels the machine's drift); the raw column is on the timings as measured.\n")
-        w("| kind | subgraphs | mean abs. error | raw timings | Spearman | median estimated / measured |")
-        w("|---|---|---|---|---|---|")
+        header("kind", "subgraphs", "mean abs. error", "raw timings", "Spearman", "median estimated / measured")
         for ev in results["cost_model"]:
             ratio = statistics.median(r["estimated_s"] / r["measured_s"] for r in ev["rows"])
             raw = f"{ev['mape_raw'] * 100:.1f}%" if "mape_raw" in ev else "-"

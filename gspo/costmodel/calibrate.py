@@ -229,7 +229,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     in-context factors from zoo pieces run as one session; without enough of them, one factor from
     chains and fork-join graphs), the per-segment costs (multi-branch graphs run as segments in
     order vs one session), and beta_a (the same graphs on streams). Fitting those last two on the
-    parallel zoo pieces as well made the held-out parallel error worse (20% -> 25% on the same
+    parallel zoo pieces as well made the held-out parallel error worse (21% -> 25% on the same
     measurements), so the pieces only feed the family factors. Measurements timed with the speed
     reference are first put in reference units (see :mod:`gspo.costmodel.reference`)."""
     refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]

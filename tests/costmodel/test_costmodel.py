@@ -229,24 +229,23 @@ def test_family_scales_recover_in_context_factors():
 
     model = CostModel(_flops_profile())
     timed = []
-    for i, (c, n_relu) in enumerate([(4, 1), (8, 3), (16, 2), (6, 5), (12, 1), (10, 4), (3, 6), (14, 2)]):
+    for i, (c, n_sigmoid) in enumerate([(4, 1), (8, 3), (16, 2), (6, 5), (12, 1), (10, 4), (3, 6), (14, 2)]):
         b = GraphBuilder()
         y = b.op("Conv", [b.input("x", (1, c, 8 + i, 8)), b.weight("w", (c, c, 3, 3))], pads=[1, 1, 1, 1])
-        b.op("MaxPool", [y], kernel_shape=[1, 1])  # keeps the Relus below from fusing into the Conv
-        for _ in range(n_relu):
+        for _ in range(n_sigmoid):  # Sigmoid: not fused into the Conv, so every one is costed
             y = b.op("Sigmoid", [y])
         g = b.output(y).build()
         by = {"conv": 0.0, "elementwise": 0.0}
         for node, cost in zip(g.nodes, model.op_costs(g)):
             fam = op_features(g, node).family
             by[fam] = by.get(fam, 0.0) + cost
-        timed.append((Piece(g), 2 * by["conv"] + 0.5 * by["elementwise"] + 1e-3 * by.get("pool", 0.0)))
+        timed.append((Piece(g), 2 * by["conv"] + 0.5 * by["elementwise"]))
     scales = _family_scales(model, timed, 0.0)
     assert scales["conv"] == pytest.approx(2.0, rel=1e-3) and scales["elementwise"] == pytest.approx(0.5, rel=1e-3)
     assert "matmul" not in scales  # no piece has one: it keeps 1
     scaled = CostModel(replace(_flops_profile(), family_scale=scales))
     for piece, seconds in timed:
-        assert sum(scaled.op_costs(piece.g)) == pytest.approx(seconds, rel=0.3)
+        assert sum(scaled.op_costs(piece.g)) == pytest.approx(seconds, rel=1e-3)
 
 
 def test_calibration_pieces_are_disjoint_from_the_held_out_ones():
