@@ -106,6 +106,14 @@ def single_ops(seed: int = 0) -> list[Bench]:
             cout = rng.choice([16, 32, 48, 64, 96, 128, 192, 256, 384, 512])
             k = rng.choice([(1, 1), (1, 1), (3, 3), (3, 3), (5, 5), (1, 7), (7, 1), (1, 3), (3, 1)])
             convs.add((cin, cout, k, rng.choice([1, 1, 2]), 1, hw))
+    # Depthwise convolutions with channel counts off onnxruntime's fast path (not a multiple of 4)
+    # and their aligned neighbours, from a second generator so the draws above stay as they were.
+    rng2 = random.Random(seed + 1)
+    for c in (6, 10, 14, 18, 21, 26, 30, 42, 54, 66, 90, 126):
+        for ch in (c, c + (-c) % 4):
+            hw = rng2.choice([14, 28, 42, 56, 83, 111])
+            k = rng2.choice([3, 5, 7])
+            convs.add((ch, ch, (k, k), rng2.choice([1, 2]), ch, hw))
     for cin, cout, k, stride, group, hw in sorted(convs):
         out.append(Bench("op", {"op": "Conv", "cin": cin, "cout": cout, "k": list(k), "stride": stride, "group": group, "hw": hw}))
     mms = set()

@@ -18,7 +18,8 @@ __all__ = ["Profile", "ProfileError", "device_description", "load_profile", "sav
 
 log = logging.getLogger(__name__)
 SCHEMA = "gspo-profile"
-SCHEMA_VERSION = 1
+#: 2: convolution fits take a fifth feature (``slow_depthwise``); version-1 profiles must be recalibrated.
+SCHEMA_VERSION = 2
 #: Where ``--profile NAME`` looks: the profiles shipped in the repository, then the user cache.
 PROFILE_DIRS = (
     Path(__file__).resolve().parents[2] / "data" / "profiles",

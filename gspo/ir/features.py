@@ -17,7 +17,14 @@ from gspo.ir.graph import Graph, Node, Value
 from gspo.ir.shapes import BINARY_OPS, COMPARE_OPS, UNARY_OPS
 from gspo.ir.weights import np_dtype
 
-__all__ = ["NodeFeatures", "node_features", "graph_features", "GraphFeatures", "DATA_MOVEMENT_OPS"]
+__all__ = ["NodeFeatures", "node_features", "graph_features", "GraphFeatures", "DATA_MOVEMENT_OPS",
+           "DEPTHWISE_CHANNEL_MULTIPLE", "is_misaligned_depthwise"]
+
+#: onnxruntime's CPU depthwise convolution takes its blocked (NCHWc) kernel only when the channel
+#: count is a multiple of this; otherwise it runs one small GEMM per channel, 3-4x slower
+#: (measured in ``gspo/rules/enlarge.py``). The cost model has it as a feature; the rule
+#: ``PadDepthwiseChannels`` pads to it.
+DEPTHWISE_CHANNEL_MULTIPLE = 4
 
 DATA_MOVEMENT_OPS = frozenset(
     "Reshape Flatten Squeeze Unsqueeze Identity Concat Split Slice Transpose Pad Gather Shape "
@@ -136,3 +143,15 @@ def graph_features(graph: Graph) -> GraphFeatures:
         params=sum(w.size for w in float_weights),
         param_bytes=sum(w.size * np_dtype(w.dtype).itemsize for w in float_weights),
     )
+
+
+def is_misaligned_depthwise(graph: Graph, node: Node) -> bool:
+    """A depthwise Conv (one input and one output channel per group) whose channel count is not a
+    multiple of :data:`DEPTHWISE_CHANNEL_MULTIPLE`."""
+    if node.op_type != "Conv" or node.is_opaque or len(node.inputs) < 2:
+        return False
+    w = graph.values.get(node.inputs[1])
+    group = node.attr("group", 1)
+    if w is None or not w.is_static or len(w.shape) < 3 or group == 1:
+        return False
+    return w.shape[1] == 1 and w.shape[0] == group and group % DEPTHWISE_CHANNEL_MULTIPLE != 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gspo.ir import Graph, Literal, Node, Scale, broadcast_shapes
+from gspo.ir import Graph, Literal, Node, Pad, Scale, broadcast_shapes
 from gspo.rules.base import (
     Edit,
     Fail,
@@ -30,6 +30,7 @@ __all__ = [
     "RemoveIdentity",
     "CollapseTransposes",
     "CollapseReshapes",
+    "FoldChannelSlice",
     "RULES",
 ]
 
@@ -345,6 +346,76 @@ class CollapseReshapes(Rule):
         return e.commit()
 
 
+def _leading_channel_slice(graph: Graph, sl: Node) -> int | Fail:
+    """How many leading channels ``sl`` keeps when it slices axis 1 only, from 0, step 1."""
+    x, y = graph.values.get(sl.inputs[0]), graph.values.get(sl.outputs[0].name)
+    if x is None or y is None or not x.is_static or not y.is_static:
+        return Fail("unknown shapes")
+    if "starts" in {a.name for a in sl.attrs}:
+        starts, axes = list(sl.attr("starts")), list(sl.attr("axes", range(len(sl.attr("starts")))))
+        steps = [1] * len(starts)
+    else:
+        parts = []
+        for i in (1, 3, 4):
+            if len(sl.inputs) <= i or not sl.inputs[i]:
+                parts.append(None)
+                continue
+            w = constant(graph, sl.inputs[i])
+            if isinstance(w, Fail):
+                return w
+            parts.append([int(v) for v in array(graph, w).reshape(-1)])
+        starts, axes, steps = parts
+        axes = axes if axes is not None else list(range(len(starts)))
+        steps = steps if steps is not None else [1] * len(starts)
+    axes = [a % len(x.shape) for a in axes]
+    if len(x.shape) < 2 or axes != [1] or steps != [1] or starts != [0]:
+        return Fail("not a slice of the leading channels")
+    if y.shape[1] >= x.shape[1] or y.shape[1] == 0:
+        return Fail("the slice keeps every channel")
+    return y.shape[1]
+
+
+class FoldChannelSlice(Rule):
+    """``Conv(Slice(y)[:, :C], w)`` -> ``Conv(y, w zero-padded to y's channels)`` (group 1).
+
+    The extra input channels meet zero weights; with finite inputs (what every rule assumes: a
+    zero weight times an infinity is NaN) the output is unchanged. Removes the Slice that
+    :class:`~gspo.rules.enlarge.PadDepthwiseChannels` leaves before a pointwise convolution.
+    """
+
+    pattern = ("Slice", "Conv")
+    anchors = ("Conv",)
+
+    def check(self, graph, site):
+        conv = site[0]
+        sl = producer(graph, conv.inputs[0], ("Slice",))
+        if isinstance(sl, Fail):
+            return sl
+        if conv.attr("group", 1) != 1:
+            return Fail("group is not 1")
+        kept = _leading_channel_slice(graph, sl)
+        if isinstance(kept, Fail):
+            return kept
+        w = constant(graph, conv.inputs[1])
+        if isinstance(w, Fail):
+            return w
+        if len(w.shape) < 3 or w.shape[1] != kept:
+            return Fail("weight does not match the sliced channels")
+        return self._match([conv, sl])
+
+    def apply(self, graph, match):
+        conv, sl = match.nodes
+        x = sl.inputs[0]
+        extra = graph.values[x].shape[1] - graph.values[sl.outputs[0].name].shape[1]
+        w = graph.weights[conv.inputs[1]]
+        e = Edit(graph).drop(conv)
+        if isinstance(single_consumer(graph, sl.outputs[0].name), Node):
+            e.drop(sl)
+        inputs = [x, e.weight("w", Pad(w, ((0, 0), (0, extra)) + ((0, 0),) * (len(w.shape) - 2))), *conv.inputs[2:]]
+        e.node("Conv", inputs, conv.attrs, outputs=[conv.outputs[0].name], like=conv)
+        return e.commit()
+
+
 RULES = [
     FoldBatchNorm(),
     FoldMulIntoLinear(),
@@ -353,4 +424,5 @@ RULES = [
     RemoveIdentity(),
     CollapseTransposes(),
     CollapseReshapes(),
+    FoldChannelSlice(),
 ]

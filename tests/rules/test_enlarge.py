@@ -5,7 +5,8 @@ from hypothesis import strategies as st
 
 from gspo.ir.builder import GraphBuilder
 from gspo.rules import apply_greedily
-from gspo.rules.enlarge import EnlargeConvKernel
+from gspo.rules.enlarge import EnlargeConvKernel, PadDepthwiseChannels
+from gspo.rules.fold import FoldChannelSlice
 from gspo.rules.merge import MergeParallelConvs
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
@@ -57,3 +58,59 @@ def test_enlarge_property(k1, k2, stride, dil, hw):
         assert_equivalent(g, EnlargeConvKernel().apply(g, m).check(), runs=1)
     if k1 != k2:
         assert found
+
+
+def separable(c, k=3, stride=1, bias=True, opset=17, hw=9, pointwise=True, shared=False):
+    """ReLU -> depthwise kxk (``c`` channels) -> pointwise 1x1 (or nothing)."""
+    b = GraphBuilder(seed=5, opset=opset)
+    x = b.op("Relu", [b.input("x", (1, c, hw, hw))])
+    ins = [x, b.weight("dw", (c, 1, k, k))] + ([b.weight("db", (c,), scale=0.1)] if bias else [])
+    y = b.op("Conv", ins, kernel_shape=[k, k], pads=[k // 2] * 4, strides=[stride, stride], group=c)
+    outs = [y] if not pointwise else [b.op("Conv", [y, b.weight("pw", (5, c, 1, 1)), b.weight("pb", (5,))])]
+    if shared:
+        outs.append(b.op("Sigmoid", [y]))
+    return b.output(*outs).build()
+
+
+def test_pad_depthwise_channels_then_fold_the_slice():
+    g = separable(11)
+    h = apply_first(PadDepthwiseChannels(), g)
+    dw = next(n for n in h.nodes if n.op_type == "Conv" and n.attr("group", 1) > 1)
+    assert dw.attr("group") == 12 and h.values[dw.inputs[1]].shape == (12, 1, 3, 3)
+    assert ops(h) == ["Relu", "Pad", "Conv", "Slice", "Conv"]
+    assert_equivalent(g, h)
+    folded = apply_first(FoldChannelSlice(), h)
+    assert ops(folded) == ["Relu", "Pad", "Conv", "Conv"]
+    assert folded.values[folded.nodes[-1].inputs[1]].shape == (5, 12, 1, 1)
+    assert_equivalent(g, folded)
+
+
+def test_pad_depthwise_channels_keeps_a_shared_slice():
+    g = separable(6, shared=True)
+    h, counts = apply_greedily(g, [PadDepthwiseChannels(), FoldChannelSlice()])
+    assert counts == {"PadDepthwiseChannels": 1, "FoldChannelSlice": 1}
+    assert ops(h).count("Slice") == 1  # the Sigmoid still reads the sliced channels
+    assert_equivalent(g, h)
+
+
+def test_pad_depthwise_channels_old_opsets():
+    for opset in (9, 10):  # Pad and Slice with attributes (Pad < 11, Slice < 10)
+        g = separable(7, opset=opset, pointwise=False)
+        assert_equivalent(g, apply_first(PadDepthwiseChannels(), g))
+
+
+def test_pad_depthwise_channels_reasons():
+    assert "channels already a multiple of 4" in reasons(PadDepthwiseChannels(), separable(12))
+    assert any("not a depthwise convolution" in r for r in reasons(PadDepthwiseChannels(), pair((1, 1), (0, 0), (3, 3), (1, 1))))
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.integers(2, 23), k=st.sampled_from([1, 3, 5]), stride=st.integers(1, 2), bias=st.booleans(),
+       pointwise=st.booleans())
+def test_pad_depthwise_channels_property(c, k, stride, bias, pointwise):
+    g = separable(c, k, stride, bias, pointwise=pointwise)
+    h, counts = apply_greedily(g, [PadDepthwiseChannels(), FoldChannelSlice()])
+    assert counts.get("PadDepthwiseChannels", 0) == (1 if c % 4 else 0)
+    assert counts.get("FoldChannelSlice", 0) == (1 if c % 4 and pointwise else 0)
+    assert all(n.attr("group", 1) % 4 == 0 for n in h.nodes if n.attr("group", 1) > 1)
+    assert_equivalent(g, h, runs=1)

@@ -9,6 +9,7 @@ from gspo.rules.fold import (
     CollapseReshapes,
     CollapseTransposes,
     FoldAddIntoLinear,
+    FoldChannelSlice,
     FoldBatchNorm,
     FoldMulIntoLinear,
     MatMulAddToGemm,
@@ -188,3 +189,27 @@ def test_collapse_reshapes_reason():
     x = b.input("x", (2, 3, 4))
     g = b.output(b.op("Reshape", [b.op("Relu", [x]), b.const("s", np.array([6, 4]))])).build()
     assert "not fed by Reshape" in reasons(CollapseReshapes(), g)
+
+
+def _sliced_conv(keep, start=0, axis=1, step=1, group=1):
+    b = GraphBuilder(seed=3)
+    x = b.input("x", (1, 8, 5, 5))
+    s = b.op("Slice", [x, b.const("s", np.array([start])), b.const("e", np.array([start + keep * step])),
+                       b.const("a", np.array([axis])), b.const("t", np.array([step]))])
+    cin = b.shape(s)[1]
+    y = b.op("Conv", [s, b.weight("w", (4, cin // group, 3, 3))], kernel_shape=[3, 3], pads=[1] * 4, group=group)
+    return b.output(y).build()
+
+
+def test_fold_channel_slice_into_conv():
+    g = _sliced_conv(5)
+    h = apply_first(FoldChannelSlice(), g)
+    assert ops(h) == ["Conv"] and h.values[h.nodes[0].inputs[1]].shape == (4, 8, 3, 3)
+    assert_equivalent(g, h)
+
+
+def test_fold_channel_slice_reasons():
+    assert "not a slice of the leading channels" in reasons(FoldChannelSlice(), _sliced_conv(4, start=2))
+    assert "not a slice of the leading channels" in reasons(FoldChannelSlice(), _sliced_conv(4, step=2))
+    assert "not a slice of the leading channels" in reasons(FoldChannelSlice(), _sliced_conv(3, axis=2))
+    assert "group is not 1" in reasons(FoldChannelSlice(), _sliced_conv(4, group=2))
