@@ -645,10 +645,12 @@ def _progress_printer(label: str):
 @click.option("--evaluate", "evaluate_profile", metavar="PROFILE", help="Measure held-out subgraphs and report accuracy.")
 @click.option("--count", type=click.IntRange(min=5), default=100, show_default=True, help="Held-out subgraphs of each kind.")
 @click.option("--report", type=click.Path(dir_okay=False), help="With --evaluate: write the full report (JSON).")
+@click.option("--passes", type=click.IntRange(min=2), default=4, show_default=True,
+              help="With --evaluate: separate measuring passes over the held-out set (their mean is the measured time).")
 @click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, force, as_json):
+def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, passes, force, as_json):
     """Measure microbenchmarks on the device and fit a cost profile (resumable).
 
     Measurements are cached in a SQLite database: an interrupted calibration resumes, and a
@@ -669,7 +671,7 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         from gspo.costmodel.evaluate import evaluate
 
         profile = load_profile(evaluate_profile, device_description("cpu"), runtime, force)
-        results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"))
+        results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
         data = {"profile": evaluate_profile, "device": profile.device, "results": [r.to_json() for r in results]}
         if report:
             Path(report).write_text(json.dumps(data, indent=1) + "\n")
@@ -677,7 +679,8 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
             click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
             return
         for r in results:
-            noise = f"; test-retest noise {100 * r.noise:.2f}%" if r.noise is not None else ""
+            noise = (f"; test-retest noise {100 * r.noise:.2f}%, left in the mean of {passes} passes"
+                     f" {100 * r.noise_of_mean:.2f}%") if r.noise is not None else ""
             click.echo(f"{r.kind:<10} {len(r.measured):>4} subgraphs  mean error {100 * r.mape:6.2f}%  Spearman {r.spearman:.3f}"
                        f"  (raw timings, drift not cancelled: {100 * r.mape_raw:.2f}%{noise})")
         return

@@ -47,6 +47,19 @@ class Evaluation:
         return _mape([b for _, b in pairs], [a for a, _ in pairs]) if pairs else None
 
     @property
+    def noise_of_mean(self) -> float | None:
+        """The noise left in the measured time (the mean of all passes): half the error between
+        the mean of the odd passes and that of the even ones (two independent means of half the
+        passes each differ by about twice what their overall mean is off by). With two passes it
+        is half the test-retest error. About what an exact model would score against ``measured``."""
+        full = [p for p in self.passes if len(p) >= 2]
+        if not full:
+            return None
+        odd = [statistics.fmean(p[0::2]) for p in full]
+        even = [statistics.fmean(p[1::2]) for p in full]
+        return _mape(even, odd) / 2
+
+    @property
     def mape(self) -> float:
         return _mape(self.estimated, self.measured)
 
@@ -64,7 +77,8 @@ class Evaluation:
         raw = self.raw or self.measured
         passes = self.passes or tuple(() for _ in self.measured)
         return {"kind": self.kind, "n": len(self.measured), "mape": self.mape, "mape_raw": self.mape_raw,
-                "spearman": self.spearman, "noise": self.noise,
+                "spearman": self.spearman, "noise": self.noise, "noise_of_mean": self.noise_of_mean,
+                "passes": max((len(p) for p in self.passes), default=1),
                 "rows": [{"subgraph": lbl, "estimated_s": e, "measured_s": m, "measured_raw_s": r,
                           "passes_s": list(p)}
                          for lbl, e, m, r, p in zip(self.labels, self.estimated, self.measured, raw, passes)]}

@@ -266,3 +266,13 @@ def test_evaluation_noise_is_pass_two_against_pass_one():
     assert ev.noise == pytest.approx((0.1 + 0.2) / 2)
     assert Evaluation("sequential", (1.0,), (1.0,), ("a",)).noise is None
     assert ev.to_json()["noise"] == pytest.approx(0.15)
+
+
+def test_noise_left_in_the_mean_is_half_the_odd_against_even_error():
+    from gspo.costmodel.evaluate import Evaluation
+
+    two = Evaluation("sequential", (1.0,), (1.05,), ("a",), passes=((1.0, 1.1),))
+    assert two.noise_of_mean == pytest.approx(two.noise / 2)
+    four = Evaluation("sequential", (1.0,), (1.0,), ("a",), passes=((1.0, 1.2, 1.0, 1.0),))
+    assert four.noise_of_mean == pytest.approx(abs(1.1 - 1.0) / 1.0 / 2)  # odd passes mean 1.0, even 1.1
+    assert four.to_json()["passes"] == 4 and Evaluation("sequential", (1.0,), (1.0,), ("a",)).noise_of_mean is None
