@@ -104,13 +104,13 @@ def pad_channels(e: Edit, x: str, extra: int) -> str:
     return e.node("Pad", [x], [make_attr("mode", "constant"), make_attr("pads", pads)])[0]
 
 
-def slice_channels(e: Edit, y: str, count: int, outputs=None, like=None) -> list[str]:
+def slice_channels(e: Edit, y: str, count: int, outputs=None) -> list[str]:
     """The first ``count`` channels of ``y`` (``Slice`` on axis 1, input or attribute form by opset)."""
     if e.graph.opset >= 10:
         ins = [y] + [e.weight(h, Literal.from_array(int64s([v]))) for h, v in (("starts", 0), ("ends", count), ("axes", 1))]
-        return e.node("Slice", ins, (), outputs=outputs, like=like)
+        return e.node("Slice", ins, (), outputs=outputs)
     attrs = [make_attr("starts", [0]), make_attr("ends", [count]), make_attr("axes", [1])]
-    return e.node("Slice", [y], attrs, outputs=outputs, like=like)
+    return e.node("Slice", [y], attrs, outputs=outputs)
 
 
 class PadDepthwiseChannels(Rule):

@@ -380,7 +380,9 @@ class FoldChannelSlice(Rule):
 
     The extra input channels meet zero weights; with finite inputs (what every rule assumes: a
     zero weight times an infinity is NaN) the output is unchanged. Removes the Slice that
-    :class:`~gspo.rules.enlarge.PadDepthwiseChannels` leaves before a pointwise convolution.
+    :class:`~gspo.rules.enlarge.PadDepthwiseChannels` leaves before a pointwise convolution
+    (one op fewer; on NASNet-A Mobile measured no faster than keeping the Slices: 1.13x vs 1.11x
+    and 1.15x vs 1.18x over the unpadded model in two interleaved sets).
     """
 
     pattern = ("Slice", "Conv")
