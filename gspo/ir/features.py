@@ -18,7 +18,7 @@ from gspo.ir.shapes import BINARY_OPS, COMPARE_OPS, UNARY_OPS
 from gspo.ir.weights import np_dtype
 
 __all__ = ["NodeFeatures", "node_features", "graph_features", "GraphFeatures", "DATA_MOVEMENT_OPS",
-           "DEPTHWISE_CHANNEL_MULTIPLE", "is_misaligned_depthwise"]
+           "DEPTHWISE_CHANNEL_MULTIPLE", "depthwise_channels", "is_misaligned_depthwise"]
 
 #: onnxruntime's CPU depthwise convolution takes its blocked (NCHWc) kernel only when the channel
 #: count is a multiple of this; otherwise it runs one small GEMM per channel, 3-4x slower
@@ -145,13 +145,19 @@ def graph_features(graph: Graph) -> GraphFeatures:
     )
 
 
-def is_misaligned_depthwise(graph: Graph, node: Node) -> bool:
-    """A depthwise Conv (one input and one output channel per group) whose channel count is not a
-    multiple of :data:`DEPTHWISE_CHANNEL_MULTIPLE`."""
+def depthwise_channels(graph: Graph, node: Node) -> int | None:
+    """The channel count of a depthwise Conv (one input and one output channel per group), else ``None``."""
     if node.op_type != "Conv" or node.is_opaque or len(node.inputs) < 2:
-        return False
+        return None
     w = graph.values.get(node.inputs[1])
     group = node.attr("group", 1)
     if w is None or not w.is_static or len(w.shape) < 3 or group == 1:
-        return False
-    return w.shape[1] == 1 and w.shape[0] == group and group % DEPTHWISE_CHANNEL_MULTIPLE != 0
+        return None
+    return group if w.shape[1] == 1 and w.shape[0] == group else None
+
+
+def is_misaligned_depthwise(graph: Graph, node: Node) -> bool:
+    """A depthwise Conv whose channel count is not a multiple of :data:`DEPTHWISE_CHANNEL_MULTIPLE`
+    (what the cost model's feature and the rule ``PadDepthwiseChannels`` both go by)."""
+    c = depthwise_channels(graph, node)
+    return c is not None and c % DEPTHWISE_CHANNEL_MULTIPLE != 0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from gspo.ir import Literal, Pad
 from gspo.ir.builder import make_attr
 from gspo.ir.features import DEPTHWISE_CHANNEL_MULTIPLE as CHANNEL_MULTIPLE
+from gspo.ir.features import depthwise_channels, is_misaligned_depthwise
 from gspo.rules.base import Edit, Fail, Rule, attrs_with, constant, conv_params, int64s
 from gspo.rules.merge import readers_by_input
 
@@ -124,9 +125,9 @@ class PadDepthwiseChannels(Rule):
         p = conv_params(graph, conv)
         if isinstance(p, Fail):
             return p
-        if p.group == 1 or p.cin != 1 or p.cout != p.group:
+        if depthwise_channels(graph, conv) is None:
             return Fail("not a depthwise convolution (one input and one output channel per group)")
-        if p.group % CHANNEL_MULTIPLE == 0:
+        if not is_misaligned_depthwise(graph, conv):
             return Fail(f"channels already a multiple of {CHANNEL_MULTIPLE}")
         for name in conv.inputs[1:3]:
             if name:

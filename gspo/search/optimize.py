@@ -94,7 +94,7 @@ class OptimizeConfig:
     margin: float = 0.05
     #: The same for the whole model, whose choice is made among two or three options and must
     #: hold in two separate timings (the confirmation): a lower bar, so that a real gain of 2-5%
-    #: (NASNet-A Large's padded stem, measured 3.6-6.8%) is not thrown away as noise.
+    #: (NASNet-A Large's padded stem, measured 3.6-8.3% in four sets) is not thrown away as noise.
     final_margin: float = 0.02
     #: "measured": pick by measured latency (never slower as measured; may differ between runs
     #: when candidates are within noise). "estimated": pick by the cost model among the verified
