@@ -2,7 +2,8 @@
 
 ``Conv(a, w1) + Conv(b, w2)`` -> ``Conv(Concat(a, b), Concat(w1, w2))`` (TASO rule 98) and
 ``A @ B + C @ D`` -> ``[A, C] @ [B; D]``: a sum of two products is one product over the
-concatenated contraction axis.
+concatenated contraction axis. ``Split(a)[i] + Split(b)[i]`` for every ``i`` ->
+``Split(a + b)``: one elementwise op instead of one per piece (bit for bit the same numbers).
 """
 
 from __future__ import annotations
@@ -21,9 +22,14 @@ from gspo.rules.base import (
     nodes_of,
     producer,
     single_consumer,
+    split_node,
+    split_sizes,
 )
 
-__all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "RULES"]
+__all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "RULES"]
+
+#: Elementwise binary ops whose piecewise application is the op on the whole.
+_BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 
 
 def _two_producers(graph, add, op):
@@ -127,4 +133,66 @@ class MergeMatMulsIntoAdd(Rule):
         return e.commit()
 
 
-RULES = [MergeConvsIntoAdd(), MergeMatMulsIntoAdd()]
+def _split_axis(graph, split):
+    rank = len(graph.values[split.inputs[0]].shape)
+    ax = split.attr("axis", 0)
+    return ax + rank if ax < 0 else ax
+
+
+class MergeBinaryOfSplits(Rule):
+    """``Add(Split(a)[i], Split(b)[i])`` for every piece ``i`` -> ``Split(Add(a, b))`` (Sub, Mul, ...).
+
+    Also Sub, Mul, Div, Max and Min; the operands keep their order, so the numbers are the same
+    bit for bit."""
+
+    pattern = ("Split", "Add", "Split")
+    pattern_ops = (frozenset(["Split"]), frozenset(_BINARY), frozenset(["Split"]))
+    merges = True
+
+    anchors = ("Split",)
+
+    def check(self, graph, site):
+        left = site[0]
+        first = single_consumer(graph, left.outputs[0].name)
+        if isinstance(first, Fail):
+            return first
+        if first.op_type not in _BINARY or first.is_opaque or len(first.inputs) != 2:
+            return Fail("the first piece is not read by an elementwise binary op")
+        if first.inputs[0] != left.outputs[0].name:
+            return Fail("the pieces are the second operand (matched from the other Split)")
+        right = producer(graph, first.inputs[1], ("Split",))
+        if isinstance(right, Fail):
+            return right
+        if right is left or right.key == left.key or len(right.outputs) != len(left.outputs):
+            return Fail("the other operand is not a piece of another Split of as many pieces")
+        a, b = (graph.values.get(s.inputs[0]) for s in (left, right))
+        if a is None or b is None or not a.is_static or a.shape != b.shape or a.dtype != b.dtype:
+            return Fail("the split tensors differ in shape")
+        if _split_axis(graph, left) != _split_axis(graph, right):
+            return Fail("the Splits' axes differ")
+        sizes = split_sizes(graph, left)
+        if isinstance(sizes, Fail) or sizes != split_sizes(graph, right):
+            return Fail("the Splits' boundaries differ")
+        ops = []
+        for lv, rv in zip(left.outputs, right.outputs):
+            op = single_consumer(graph, lv.name)
+            if isinstance(op, Fail):
+                return op
+            if op.op_type != first.op_type or op.attrs != first.attrs or op.inputs != (lv.name, rv.name):
+                return Fail("the pieces are not combined pairwise by one kind of op")
+            other = single_consumer(graph, rv.name)
+            if isinstance(other, Fail):
+                return other
+            ops.append(op)
+        return self._match([left, right, *ops])
+
+    def apply(self, graph, match):
+        left, right, *ops = match.nodes
+        e = Edit(graph).drop(left, right, *ops)
+        (whole,) = e.node(ops[0].op_type, [left.inputs[0], right.inputs[0]], ops[0].attrs, like=ops[0])
+        split_node(e, whole, _split_axis(graph, left), split_sizes(graph, left),
+                   [op.outputs[0].name for op in ops], like=left)
+        return e.commit()
+
+
+RULES = [MergeConvsIntoAdd(), MergeMatMulsIntoAdd(), MergeBinaryOfSplits()]

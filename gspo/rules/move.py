@@ -32,6 +32,7 @@ __all__ = [
     "PullThroughSplit",
     "RemoveSplitConcat",
     "RemoveConcatSplit",
+    "SwapNestedSplits",
     "RULES",
 ]
 
@@ -362,6 +363,61 @@ class RemoveConcatSplit(Rule):
         return e.commit()
 
 
+class SwapNestedSplits(Rule):
+    """``Split(x, a)`` into n pieces each split alike on axis b into m -> ``Split(x, b)`` first (m < n).
+
+    ``1 + m`` Splits instead of ``1 + n`` (applied only when that is fewer, so it never undoes
+    itself).
+    Every final piece keeps its name. An unrolled RNN's batched input projection is split by gate,
+    then each gate by step; by step first, each step's slice lines up with the step's recurrent
+    projection, which :class:`~gspo.rules.combine.MergeBinaryOfSplits` can then add once.
+    """
+
+    pattern = ("Split", "Split")
+
+    anchors = ("Split",)
+
+    def check(self, graph, site):
+        outer = site[0]
+        if not _static(graph, outer.inputs[0]):
+            return Fail("unknown shapes")
+        inners = []
+        for v in outer.outputs:
+            u = single_consumer(graph, v.name)
+            if isinstance(u, Fail):
+                return u
+            if u.op_type != "Split" or u.is_opaque or u.inputs[0] != v.name:
+                return Fail("a piece is not split again")
+            inners.append(u)
+        if len({u.key for u in inners}) != len(inners):
+            return Fail("one Split reads two pieces")
+        a = _axis(graph, outer, outer.inputs[0])
+        b = {_axis(graph, u, u.inputs[0]) for u in inners}
+        if len(b) != 1 or a in b:
+            return Fail("the pieces are split on different axes, or on the same axis")
+        sizes = [split_sizes(graph, u) for u in inners]
+        if any(isinstance(s, Fail) for s in sizes) or isinstance(split_sizes(graph, outer), Fail):
+            return Fail("unknown shapes")
+        if any(s != sizes[0] for s in sizes):
+            return Fail("the pieces are split at different boundaries")
+        if len(sizes[0]) >= len(inners):
+            return Fail("swapping would not make fewer Splits")
+        return self._match([outer, *inners])
+
+    def apply(self, graph, match):
+        outer, *inners = match.nodes
+        x = outer.inputs[0]
+        a = _axis(graph, outer, x)
+        b = _axis(graph, inners[0], inners[0].inputs[0])
+        outer_sizes, inner_sizes = split_sizes(graph, outer), split_sizes(graph, inners[0])
+        names = [fresh_name("split", x, b, tuple(inner_sizes), j) for j in range(len(inner_sizes))]
+        e = Edit(graph).drop(outer, *inners)
+        split_node(e, x, b, inner_sizes, names, like=inners[0])
+        for j, part in enumerate(names):
+            split_node(e, part, a, outer_sizes, [u.outputs[j].name for u in inners], like=outer)
+        return e.commit()
+
+
 RULES = [
     PushThroughConcat(),
     PullThroughConcat(),
@@ -369,4 +425,5 @@ RULES = [
     PullThroughSplit(),
     RemoveSplitConcat(),
     RemoveConcatSplit(),
+    SwapNestedSplits(),
 ]

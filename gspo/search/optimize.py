@@ -22,7 +22,7 @@ from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
 from gspo.partition import DEFAULT_THRESHOLD, partition
-from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge
+from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge, move
 from gspo.runtime import CpuExecutor, compare_outputs, interleaved, random_inputs, runtime_version
 from gspo.search.backtrack import Candidate, SearchConfig, search
 from gspo.streams import Schedule, apply_schedule, assign_streams
@@ -32,8 +32,9 @@ __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
 log = logging.getLogger(__name__)
 
 #: The TASO-like greedy variant every piece also gets verified with: folds, CSE, enlargement and
-#: merges applied wherever they match (no splits or moves, which only the search explores).
-GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES)
+#: merges applied wherever they match (no splits or moves, which only the search explores, except
+#: swapping nested Splits, which only ever removes Splits).
+GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES) + (move.SwapNestedSplits(),)
 #: The same over the whole model, batching first: merges across pieces (an unrolled RNN's input
 #: projections sit in different pieces, one per step) need the whole graph, and batching them
 #: must come before the per-step merges that would use up their MatMuls.

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gspo.ir.builder import GraphBuilder
-from gspo.rules.combine import MergeConvsIntoAdd, MergeMatMulsIntoAdd
+from gspo.rules.combine import MergeBinaryOfSplits, MergeConvsIntoAdd, MergeMatMulsIntoAdd
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
 
@@ -63,3 +64,45 @@ def test_merge_matmuls_into_add_reason():
 def test_merge_matmuls_into_add_property(ka, kc, n, batch):
     g = matmul_sum(ka, kc, n, batch)
     assert_equivalent(g, apply_first(MergeMatMulsIntoAdd(), g), runs=1)
+
+
+def split_pairs(op="Add", sizes=(2, 3, 1), axis=1, order=None, opset=17, other_sizes=None):
+    b = GraphBuilder(seed=5, opset=opset)
+    a = b.op("Tanh", [b.input("a", (2, sum(sizes)))])
+    c = b.op("Sigmoid", [b.input("c", (2, sum(sizes)))])
+
+    def split(x, s):
+        if opset >= 13:
+            return b.op("Split", [x, b.const("s", np.array(s))], n_outputs=len(s), axis=axis)
+        return b.op("Split", [x], n_outputs=len(s), axis=axis, split=list(s))
+
+    left, right = split(a, sizes), split(c, other_sizes or sizes)
+    outs = []
+    for i, (p, q) in enumerate(zip(left, right)):
+        pair = [q, p] if order and order[i] else [p, q]
+        outs.append(b.op("Relu", [b.op(op, pair)]))
+    return b.output(*outs).build()
+
+
+def test_merge_binary_of_splits():
+    g = split_pairs()
+    h = apply_first(MergeBinaryOfSplits(), g)
+    assert sorted(ops(h)) == ["Add", "Relu", "Relu", "Relu", "Sigmoid", "Split", "Tanh"]
+    assert_equivalent(g, h)
+
+
+def test_merge_binary_of_splits_reasons():
+    assert "the Splits' boundaries differ" in reasons(MergeBinaryOfSplits(), split_pairs(other_sizes=(2, 1, 3)))
+    assert "the pieces are not combined pairwise by one kind of op" in reasons(
+        MergeBinaryOfSplits(), split_pairs(op="Sub", order=(0, 1, 0))
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(op=st.sampled_from(["Add", "Sub", "Mul", "Div", "Max", "Min"]), sizes=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+       axis=st.sampled_from([1, -1, 0]), opset=st.sampled_from([11, 13, 17]), swap=st.booleans())
+def test_merge_binary_of_splits_property(op, sizes, axis, opset, swap):
+    if axis == 0:
+        sizes = [1, 1]
+    g = split_pairs(op, tuple(sizes), axis, order=(swap,) * len(sizes), opset=opset)
+    assert_equivalent(g, apply_first(MergeBinaryOfSplits(), g), runs=1)

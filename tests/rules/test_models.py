@@ -9,22 +9,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from gspo import ir
-from gspo.rules import (
-    DEFAULT_RULES,
-    MERGE_RULES,
-    apply_greedily,
-    combine,
-    cse,
-    enlarge,
-    fold,
-    merge,
-)
+from gspo.rules import DEFAULT_RULES, MERGE_RULES, apply_greedily, cse, fold
 from gspo.runtime import verify
+from gspo.search.optimize import GREEDY_RULES as GREEDY
+from gspo.search.optimize import WHOLE_MODEL_RULES
 from gspo.zoo import MODELS, build
 from tests.ir.conformance import DATA
-
-#: Folds and merges (no splits or moves, which the search uses in both directions).
-GREEDY = fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES
 
 
 @cache
@@ -54,6 +44,19 @@ def test_greedy_merging_keeps_full_zoo_models_equivalent(name):
     saved = ir.load_bytes(ir.serialize(h))
     res = verify(g, saved, rtol=1e-3, atol=1e-4, runs=1)
     assert res.equivalent, (counts, [(d.name, d.max_abs) for d in res.outputs])
+
+
+def test_whole_model_greedy_nasrnn_adds_each_step_once():
+    """Batched input projections split by step first line up with each step's recurrent
+    projection: one Add of [1, 4096] per step instead of eight of [1, 512]."""
+    g = _full("nasrnn")
+    h, counts = apply_greedily(g, WHOLE_MODEL_RULES)
+    assert counts["BatchSharedWeightMatMuls"] == 8
+    assert counts["SwapNestedSplits"] == 1 and counts["MergeBinaryOfSplits"] == 5
+    assert sum(n.op_type == "MatMul" for n in h.nodes) == 6  # one batched, one per step
+    assert sum(n.op_type == "Add" for n in h.nodes) == 20  # the cell's own 3 per step, plus 1
+    res = verify(g, ir.load_bytes(ir.serialize(h)), rtol=1e-3, atol=1e-4, runs=1)
+    assert res.equivalent, counts
 
 
 @pytest.mark.parametrize("path", sorted((DATA / "light").glob("light_*.onnx")), ids=lambda p: p.stem)

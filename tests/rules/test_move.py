@@ -12,6 +12,7 @@ from gspo.rules.move import (
     PushThroughSplit,
     RemoveConcatSplit,
     RemoveSplitConcat,
+    SwapNestedSplits,
 )
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
@@ -152,3 +153,50 @@ def test_remove_concat_split_when_one_node_reads_several_pieces():
     h = apply_first(RemoveConcatSplit(), g)
     assert ops(h) == ["Relu", "Relu", "Add"]
     assert_equivalent(g, h)
+
+
+def _split(b, x, sizes, axis, opset) -> list[str]:
+    if opset >= 13:
+        out = b.op("Split", [x, b.const("s", np.array(sizes))], n_outputs=len(sizes), axis=axis)
+    else:
+        out = b.op("Split", [x], n_outputs=len(sizes), axis=axis, split=list(sizes))
+    return [out] if isinstance(out, str) else out
+
+
+def nested_splits(outer=(2, 1, 3), inner=(1, 2), outer_axis=1, inner_axis=0, opset=17, inner_sizes=None):
+    b = GraphBuilder(opset=opset)
+    shape = [0, 0]
+    shape[outer_axis], shape[inner_axis] = sum(outer), sum(inner)
+    x = b.op("Relu", [b.input("x", tuple(shape))])
+    outs = []
+    for k, piece in enumerate(_split(b, x, outer, outer_axis, opset)):
+        sizes = inner_sizes[k] if inner_sizes else inner
+        outs += [b.op("Neg", [p]) for p in _split(b, piece, sizes, inner_axis, opset)]
+    return b.output(*outs).build()
+
+
+def test_swap_nested_splits():
+    g = nested_splits()
+    h = apply_first(SwapNestedSplits(), g)
+    assert ops(h).count("Split") == 3  # 1 + 2 instead of 1 + 3
+    assert [v.name for v in h.outputs] == [v.name for v in g.outputs]
+    assert_equivalent(g, h)
+    assert "swapping would not make fewer Splits" in reasons(SwapNestedSplits(), h)
+    assert not [m for m in SwapNestedSplits().match(h)]
+
+
+def test_swap_nested_splits_reasons():
+    assert reasons(SwapNestedSplits(), nested_splits(inner_sizes=[(1, 2), (2, 1), (1, 2)]))[:1] == [
+        "the pieces are split at different boundaries"
+    ]
+    assert reasons(SwapNestedSplits(), nested_splits(outer=(2, 3), inner=(1, 1, 1), inner_axis=1))[0] == (
+        "the pieces are split on different axes, or on the same axis"
+    )
+
+
+@settings(max_examples=20, deadline=None)
+@given(outer=st.lists(st.integers(1, 3), min_size=3, max_size=5), inner=st.lists(st.integers(1, 3), min_size=1, max_size=2),
+       opset=st.sampled_from([11, 13, 17]), axes=st.sampled_from([(1, 0), (0, 1), (-1, 0)]))
+def test_swap_nested_splits_property(outer, inner, opset, axes):
+    g = nested_splits(tuple(outer), tuple(inner), axes[0], axes[1], opset)
+    assert_equivalent(g, apply_first(SwapNestedSplits(), g), runs=1)
