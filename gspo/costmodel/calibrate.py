@@ -21,7 +21,7 @@ from gspo.costmodel.db import CalibrationDB
 from gspo.costmodel.estimate import CostModel, segment_boundary_bytes
 from gspo.costmodel.features import feature_vector, op_features
 from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops, zoo_pieces
-from gspo.costmodel.poly import fit_poly
+from gspo.costmodel.poly import Poly, fit_poly
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import SpeedReference, normalize
 from gspo.ir import serialize
@@ -203,11 +203,37 @@ def _spec(signature: str) -> dict:
 FAMILY_SCALE_BOUNDS = (0.25, 4.0)
 
 
-def _family_scales(model: CostModel, timed: list, call_cost: float) -> dict[str, float]:
-    """Per family, the factor that best turns single-op costs into the measured run times of
-    ``timed`` pieces (least squares on relative error, bounded); families the pieces lack keep 1."""
+#: Candidate ridge weights pulling the family factors toward 1, chosen by cross-validation on the
+#: calibration pieces (:func:`_family_scales`). A free fit swung with the piece set (LayerNorm's
+#: factor 2.7 in one calibration, 0.25 in the next, when adding two rules moved the partition).
+FAMILY_SCALE_PENALTIES = (0.0, 1.0, 5.0, 20.0, 100.0, 1000.0)
+#: Folds of that cross-validation.
+CV_FOLDS = 5
+
+
+def _scale_fit(x: np.ndarray, lam: float) -> np.ndarray:
+    """Least squares of ``x @ s ~ 1`` plus ``lam * |s - c|^2``, with ``s = c + d``: one common
+    factor ``c`` and per-family deviations ``d`` pulled toward 0; ``s`` kept within the bounds."""
     from scipy.optimize import lsq_linear
 
+    k = x.shape[1]
+    lo, hi = FAMILY_SCALE_BOUNDS
+    a = np.hstack([x.sum(axis=1, keepdims=True), x])
+    b = np.ones(len(x))
+    if lam:
+        a = np.vstack([a, np.hstack([np.zeros((k, 1)), np.sqrt(lam) * np.eye(k)])])
+        b = np.concatenate([b, np.zeros(k)])
+    lower = np.r_[lo, np.full(k, lo - hi)]
+    upper = np.r_[hi, np.full(k, hi - lo)]
+    sol = lsq_linear(a, b, bounds=(lower, upper)).x
+    return np.clip(sol[0] + sol[1:], lo, hi)
+
+
+def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dict[str, float], float]:
+    """Per family, the factor that best turns single-op costs into the measured run times of
+    ``timed`` pieces (least squares on relative error, bounded, pulled toward 1 by a penalty chosen
+    by ``CV_FOLDS``-fold cross-validation over the pieces); families the pieces lack keep 1.
+    Returns the factors and the penalty."""
     from gspo.costmodel.features import FAMILIES
 
     rows, ys = [], []
@@ -220,8 +246,49 @@ def _family_scales(model: CostModel, timed: list, call_cost: float) -> dict[str,
         ys.append(max(seconds - call_cost, 1e-7))
     x = np.asarray(rows) / np.asarray(ys)[:, None]
     present = x.any(axis=0)
-    res = lsq_linear(x[:, present], np.ones(len(ys)), bounds=FAMILY_SCALE_BOUNDS)
-    return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), res.x)}
+    x = x[:, present]
+    folds = np.arange(len(x)) % CV_FOLDS
+
+    def cv_error(lam: float) -> float:
+        err = 0.0
+        for k in range(CV_FOLDS):
+            s = _scale_fit(x[folds != k], lam)
+            err += float(np.abs(x[folds == k] @ s - 1.0).sum())
+        return err
+
+    lam = min(FAMILY_SCALE_PENALTIES, key=cv_error)
+    scales = _scale_fit(x, lam)
+    return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), scales)}, lam
+
+
+#: Candidate bandwidths (standardized feature units) of the op fits' local correction
+#: (:mod:`gspo.costmodel.poly`), chosen per family by leave-one-out error over its single ops;
+#: ``None``: the polynomial alone.
+LOCAL_BANDWIDTHS = (None, 0.15, 0.3, 0.6, 1.2)
+#: Weight of "no correction" against a measured op at distance 0.
+LOCAL_PRIOR = 0.5
+
+
+def _fit_family(xs: list[list[float]], ys: list[float]) -> Poly:
+    """The family's polynomial, with the local correction whose bandwidth predicts each single op
+    best from the others (leave-one-out, mean absolute error in log10 seconds)."""
+    plain = fit_poly(xs, ys, degree=2, alpha=1.0)
+    z = (np.asarray(xs) - np.asarray(plain.mean)) / np.asarray(plain.scale)
+    resid = np.asarray(ys) - np.asarray([plain(x) for x in xs])
+    d2 = ((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=2)
+
+    def loo(bw: float | None) -> float:
+        if bw is None:
+            return float(np.abs(resid).mean())
+        w = np.exp(-d2 / (2 * bw * bw))
+        np.fill_diagonal(w, 0.0)
+        corr = (w @ resid) / (w.sum(axis=1) + LOCAL_PRIOR)
+        return float(np.abs(resid - corr).mean())
+
+    bw = min(LOCAL_BANDWIDTHS, key=lambda b: (loo(b), b is not None))
+    if bw is None:
+        return plain
+    return fit_poly(xs, ys, degree=2, alpha=1.0, bandwidth=bw, prior=LOCAL_PRIOR)
 
 
 def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig, pieces=()) -> Profile:
@@ -253,7 +320,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     for fam, rows in sorted(samples.items()):
         reps[fam] = sorted((flops, sec) for _, sec, flops in rows)
         if len(rows) >= 8:
-            families[fam] = fit_poly([r[0] for r in rows], [math.log10(r[1]) for r in rows], degree=2, alpha=1.0)
+            families[fam] = _fit_family([r[0] for r in rows], [math.log10(r[1]) for r in rows])
     meta = {"ops": len(ops), "chains": len(chain), "branches": len(branches), "pieces": len(pieces),
             "normalized": len(refs)}
     own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
@@ -270,7 +337,8 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     whole = [(b, d["seconds"]) for b, d in chain] + [(b, d["one_session"]) for b, d in branches if "one_session" in d]
     real = [(b, d.get("one_session", d["seconds"])) for b, d in pieces]
     if len(real) >= 8:
-        base = replace(base, family_scale=_family_scales(model, real, call_cost))
+        scales, penalty = _family_scales(model, real, call_cost)
+        base = replace(base, family_scale=scales, meta={**meta, "family_scale_penalty": penalty})
         model = CostModel(base)
     elif len(whole) >= 4:
         # A pure factor (slope 1 in log space): a free slope fitted on short chains was unstable

@@ -1,14 +1,51 @@
 """Degree-2 polynomial ridge regression, fitted with scikit-learn, stored and evaluated as plain
-numbers (JSON-safe, and cheap to evaluate thousands of times in the search)."""
+numbers (JSON-safe, and cheap to evaluate thousands of times in the search).
+
+Optionally with a *local correction*: the fit's residuals at its training points, smoothed by a
+Gaussian kernel (Nadaraya-Watson, shrunk toward zero by a prior weight). Near a measured point
+the prediction moves toward that measurement; far from every point it is the polynomial alone.
+This is GSPO's Eq. 2 ("the nearest representative op") and the regression of its Section 3.3
+in one: a global polynomial cannot bend at a cache or kernel boundary, a measured neighbour can.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
-__all__ = ["Poly", "fit_poly"]
+__all__ = ["Poly", "Local", "fit_poly"]
+
+
+@dataclass(frozen=True)
+class Local:
+    """Residuals of the fit at its training points (standardized inputs), and the kernel."""
+
+    points: tuple[tuple[float, ...], ...]
+    residuals: tuple[float, ...]
+    bandwidth: float  # in standardized units
+    prior: float  # weight of "no correction" (a point at distance 0 has weight 1)
+
+    @cached_property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.points, dtype=np.float64), np.asarray(self.residuals, dtype=np.float64)
+
+    def __call__(self, z: Sequence[float]) -> float:
+        points, residuals = self._arrays
+        d2 = ((points - np.asarray(z, dtype=np.float64)) ** 2).sum(axis=1)
+        w = np.exp(-d2 / (2.0 * self.bandwidth**2))
+        return float(w @ residuals / (w.sum() + self.prior))
+
+    def to_json(self) -> dict:
+        return {"points": [list(p) for p in self.points], "residuals": list(self.residuals),
+                "bandwidth": self.bandwidth, "prior": self.prior}
+
+    @classmethod
+    def from_json(cls, d: dict) -> Local:
+        return cls(tuple(tuple(float(v) for v in p) for p in d["points"]), tuple(float(r) for r in d["residuals"]),
+                   float(d["bandwidth"]), float(d["prior"]))
 
 
 @dataclass(frozen=True)
@@ -18,6 +55,7 @@ class Poly:
     intercept: float
     mean: tuple[float, ...]
     scale: tuple[float, ...]
+    local: Local | None = None
 
     def __call__(self, x: Sequence[float]) -> float:
         z = [(a - m) / s for a, m, s in zip(x, self.mean, self.scale)]
@@ -28,30 +66,44 @@ class Poly:
                 if e:
                     term *= zi**e
             total += term
+        if self.local is not None:
+            total += self.local(z)
         return total
 
     def to_json(self) -> dict:
-        return {"powers": [list(p) for p in self.powers], "coef": list(self.coef), "intercept": self.intercept,
-                "mean": list(self.mean), "scale": list(self.scale)}
+        d = {"powers": [list(p) for p in self.powers], "coef": list(self.coef), "intercept": self.intercept,
+             "mean": list(self.mean), "scale": list(self.scale)}
+        if self.local is not None:
+            d["local"] = self.local.to_json()
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> Poly:
         return cls(tuple(tuple(int(e) for e in p) for p in d["powers"]), tuple(float(c) for c in d["coef"]),
-                   float(d["intercept"]), tuple(float(v) for v in d["mean"]), tuple(float(v) for v in d["scale"]))
+                   float(d["intercept"]), tuple(float(v) for v in d["mean"]), tuple(float(v) for v in d["scale"]),
+                   Local.from_json(d["local"]) if d.get("local") else None)
 
 
-def fit_poly(x: Sequence[Sequence[float]], y: Sequence[float], degree: int = 2, alpha: float = 1e-3) -> Poly:
-    """Fit ``y ~ poly(x)`` (standardized inputs, ridge penalty ``alpha``)."""
+def fit_poly(x: Sequence[Sequence[float]], y: Sequence[float], degree: int = 2, alpha: float = 1e-3,
+             bandwidth: float | None = None, prior: float = 0.5) -> Poly:
+    """Fit ``y ~ poly(x)`` (standardized inputs, ridge penalty ``alpha``); with ``bandwidth``, add
+    the local correction of the residuals (see the module docstring)."""
     from sklearn.linear_model import Ridge
     from sklearn.preprocessing import PolynomialFeatures
 
     xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
     mean = xa.mean(axis=0)
     scale = xa.std(axis=0)
     scale[scale == 0] = 1.0
     z = (xa - mean) / scale
     pf = PolynomialFeatures(degree, include_bias=False)
     zz = pf.fit_transform(z)
-    model = Ridge(alpha=alpha).fit(zz, np.asarray(y, dtype=np.float64))
+    model = Ridge(alpha=alpha).fit(zz, ya)
+    local = None
+    if bandwidth is not None:
+        resid = ya - model.predict(zz)
+        local = Local(tuple(tuple(float(v) for v in row) for row in z), tuple(float(r) for r in resid),
+                      float(bandwidth), float(prior))
     return Poly(tuple(tuple(int(e) for e in p) for p in pf.powers_), tuple(float(c) for c in model.coef_),
-                float(model.intercept_), tuple(float(m) for m in mean), tuple(float(s) for s in scale))
+                float(model.intercept_), tuple(float(m) for m in mean), tuple(float(s) for s in scale), local)
