@@ -28,6 +28,10 @@ from gspo.streams import Schedule, node_id, segment_runs
 
 __all__ = ["CostModel", "parallel_features", "segment_boundary_bytes"]
 
+#: Calibration ops shorter than this do not set a family's peak rate (their time, less the call
+#: cost, is mostly overhead and noise).
+PEAK_MIN_SECONDS = 1e-4
+
 _FUSED_AFTER_CONV = frozenset({"BatchNormalization", "Relu", "Clip", "LeakyRelu"})
 
 
@@ -85,11 +89,26 @@ class CostModel:
     def __init__(self, profile: Profile):
         self.profile = profile
         self._cache: dict[bytes, float] = {}
+        self._peaks: dict[str, float] = {}
+
+    def peak_rate(self, family: str) -> float:
+        """The highest FLOP rate a calibration op of ``family`` reached (FLOPs per second; 0: none),
+        among ops long enough (``PEAK_MIN_SECONDS``) that the call overhead taken off their time
+        does not inflate it."""
+        rate = self._peaks.get(family)
+        if rate is None:
+            reps = self.profile.representatives.get(family, ())
+            rate = self._peaks[family] = max((fl / s for fl, s in reps if s >= PEAK_MIN_SECONDS), default=0.0)
+        return rate
 
     def feature_cost(self, f: OpFeatures) -> float:
         fit = self.profile.families.get(f.family)
         if fit is not None:
-            return 10 ** fit(feature_vector(f))
+            # Roofline floor: no op runs faster than the fastest measured op of its family (a
+            # polynomial extrapolated past the measured sizes promised BERT's largest MatMul
+            # 206 GFLOP/s where none measured above 146).
+            peak = self.peak_rate(f.family)
+            return max(10 ** fit(feature_vector(f)), f.flops / peak if peak else 0.0)
         reps = self.profile.representatives.get(f.family) or [r for v in self.profile.representatives.values() for r in v]
         if not reps:
             return 0.0

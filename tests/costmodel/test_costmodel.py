@@ -62,6 +62,24 @@ def test_parallel_takes_the_longest_branch_and_divides_by_beta():
     assert CostModel(flat_profile(beta=0.5)).cost(g, Schedule.single(g)) == pytest.approx(1e-4 + 5e-3)
 
 
+def test_no_op_is_costed_faster_than_the_fastest_measured_op_of_its_family():
+    """The roofline floor: a fit that promises 1 us for a 604 MFLOP MatMul is overruled by the
+    best rate among the family's calibration ops long enough to count (a 1 us op does not)."""
+    from gspo.costmodel.estimate import PEAK_MIN_SECONDS
+
+    reps = {"matmul": [(1e6, 1e-6), (2e8, 2e-3), (4e8, 2e-3)]}  # 1e12 (too short), 1e11, 2e11 FLOP/s
+    model = CostModel(replace(flat_profile(per_op=1e-6), representatives=reps))
+    assert 1e-6 < PEAK_MIN_SECONDS <= 2e-3
+    assert model.peak_rate("matmul") == pytest.approx(2e11)
+    b = GraphBuilder()
+    g = b.output(b.op("MatMul", [b.input("x", (128, 3072)), b.weight("w", (3072, 768))])).build()
+    assert model.sequential(g) == pytest.approx(1e-4 + 2 * 128 * 3072 * 768 / 2e11)
+    assert model.peak_rate("conv") == 0.0  # no representatives: no floor
+    small = GraphBuilder()
+    h = small.output(small.op("MatMul", [small.input("x", (1, 8)), small.weight("w", (8, 8))])).build()
+    assert model.sequential(h) == pytest.approx(1e-4 + 1e-6)  # far below the peak: the fit stands
+
+
 def test_features_and_families():
     b = GraphBuilder()
     x = b.input("x", (1, 3, 8, 8))
