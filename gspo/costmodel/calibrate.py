@@ -231,9 +231,9 @@ def _scale_fit(x: np.ndarray, lam: float) -> np.ndarray:
 
 def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dict[str, float], float]:
     """Per family, the factor that best turns single-op costs into the measured run times of
-    ``timed`` pieces (least squares on relative error, bounded, pulled toward 1 by a penalty chosen
-    by ``CV_FOLDS``-fold cross-validation over the pieces); families the pieces lack keep 1.
-    Returns the factors and the penalty."""
+    ``timed`` pieces (least squares on relative error, bounded, pulled toward a common factor by a
+    penalty chosen by ``CV_FOLDS``-fold cross-validation over the pieces); families the pieces
+    lack keep 1. Returns the factors and the penalty."""
     from gspo.costmodel.features import FAMILIES
 
     rows, ys = [], []
