@@ -261,6 +261,36 @@ def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dic
     return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), scales)}, lam
 
 
+#: Candidate weights of the zoo pieces beside the fork-join graphs in beta_a's fit (0: left out),
+#: chosen by cross-validation over the pieces (:func:`_fit_beta`).
+BETA_PIECE_WEIGHTS = (0, 1, 2, 4)
+
+
+def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
+    """beta_a's fit on the fork-join graphs ``(px, py)`` plus the zoo pieces ``(qx, qy)`` repeated
+    ``weight`` times, the weight chosen by ``CV_FOLDS``-fold cross-validation over the pieces
+    (mean relative error of the estimated time, ``beta / predicted beta - 1``). Session 3 added
+    the pieces unconditionally and the held-out error grew (21% -> 25%); with this profile's op
+    model they help, which is what the cross-validation is there to tell."""
+    if len(px) + len(qx) < 8:
+        return None, 0
+
+    def fit(weight: int, keep) -> Poly:
+        xs = list(px) + [x for i, x in enumerate(qx) if keep(i)] * weight
+        ys = list(py) + [y for i, y in enumerate(qy) if keep(i)] * weight
+        return fit_poly(xs, ys, degree=2, alpha=1.0)
+
+    def cv_error(weight: int) -> float:
+        err = 0.0
+        for k in range(CV_FOLDS):
+            poly = fit(weight, lambda i: i % CV_FOLDS != k)
+            err += sum(abs(y / max(poly(x), 0.05) - 1) for i, (x, y) in enumerate(zip(qx, qy)) if i % CV_FOLDS == k)
+        return err
+
+    weight = min(BETA_PIECE_WEIGHTS, key=cv_error) if len(qx) >= 2 * CV_FOLDS and len(px) >= 8 else 0
+    return fit(weight, lambda i: True), weight
+
+
 #: Candidate bandwidths (standardized feature units) of the op fits' local correction
 #: (:mod:`gspo.costmodel.poly`), chosen per family by leave-one-out error over its single ops;
 #: ``None``: the polynomial alone.
@@ -295,10 +325,9 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     """Fit, in order: the per-family op model, the sequential aggregate correction (per-family
     in-context factors from zoo pieces run as one session; without enough of them, one factor from
     chains and fork-join graphs), the per-segment costs (multi-branch graphs run as segments in
-    order vs one session), and beta_a (the same graphs on streams). Fitting those last two on the
-    parallel zoo pieces as well made the held-out parallel error worse (21% -> 25% on the same
-    measurements), so the pieces only feed the family factors. Measurements timed with the speed
-    reference are first put in reference units (see :mod:`gspo.costmodel.reference`)."""
+    order vs one session), and beta_a (the same graphs on streams, plus the parallel zoo pieces
+    weighted by cross-validation, :func:`_fit_beta`). Measurements timed with the speed reference
+    are first put in reference units (see :mod:`gspo.costmodel.reference`)."""
     refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]
     nominal = float(statistics.median(refs)) if refs else 0.0
 
@@ -370,5 +399,15 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     for g, schedule, d in graphs:
         px.append(model.parallel_features(g, schedule))
         py.append(model.critical_path(g, schedule)[0] / d["seconds"])
-    parallel = fit_poly(px, py, degree=2, alpha=1.0) if len(px) >= 8 else None
+    qx, qy = [], []  # the zoo calibration pieces on streams
+    for bench, d in pieces:
+        if bench.spec.get("parallel") and "seconds" in d:
+            g = bench.build()
+            schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
+            if schedule.num_streams >= 2:
+                qx.append(model.parallel_features(g, schedule))
+                qy.append(model.critical_path(g, schedule)[0] / d["seconds"])
+    parallel, weight = _fit_beta(px, py, qx, qy)
+    meta = {**base.meta, "beta_piece_weight": weight}
+    base = replace(base, meta=meta)
     return replace(base, parallel=parallel)

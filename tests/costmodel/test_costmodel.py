@@ -201,7 +201,7 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     total = len(small_ops) + len(small_branches)
     assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
     assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "pieces": 0,
-                            "normalized": total}
+                            "normalized": total, "beta_piece_weight": 0}
     assert profile.parallel is not None and profile.reference_s > 0
     assert profile.seq_scale[1] != 0.0  # no chains: the factor comes from the fork-join graphs run as one session
     calibrate(cfg)
@@ -338,3 +338,23 @@ def test_noise_left_in_the_mean_is_half_the_odd_against_even_error():
     four = Evaluation("sequential", (1.0,), (1.0,), ("a",), passes=((1.0, 1.2, 1.0, 1.0),))
     assert four.noise_of_mean == pytest.approx(abs(1.1 - 1.0) / 1.0 / 2)  # odd passes mean 1.0, even 1.1
     assert four.to_json()["passes"] == 4 and Evaluation("sequential", (1.0,), (1.0,), ("a",)).noise_of_mean is None
+
+
+def test_beta_fit_takes_the_zoo_pieces_when_they_predict_held_out_pieces_better():
+    """Fork-join graphs say beta = 0.8 everywhere; the zoo pieces, in a region of their own, run
+    at 0.4. Cross-validation over the pieces weighs them in, and the fit then follows them
+    there; with too few pieces to cross-validate they are left out."""
+    import numpy as np
+
+    from gspo.costmodel.calibrate import _fit_beta
+
+    rng = np.random.default_rng(0)
+    px = [[2.0, v, 0.5, 0.5, 0.5] for v in rng.uniform(-5, -3, 40)]
+    py = [0.8] * 40
+    qx = [[2.0, v, 0.9, 0.1, 0.9] for v in rng.uniform(-4, -2, 20)]
+    qy = [0.4] * 20
+    poly, weight = _fit_beta(px, py, qx, qy)
+    assert weight > 0
+    assert all(abs(poly(x) - 0.4) < 0.1 for x in qx)
+    poly, weight = _fit_beta(px, py, qx[:4], qy[:4])
+    assert weight == 0 and all(abs(poly(x) - 0.8) < 0.1 for x in px)
