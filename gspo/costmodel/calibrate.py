@@ -283,7 +283,7 @@ def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
     def cv_error(weight: int) -> float:
         err = 0.0
         for k in range(CV_FOLDS):
-            poly = fit(weight, lambda i: i % CV_FOLDS != k)
+            poly = fit(weight, lambda i, k=k: i % CV_FOLDS != k)
             err += sum(abs(y / max(poly(x), 0.05) - 1) for i, (x, y) in enumerate(zip(qx, qy)) if i % CV_FOLDS == k)
         return err
 
