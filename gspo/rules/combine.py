@@ -25,6 +25,7 @@ from gspo.rules.base import (
     split_node,
     split_sizes,
 )
+from gspo.rules.move import _axis
 
 __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "RULES"]
 
@@ -133,12 +134,6 @@ class MergeMatMulsIntoAdd(Rule):
         return e.commit()
 
 
-def _split_axis(graph, split):
-    rank = len(graph.values[split.inputs[0]].shape)
-    ax = split.attr("axis", 0)
-    return ax + rank if ax < 0 else ax
-
-
 class MergeBinaryOfSplits(Rule):
     """``Add(Split(a)[i], Split(b)[i])`` for every piece ``i`` -> ``Split(Add(a, b))`` (Sub, Mul, ...).
 
@@ -168,7 +163,7 @@ class MergeBinaryOfSplits(Rule):
         a, b = (graph.values.get(s.inputs[0]) for s in (left, right))
         if a is None or b is None or not a.is_static or a.shape != b.shape or a.dtype != b.dtype:
             return Fail("the split tensors differ in shape")
-        if _split_axis(graph, left) != _split_axis(graph, right):
+        if _axis(graph, left, left.inputs[0]) != _axis(graph, right, right.inputs[0]):
             return Fail("the Splits' axes differ")
         sizes = split_sizes(graph, left)
         if isinstance(sizes, Fail) or sizes != split_sizes(graph, right):
@@ -190,7 +185,7 @@ class MergeBinaryOfSplits(Rule):
         left, right, *ops = match.nodes
         e = Edit(graph).drop(left, right, *ops)
         (whole,) = e.node(ops[0].op_type, [left.inputs[0], right.inputs[0]], ops[0].attrs, like=ops[0])
-        split_node(e, whole, _split_axis(graph, left), split_sizes(graph, left),
+        split_node(e, whole, _axis(graph, left, left.inputs[0]), split_sizes(graph, left),
                    [op.outputs[0].name for op in ops], like=left)
         return e.commit()
 
