@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_features
+from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_features, skip_norm_add
 from gspo.costmodel.profile import Profile
 from gspo.ir import Graph
 from gspo.ir._hash import digest
@@ -45,6 +45,15 @@ def _fused_into_producer(graph: Graph, node) -> bool:
         return False
     readers = graph.consumers.get(node.inputs[0], ())
     return len(readers) == 1 and node.inputs[0] not in graph.output_names()
+
+
+def _fused_into_consumer(graph: Graph, node) -> bool:
+    """An Add that onnxruntime fuses into the LayerNormalization reading it (SkipLayerNormalization,
+    costed as the ``skipnorm`` family) costs nothing of its own."""
+    if node.op_type != "Add" or not node.outputs:
+        return False
+    readers = graph.consumers.get(node.outputs[0].name, ())
+    return len(readers) == 1 and skip_norm_add(graph, readers[0]) is node
 
 
 def _cost_key(graph: Graph, node) -> bytes:
@@ -118,7 +127,7 @@ class CostModel:
     def op_costs(self, graph: Graph) -> list[float]:
         out = []
         for n in graph.nodes:
-            if _fused_into_producer(graph, n):
+            if _fused_into_producer(graph, n) or _fused_into_consumer(graph, n):
                 out.append(0.0)
                 continue
             key = _cost_key(graph, n)

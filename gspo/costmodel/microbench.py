@@ -70,6 +70,10 @@ def _build_op(s: dict) -> Graph:
     elif op == "LayerNormalization":
         x = b.input("x", tuple(s["shape"]))
         y = b.op(op, [x, b.weight("g", (s["shape"][-1],)), b.weight("b", (s["shape"][-1],))], axis=-1)
+    elif op == "SkipLayerNorm":  # Add + LayerNormalization: onnxruntime fuses them
+        shape = tuple(s["shape"])
+        x = b.op("Add", [b.input("x", shape), b.input("r", shape)])
+        y = b.op("LayerNormalization", [x, b.weight("g", (shape[-1],)), b.weight("b", (shape[-1],))], axis=-1)
     elif op == "Softmax":
         y = b.op(op, [b.input("x", tuple(s["shape"]))], axis=-1)
     elif op == "Concat":
@@ -153,6 +157,9 @@ def single_ops(seed: int = 0) -> list[Bench]:
         out.append(Bench("op", {"op": "BatchNormalization", "shape": list(shape)}))
     for shape in [(1, 128, 768), (1, 16, 64), (1, 128, 256), (1, 64, 1024)]:
         out.append(Bench("op", {"op": "LayerNormalization", "shape": list(shape)}))
+    for shape in [(1, 16, 128), (1, 32, 256), (1, 64, 256), (1, 128, 256), (1, 64, 512), (1, 128, 512), (1, 128, 768),
+                  (1, 256, 768), (1, 384, 768), (1, 128, 1024), (1, 256, 1024), (1, 512, 1024)]:
+        out.append(Bench("op", {"op": "SkipLayerNorm", "shape": list(shape)}))
     for shape in [(1, 12, 128, 128), (1, 4, 16, 16), (1, 1000), (1, 8, 64, 64)]:
         out.append(Bench("op", {"op": "Softmax", "shape": list(shape)}))
     for shape in [(1, 64, 28, 28), (1, 168, 42, 42), (1, 256, 14, 14), (1, 32, 56, 56), (1, 512, 7, 7)]:

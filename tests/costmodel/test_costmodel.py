@@ -13,7 +13,7 @@ import pytest
 from gspo.costmodel import CostModel, Profile, ProfileError, load_profile, save_profile
 from gspo.costmodel.calibrate import CalibrationConfig, calibrate
 from gspo.costmodel.db import CalibrationDB
-from gspo.costmodel.features import family_of, feature_vector, op_features
+from gspo.costmodel.features import FAMILIES, family_of, feature_vector, op_features
 from gspo.costmodel.poly import Poly, fit_poly
 from gspo.ir.builder import GraphBuilder
 from gspo.streams import Schedule, assign_streams
@@ -22,7 +22,7 @@ from gspo.streams import Schedule, assign_streams
 def flat_profile(per_op=1e-3, call=1e-4, seg=2e-4, sync=5e-5, beta=None) -> Profile:
     """Every op costs ``per_op`` seconds (a constant fit), beta_a constant when given."""
     const = Poly(powers=((1, 0, 0, 0),), coef=(0.0,), intercept=math.log10(per_op), mean=(0,) * 4, scale=(1,) * 4)
-    families = {f: const for f in ("conv", "matmul", "elementwise", "pool", "norm", "softmax", "data", "other")}
+    families = {f: const for f in FAMILIES}
     par = None if beta is None else Poly(((1, 0, 0, 0, 0),), (0.0,), beta, (0,) * 5, (1,) * 5)
     return Profile("cpu:test:2c", "1.0", call, seg, sync, families, {}, par)
 
@@ -89,6 +89,15 @@ def test_features_and_families():
     assert (family_of(g.nodes[0]), family_of(g.nodes[1])) == ("conv", "elementwise")
     assert conv.k == 27 and conv.flops == 2 * 4 * 36 * 27
     assert len(feature_vector(relu)) == 4
+
+
+def test_copying_data_movement_is_its_own_family():
+    """Concat copies every element; Reshape need not: they get separate in-context factors."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 4, 8))
+    c = b.op("Concat", [x, x], axis=1)
+    g = b.output(b.op("Reshape", [c, b.const("s", [1, -1])])).build()
+    assert [family_of(n) for n in g.nodes] == ["copy", "data"]
 
 
 def test_poly_fit_recovers_a_quadratic_and_round_trips():
@@ -358,3 +367,54 @@ def test_beta_fit_takes_the_zoo_pieces_when_they_predict_held_out_pieces_better(
     assert all(abs(poly(x) - 0.4) < 0.1 for x in qx)
     poly, weight = _fit_beta(px, py, qx[:4], qy[:4])
     assert weight == 0 and all(abs(poly(x) - 0.8) < 0.1 for x in px)
+
+
+def _add_layernorm(shape, *, add_is_output=False, add_read_twice=False):
+    b = GraphBuilder()
+    s = b.op("Add", [b.input("x", shape), b.input("r", shape)])
+    y = b.op("LayerNormalization", [s, b.weight("g", (shape[-1],)), b.weight("b", (shape[-1],))], axis=-1)
+    outs = [y]
+    if add_is_output:
+        outs.append(s)
+    if add_read_twice:
+        outs.append(b.op("Relu", [s]))
+    return b.output(*outs).build()
+
+
+def _ort_fuses_skip_layernorm(graph, tmp_path) -> bool:
+    import onnx
+    import onnxruntime as ort
+
+    from gspo.ir import serialize
+
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    so.log_severity_level = 4
+    ort.InferenceSession(serialize(graph), so, providers=["CPUExecutionProvider"])
+    return any(n.op_type == "SkipLayerNormalization" for n in onnx.load(so.optimized_model_filepath).graph.node)
+
+
+@pytest.mark.parametrize("shape, kwargs", [
+    ((1, 16, 32), {}),
+    ((16, 32), {}),  # 2-D: onnxruntime only fuses 3-D Adds
+    ((1, 16, 32), {"add_is_output": True}),
+    ((1, 16, 32), {"add_read_twice": True}),
+])
+def test_skip_layernorm_is_predicted_exactly_where_onnxruntime_fuses_it(shape, kwargs, tmp_path):
+    from gspo.costmodel.features import skip_norm_add
+
+    g = _add_layernorm(shape, **kwargs)
+    add, ln = g.nodes[0], g.nodes[1]
+    fused = _ort_fuses_skip_layernorm(g, tmp_path)
+    assert fused == (len(shape) == 3 and not kwargs)  # the cases above, as onnxruntime decides them
+    assert (skip_norm_add(g, ln) is add) == fused
+    assert op_features(g, ln).family == ("skipnorm" if fused else "norm")
+
+
+def test_a_fused_skip_add_costs_nothing_and_the_norm_takes_the_skipnorm_fit():
+    profile = flat_profile(per_op=1e-3)
+    slow = Poly(powers=((1, 0, 0, 0),), coef=(0.0,), intercept=math.log10(5e-3), mean=(0,) * 4, scale=(1,) * 4)
+    profile = replace(profile, families={**profile.families, "skipnorm": slow})
+    model = CostModel(profile)
+    assert model.op_costs(_add_layernorm((1, 16, 32))) == pytest.approx([0.0, 5e-3])
+    assert model.op_costs(_add_layernorm((16, 32))) == pytest.approx([1e-3, 1e-3])
