@@ -75,6 +75,28 @@ def measure_call_cost(backend: str = "cpu") -> float:
         ex.close()
 
 
+def launch_graph():
+    """Two one-op branches joined by an Add: a multi-stream run with next to nothing to compute,
+    so its time is the executor's own cost."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 8))
+    return b.output(b.op("Add", [b.op("Relu", [x]), b.op("Sigmoid", [x])])).build()
+
+
+def measure_launch_cost() -> float | None:
+    """Seconds of one run of :func:`launch_graph` on the CPU executor with two streams (None when
+    the machine has one core: no multi-stream schedule)."""
+    g = launch_graph()
+    schedule = assign_streams(g, max_streams=_stream_cap("cpu"))
+    if schedule.num_streams < 2:
+        return None
+    feeds = random_inputs(g)
+    with CpuExecutor(g, schedule) as ex:
+        # Thread hand-offs are what it measures, and they vary with the machine's load: the median
+        # of five timings (a single one read 0.15 ms and 0.24 ms on the same afternoon).
+        return statistics.median(time_callable(lambda: ex.run(feeds), 20, 2000, 0.1) for _ in range(5))
+
+
 def measure_sync_cost(rounds: int = 2000) -> float:
     """Half a round trip of two ``threading.Event``s between two threads."""
     ping, pong = threading.Event(), threading.Event()
@@ -169,6 +191,11 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
             sync = measure_sync_cost() if cfg.backend == "cpu" else 0.0
             fixed = {"call": measure_call_cost(cfg.backend), "sync": sync}
             db.put("fixed-costs", "fixed", fixed)
+        # Measured apart from the fixed costs so that a database made before it was added gets it.
+        launch = db.get("launch-cost")
+        if launch is None and cfg.backend == "cpu":
+            launch = {"seconds": measure_launch_cost()}
+            db.put("launch-cost", "fixed", launch)
         suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed) + zoo_pieces()
         todo = [b for b in suite if db.get(b.signature) is None]
         done = len(suite) - len(todo)
@@ -187,7 +214,8 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         pieces = [(Bench("piece", _spec(sig)), d) for sig, d in db.all("piece") if sig in current]
     finally:
         db.close()
-    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg, pieces)
+    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg, pieces,
+               launch_s=(launch or {}).get("seconds"))
 
 
 def _spec(signature: str) -> dict:
@@ -321,7 +349,8 @@ def _fit_family(xs: list[list[float]], ys: list[float]) -> Poly:
     return fit_poly(xs, ys, degree=2, alpha=1.0, bandwidth=bw, prior=LOCAL_PRIOR)
 
 
-def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig, pieces=()) -> Profile:
+def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig, pieces=(),
+        launch_s: float | None = None) -> Profile:
     """Fit, in order: the per-family op model, the sequential aggregate correction (per-family
     in-context factors from zoo pieces run as one session; without enough of them, one factor from
     chains and fork-join graphs), the per-segment costs (multi-branch graphs run as segments in
@@ -395,6 +424,15 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         seg_cost, byte_cost = float(coef[0]), float(coef[1])
     base = replace(base, segment_cost=seg_cost, segment_byte_cost=byte_cost)
     model = CostModel(base)
+    if launch_s:
+        # What a multi-stream run of next to nothing took beyond what its segment DAG accounts for
+        # (its segment, sync and call costs): beta_a, fitted below with it in CP1, then need not
+        # stretch to cover it for tiny pieces.
+        g = launch_graph()
+        schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
+        if schedule.num_streams > 1:
+            base = replace(base, launch_cost=max(0.0, launch_s - model.critical_path(g, schedule)[0]))
+            model = CostModel(base)
     px, py = [], []
     for g, schedule, d in graphs:
         px.append(model.parallel_features(g, schedule))

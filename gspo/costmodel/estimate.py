@@ -10,8 +10,10 @@ Parallel (Eq. 3), made precise: each stream is cut into segments between sync po
 critical path ``CP1`` of the segment DAG (segment = sum of its op costs + ``segment_cost``,
 event = ``sync_cost``) is what the schedule would take if running together slowed nothing down.
 ``beta_a`` is the fraction of that speed the streams keep when they share the device,
-``beta_a = CP1 / measured``, fitted by polynomial regression over (#streams, log10 CP1,
-imbalance = CP1 / sum of segment costs, conv and matmul FLOP fractions). The estimate is
+``beta_a = CP1 / measured`` (CP1 includes the calibrated ``launch_cost``: what a multi-stream run
+costs beyond its segment DAG, about 0.2 ms on this machine, more than a tiny piece's ops), fitted
+by polynomial regression over (#streams, log10 CP1, imbalance = CP1 / sum of segment costs, conv
+and matmul FLOP fractions). The estimate is
 ``max_i (beta_i / beta_a) cost(i)`` along the critical path, i.e. ``CP1 / beta_a``.
 """
 
@@ -184,7 +186,8 @@ class CostModel:
         for k in order:
             start = max((finish[p] + w for p, w in preds[k]), default=0.0)
             finish[k] = start + seg_cost[k]
-        return max(finish) + self.profile.call_cost, sum(seg_cost)
+        launch = self.profile.launch_cost if schedule.num_streams > 1 else 0.0
+        return max(finish) + self.profile.call_cost + launch, sum(seg_cost)
 
     def beta(self, features: Sequence[float]) -> float:
         if self.profile.parallel is None:

@@ -68,6 +68,9 @@ class Profile:
     #: Per op family, the factor from a single-op cost (measured alone) to the same op's share of a
     #: zoo piece's run time, fitted on calibration pieces; families not listed keep 1.
     family_scale: dict[str, float] = field(default_factory=dict)
+    #: Seconds a multi-stream run costs beyond its segment DAG (handing the run to the stream
+    #: threads and collecting it), added to the critical path of every schedule with 2+ streams.
+    launch_cost: float = 0.0
     gspo_version: str = __version__
     meta: dict = field(default_factory=dict)
 
@@ -89,6 +92,7 @@ class Profile:
             "op_overhead": self.op_overhead,
             "reference_s": self.reference_s,
             "family_scale": dict(sorted(self.family_scale.items())),
+            "launch_cost": self.launch_cost,
             "meta": self.meta,
         }
 
@@ -113,6 +117,7 @@ class Profile:
                 op_overhead=float(d.get("op_overhead", 0.0)),
                 reference_s=float(d.get("reference_s", 0.0)),
                 family_scale={str(k): float(v) for k, v in d.get("family_scale", {}).items()},
+                launch_cost=float(d.get("launch_cost", 0.0)),
                 gspo_version=str(d.get("gspo_version", "")),
                 meta=dict(d.get("meta", {})),
             )

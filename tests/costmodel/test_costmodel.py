@@ -60,6 +60,11 @@ def test_parallel_takes_the_longest_branch_and_divides_by_beta():
     assert total == pytest.approx(5 * 1e-3 + 3 * 2e-4)
     assert CostModel(flat_profile(beta=0.5)).parallel(g, s) == pytest.approx(cp1 / 0.5)
     assert CostModel(flat_profile(beta=0.5)).cost(g, Schedule.single(g)) == pytest.approx(1e-4 + 5e-3)
+    # The launch cost joins the critical path of multi-stream schedules only.
+    launched = CostModel(replace(flat_profile(beta=0.5), launch_cost=3e-4))
+    assert launched.critical_path(g, s)[0] == pytest.approx(cp1 + 3e-4)
+    assert launched.parallel(g, s) == pytest.approx((cp1 + 3e-4) / 0.5)
+    assert launched.cost(g, Schedule.single(g)) == pytest.approx(1e-4 + 5e-3)
 
 
 def test_no_op_is_costed_faster_than_the_fastest_measured_op_of_its_family():
@@ -152,7 +157,7 @@ def test_a_large_penalty_gives_every_family_the_common_factor():
 
 
 def test_profile_round_trip_and_errors(tmp_path):
-    p = flat_profile(beta=0.8)
+    p = replace(flat_profile(beta=0.8), launch_cost=2e-4)
     path = save_profile(p, tmp_path / "p.json")
     assert load_profile(str(path)) == p
     with pytest.raises(ProfileError, match="made for device 'cpu:test:2c'"):
@@ -200,11 +205,14 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
         measured.append(bench.signature)
         return real(bench, cfg, reference)
 
+    launches = []
+    monkeypatch.setattr(cal, "measure_launch_cost", lambda: (launches.append(1), 1.0)[1])
     cfg = CalibrationConfig("cpu:test", "x", str(tmp_path / "db.sqlite"), budget_s=600, min_runs=2, max_runs=2, target_s=0)
     monkeypatch.setattr(cal, "_measure", interrupted)
     with pytest.raises(KeyboardInterrupt):
         calibrate(cfg)
-    assert len(measured) == 3 and CalibrationDB(cfg.db_path, "cpu:test", "x").count() == 4  # + fixed costs
+    # + the fixed costs and the launch cost
+    assert len(measured) == 3 and CalibrationDB(cfg.db_path, "cpu:test", "x").count() == 5
     monkeypatch.setattr(cal, "_measure", lambda b, c, r=None: (measured.append(b.signature), real(b, c, r))[1])
     profile = calibrate(cfg)
     total = len(small_ops) + len(small_branches)
@@ -212,6 +220,13 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "pieces": 0,
                             "normalized": total, "beta_piece_weight": 0}
     assert profile.parallel is not None and profile.reference_s > 0
+    # The launch cost was measured once (not again on resuming) and is what the launch graph's
+    # segment DAG does not account for.
+    g = cal.launch_graph()
+    schedule = assign_streams(g, max_streams=2)
+    assert len(launches) == 1 and schedule.num_streams == 2
+    without = CostModel(replace(profile, launch_cost=0.0)).critical_path(g, schedule)[0]
+    assert profile.launch_cost == pytest.approx(1.0 - without)
     assert profile.seq_scale[1] != 0.0  # no chains: the factor comes from the fork-join graphs run as one session
     calibrate(cfg)
     assert len(measured) == total  # a re-run measures nothing new
