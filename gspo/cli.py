@@ -645,8 +645,10 @@ def _progress_printer(label: str):
 @click.option("--evaluate", "evaluate_profile", metavar="PROFILE", help="Measure held-out subgraphs and report accuracy.")
 @click.option("--count", type=click.IntRange(min=5), default=100, show_default=True, help="Held-out subgraphs of each kind.")
 @click.option("--report", type=click.Path(dir_okay=False), help="With --evaluate: write the full report (JSON).")
-@click.option("--passes", type=click.IntRange(min=2), default=4, show_default=True,
-              help="With --evaluate: separate measuring passes over the held-out set (their mean is the measured time).")
+@click.option("--passes", type=click.IntRange(min=1), default=None,
+              help="Separate measuring passes: over the suite when calibrating (each benchmark's median is fitted) "
+                   "[default: 3]; with --evaluate over the held-out set (their mean is the measured time; at least 2) "
+                   "[default: 4].")
 @click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
@@ -654,12 +656,14 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     """Measure microbenchmarks on the device and fit a cost profile (resumable).
 
     Measurements are cached in a SQLite database: an interrupted calibration resumes, and a
-    re-run measures only what is new. --evaluate reports the mean absolute percentage error and
+    re-run measures only what is new. Every benchmark is measured in --passes separate passes
+    over the suite (minutes apart on a drifting machine) and the fit takes each one's median. --evaluate reports the mean absolute percentage error and
     Spearman rank correlation of a profile on held-out subgraphs cut from the zoo models.
 
     \b
     Example:
         gspo calibrate --device cpu -o cpu.json --budget 10
+        gspo calibrate --device cpu -o quick.json --passes 1
         gspo calibrate --evaluate cpu.json --json
     """
     from gspo.costmodel import device_description, load_profile, save_profile
@@ -670,6 +674,9 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     if evaluate_profile:
         from gspo.costmodel.evaluate import evaluate
 
+        passes = 4 if passes is None else passes
+        if passes < 2:
+            raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
         profile = load_profile(evaluate_profile, device_description("cpu"), runtime, force)
         results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
         data = {"profile": evaluate_profile, "device": profile.device, "results": [r.to_json() for r in results]}
@@ -692,7 +699,7 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
     if budget <= 0:
         raise GspoError("--budget must be positive (minutes)")
-    from gspo.costmodel.calibrate import CalibrationConfig
+    from gspo.costmodel.calibrate import DEFAULT_CALIBRATION_PASSES, CalibrationConfig
     from gspo.costmodel.calibrate import calibrate as run_calibration
 
     backend = "cuda" if gpu_name else "cpu"
@@ -701,7 +708,8 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     if out.exists() and not force and output:
         raise GspoError(f"{out}: exists; use --force to overwrite it")
     db = db_path or str(PROFILE_DIRS[1].parent / "calibration.sqlite")
-    cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend)
+    cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend,
+                            passes=DEFAULT_CALIBRATION_PASSES if passes is None else passes)
     import time as _time
 
     start = _time.perf_counter()

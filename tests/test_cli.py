@@ -228,3 +228,12 @@ def test_optimize_command(tmp_path):
     bad_profile = tmp_path / "p.json"
     bad_profile.write_text("{broken")
     assert "not a gspo profile" in one_line_error(gspo("optimize", src, "-o", tmp_path / "x.onnx", "--profile", bad_profile))
+
+
+def test_calibrate_evaluate_needs_two_passes(tmp_path):
+    from click.testing import CliRunner
+
+    from gspo.cli import cli
+
+    result = CliRunner().invoke(cli, ["calibrate", "--evaluate", "cpu", "--passes", "1"])
+    assert result.exit_code != 0 and "at least 2" in result.output and "Traceback" not in result.output

@@ -218,7 +218,7 @@ def test_calibration_resumes_and_measures_only_what_is_new(tmp_path, monkeypatch
     total = len(small_ops) + len(small_branches)
     assert len(measured) == total and len(set(measured)) == total  # nothing measured twice
     assert profile.meta == {"ops": len(small_ops), "chains": 0, "branches": len(small_branches), "pieces": 0,
-                            "normalized": total, "beta_piece_weight": 0}
+                            "normalized": total, "beta_piece_weight": 0, "passes": 1}
     assert profile.parallel is not None and profile.reference_s > 0
     # The launch cost was measured once (not again on resuming) and is what the launch graph's
     # segment DAG does not account for.
@@ -433,3 +433,39 @@ def test_a_fused_skip_add_costs_nothing_and_the_norm_takes_the_skipnorm_fit():
     model = CostModel(profile)
     assert model.op_costs(_add_layernorm((1, 16, 32))) == pytest.approx([0.0, 5e-3])
     assert model.op_costs(_add_layernorm((16, 32))) == pytest.approx([1e-3, 1e-3])
+
+
+def test_passes_are_combined_by_their_median_in_reference_units():
+    from gspo.costmodel.calibrate import _combine_passes
+
+    rows = [("b", {"seconds": 1e-3, "reference": 1.0}), ("b#pass=1", {"seconds": 3e-3, "reference": 1.0}),
+            ("b#pass=2", {"seconds": 4e-3, "reference": 2.0}), ("a", {"seconds": 5e-3, "reference": 1.0})]
+    three = dict(_combine_passes(rows, 3))
+    # nominal reference = median(1, 1, 2, 1) = 1: b's passes are 1, 3 and 4 * 1/2 = 2 ms.
+    assert three["b"]["seconds"] == pytest.approx(2e-3) and three["b"]["passes"] == 3
+    assert three["b"]["reference"] == 1.0 and three["a"]["seconds"] == pytest.approx(5e-3)
+    assert dict(_combine_passes(rows, 2))["b"]["seconds"] == pytest.approx(2e-3)  # median of 1 and 3
+    assert dict(_combine_passes(rows, 1)) == {"b": rows[0][1], "a": rows[3][1]}  # as stored
+
+
+def test_calibration_measures_every_benchmark_once_per_pass(tmp_path, monkeypatch):
+    import gspo.costmodel.calibrate as cal
+    from gspo.costmodel.microbench import multi_branch, single_ops
+
+    small_ops, small_branches = single_ops()[::40], multi_branch(count=10)[:8]
+    monkeypatch.setattr(cal, "single_ops", lambda seed: small_ops)
+    monkeypatch.setattr(cal, "multi_branch", lambda seed: small_branches)
+    monkeypatch.setattr(cal, "chains", lambda seed: [])
+    monkeypatch.setattr(cal, "zoo_pieces", lambda: [])
+    monkeypatch.setattr(cal, "measure_launch_cost", lambda: None)
+    measured = []
+    real = cal._measure
+    monkeypatch.setattr(cal, "_measure", lambda b, c, r=None: (measured.append(b.signature), real(b, c, r))[1])
+    cfg = CalibrationConfig("cpu:test", "x", str(tmp_path / "db.sqlite"), budget_s=600, min_runs=2, max_runs=2,
+                            target_s=0, passes=2)
+    profile = calibrate(cfg)
+    suite = {b.signature for b in small_ops + small_branches}
+    assert sorted(measured) == sorted(list(suite) * 2)
+    assert profile.meta["passes"] == 2 and profile.meta["ops"] == len(small_ops)
+    calibrate(replace(cfg, passes=3))  # a third pass measures each benchmark once more
+    assert len(measured) == 3 * len(suite)
