@@ -595,7 +595,8 @@ def regress(modelset, baseline, update, tolerance, as_json):
 
     base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
     known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
-    rows = run_regress(modelset, known, tolerance, lambda d, t, name: _progress_printer("regress")(d, t, name))
+    bar = _progress_printer("regress")
+    rows = run_regress(modelset, known, tolerance, lambda d, t, name: bar(d, t, name))
     failed = [r for r in rows if r.status != "ok" and not (update and r.status in ("NO BASELINE", "REGRESSED", "ok"))]
     if update:
         write_baseline(base_path, rows)
@@ -622,8 +623,9 @@ def regress(modelset, baseline, update, tolerance, as_json):
 
 # ------------------------------------------------------------------ calibrate
 def _progress_printer(label: str):
-    """A one-line progress display on a terminal; silent in pipes."""
+    """A one-line progress display on a terminal; in a pipe or a CI log, a line at every tenth."""
     tty = sys.stderr.isatty()
+    state = {"total": None, "done": -1, "tenth": -1}  # a new count (another phase) starts over
 
     def show(done: int, total: int, what: str = "") -> None:
         if tty:
@@ -632,6 +634,14 @@ def _progress_printer(label: str):
             click.echo(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12}", err=True, nl=False)
             if done >= total:
                 click.echo("", err=True)
+            return
+        if total != state["total"] or done < state["done"]:
+            state.update(total=total, tenth=-1)
+        state["done"] = done
+        tenth = 10 * done // max(total, 1)
+        if tenth > state["tenth"]:
+            state["tenth"] = tenth
+            click.echo(f"{label}: {done}/{total} ({10 * tenth}%) {what}".rstrip(), err=True)
 
     return show
 

@@ -237,3 +237,18 @@ def test_calibrate_evaluate_needs_two_passes(tmp_path):
 
     result = CliRunner().invoke(cli, ["calibrate", "--evaluate", "cpu", "--passes", "1"])
     assert result.exit_code != 0 and "at least 2" in result.output and "Traceback" not in result.output
+
+
+def test_progress_in_a_pipe_prints_a_line_per_tenth_and_starts_over_per_phase(capsys):
+    from gspo.cli import _progress_printer
+
+    show = _progress_printer("calibrating")
+    for i in range(1, 101):
+        show(i, 100, "Conv")
+    for i in range(1, 21):  # a new phase: the count starts over
+        show(i, 20, "verify")
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[:3] == ["calibrating: 1/100 (0%) Conv", "calibrating: 10/100 (10%) Conv", "calibrating: 20/100 (20%) Conv"]
+    assert len(lines) == 22 and lines[10] == "calibrating: 100/100 (100%) Conv"
+    assert lines[11:13] == ["calibrating: 1/20 (0%) verify", "calibrating: 2/20 (10%) verify"]
+    assert lines[-1] == "calibrating: 20/20 (100%) verify"
