@@ -49,7 +49,7 @@ class CalibrationConfig:
 
 
 #: Passes over the suite that ``gspo calibrate`` makes unless told otherwise (sessions 6-7: with 3
-#: instead of 1, the held-out sequential error fell in each of six evaluation runs, by 0.1-1.5
+#: instead of 1, the held-out sequential error fell in each of seven evaluation runs, by 0.1-1.5
 #: points; see the README for what it did to the parallel one).
 DEFAULT_CALIBRATION_PASSES = 3
 
