@@ -20,6 +20,7 @@ import numpy as np
 from gspo.costmodel.db import CalibrationDB
 from gspo.costmodel.estimate import CostModel, segment_boundary_bytes
 from gspo.costmodel.features import feature_vector, op_features
+from gspo.costmodel.layout import detect_block, reorder_delta
 from gspo.costmodel.microbench import Bench, chains, multi_branch, single_ops, zoo_pieces
 from gspo.costmodel.poly import Poly, fit_poly
 from gspo.costmodel.profile import Profile
@@ -27,7 +28,7 @@ from gspo.costmodel.reference import SpeedReference, normalize
 from gspo.ir import serialize
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import CpuExecutor, make_executor, make_plan, make_session, random_inputs
-from gspo.streams import assign_streams, segment_runs
+from gspo.streams import assign_streams, node_id, segment_runs
 
 __all__ = ["CalibrationConfig", "calibrate", "time_callable", "measure_call_cost", "measure_sync_cost"]
 
@@ -262,6 +263,12 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         if launch is None and cfg.backend == "cpu":
             launch = {"seconds": measure_launch_cost()}
             db.put("launch-cost", "fixed", launch)
+        # onnxruntime's blocked-layout channel block on this CPU (gspo.costmodel.layout); read from
+        # the database so that a refit elsewhere keeps the calibrated device's.
+        layout = db.get("layout")
+        if layout is None and cfg.backend == "cpu":
+            layout = {"block": detect_block()}
+            db.put("layout", "fixed", layout)
         suite = single_ops(cfg.seed) + chains(cfg.seed) + multi_branch(cfg.seed) + zoo_pieces()
         # Pass by pass (a pass's measurements are minutes apart from the previous pass's).
         todo = [(b, _pass_signature(b.signature, k)) for k in range(cfg.passes) for b in _pass_order(suite, k, cfg)]
@@ -289,7 +296,7 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
     finally:
         db.close()
     return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg, pieces,
-               launch_s=(launch or {}).get("seconds"))
+               launch_s=(launch or {}).get("seconds"), layout_block=int((layout or {}).get("block", 0)))
 
 
 def _spec(signature: str) -> dict:
@@ -313,9 +320,11 @@ FAMILY_SCALE_PENALTIES = (0.0, 1.0, 5.0, 20.0, 100.0, 1000.0)
 CV_FOLDS = 5
 
 
-def _scale_fit(x: np.ndarray, lam: float) -> np.ndarray:
-    """Least squares of ``log(x @ s) ~ 0`` plus ``lam * |s - c|^2``, with ``s = c + d``: one common
-    factor ``c`` and per-family deviations ``d`` pulled toward 0; ``s`` kept within the bounds.
+def _scale_fit(x: np.ndarray, lam: float, extra: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of ``log(x @ s + extra @ r) ~ 0`` plus ``lam * |s - c|^2``, with ``s = c + d``:
+    one common factor ``c`` and per-family deviations ``d`` pulled toward 0; ``s`` kept within the
+    bounds. ``extra`` (optional): further columns with their own coefficients ``r``, unpenalized,
+    within ``[0, EXTRA_MAX]`` (the reorder count, :mod:`gspo.costmodel.layout`). Returns ``(s, r)``.
 
     On the log of the ratio estimate/measured, so that an estimate half the measured time weighs
     as much as one twice it. Least squares on the ratio itself (``x @ s ~ 1``, until session 7) is
@@ -325,29 +334,42 @@ def _scale_fit(x: np.ndarray, lam: float) -> np.ndarray:
     from scipy.optimize import least_squares
 
     k = x.shape[1]
+    e = np.zeros((x.shape[0], 0)) if extra is None else extra
+    m = e.shape[1]
     lo, hi = FAMILY_SCALE_BOUNDS
-    a = np.hstack([x.sum(axis=1, keepdims=True), x])
+    a = np.hstack([x.sum(axis=1, keepdims=True), x, e])
 
     def residuals(v: np.ndarray) -> np.ndarray:
         r = np.log(np.maximum(a @ v, 1e-9))
-        return np.concatenate([r, np.sqrt(lam) * v[1:]]) if lam else r
+        return np.concatenate([r, np.sqrt(lam) * v[1:k + 1]]) if lam else r
 
-    # Start from the common factor that puts the median ratio at 1, deviations 0.
-    start = np.r_[np.clip(1.0 / float(np.median(x.sum(axis=1))), lo, hi), np.zeros(k)]
-    lower = np.r_[lo, np.full(k, lo - hi)]
-    upper = np.r_[hi, np.full(k, hi - lo)]
+    # Start from the common factor that puts the median ratio at 1, deviations 0, extras 0.
+    start = np.r_[np.clip(1.0 / float(np.median(x.sum(axis=1))), lo, hi), np.zeros(k + m)]
+    lower = np.r_[lo, np.full(k, lo - hi), np.zeros(m)]
+    upper = np.r_[hi, np.full(k, hi - lo), np.full(m, EXTRA_MAX)]
     sol = least_squares(residuals, start, bounds=(lower, upper)).x
-    return np.clip(sol[0] + sol[1:], lo, hi)
+    return np.clip(sol[0] + sol[1:k + 1], lo, hi), sol[k + 1:]
 
 
-def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dict[str, float], float]:
+#: Upper bound of an extra column's coefficient in :func:`_scale_fit` (the reorder column is in
+#: units of ``REORDER_UNIT`` seconds: at most 1 ms per reorder).
+EXTRA_MAX = 100.0
+REORDER_UNIT = 1e-5
+
+
+def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dict[str, float], float, float]:
     """Per family, the factor that best turns single-op costs into the measured run times of
     ``timed`` pieces (least squares on the log of estimated/measured, bounded, pulled toward a common factor by a
     penalty chosen by ``CV_FOLDS``-fold cross-validation over the pieces); families the pieces
-    lack keep 1. Returns the factors and the penalty."""
+    lack keep 1. With a blocked layout on the device (``model.profile.layout_block``), fitted
+    together with the seconds per reorder (:mod:`gspo.costmodel.layout`): the count a piece makes
+    beyond what its ops made alone is a further column (session 8: cross-validated error of the
+    calibration pieces 15.5% -> 14.0% on the shipped database). Returns the factors, the penalty
+    and the reorder cost (0 without a blocked layout)."""
     from gspo.costmodel.features import FAMILIES
 
-    rows, ys = [], []
+    block = model.profile.layout_block
+    rows, ys, deltas = [], [], []
     for bench, seconds in timed:
         g = bench.build()
         by_family = dict.fromkeys(FAMILIES, 0.0)
@@ -355,21 +377,25 @@ def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dic
             by_family[op_features(g, node).family] += c
         rows.append([by_family[f] for f in FAMILIES])
         ys.append(max(seconds - call_cost, 1e-7))
+        deltas.append(reorder_delta(g, block) * REORDER_UNIT)
     x = np.asarray(rows) / np.asarray(ys)[:, None]
     present = x.any(axis=0)
     x = x[:, present]
+    extra = (np.asarray(deltas) / np.asarray(ys))[:, None] if block and any(deltas) else None
     folds = np.arange(len(x)) % CV_FOLDS
 
     def cv_error(lam: float) -> float:
         err = 0.0
         for k in range(CV_FOLDS):
-            s = _scale_fit(x[folds != k], lam)
-            err += float(np.abs(x[folds == k] @ s - 1.0).sum())
+            e_in, e_out = (None, 0.0) if extra is None else (extra[folds != k], extra[folds == k])
+            s, r = _scale_fit(x[folds != k], lam, e_in)
+            err += float(np.abs(x[folds == k] @ s + (e_out @ r if extra is not None else 0.0) - 1.0).sum())
         return err
 
     lam = min(FAMILY_SCALE_PENALTIES, key=cv_error)
-    scales = _scale_fit(x, lam)
-    return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), scales)}, lam
+    scales, r = _scale_fit(x, lam, extra)
+    reorder = float(r[0]) * REORDER_UNIT if extra is not None else 0.0
+    return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), scales)}, lam, reorder
 
 
 #: Candidate weights of the zoo pieces beside the fork-join graphs in beta_a's fit (0: left out),
@@ -389,7 +415,10 @@ def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
     def fit(weight: int, keep) -> Poly:
         xs = list(px) + [x for i, x in enumerate(qx) if keep(i)] * weight
         ys = list(py) + [y for i, y in enumerate(qy) if keep(i)] * weight
-        return fit_poly(xs, ys, degree=2, alpha=1.0)
+        # Clipped to the features' range: a quadratic extrapolated to pieces smaller than any
+        # calibration graph (NasRNN's, CP1 ~0.13 ms) put beta_a at 0.29 and their estimates at
+        # 1.5-1.7x the measured time (session 8).
+        return fit_poly(xs, ys, degree=2, alpha=1.0, clip=True)
 
     def cv_error(weight: int) -> float:
         err = 0.0
@@ -400,6 +429,29 @@ def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
 
     weight = min(BETA_PIECE_WEIGHTS, key=cv_error) if len(qx) >= 2 * CV_FOLDS and len(px) >= 8 else 0
     return fit(weight, lambda i: True), weight
+
+
+def _beta_cv(px, py, qx, qy, weight: int) -> float:
+    """Mean relative error of the estimated time (``beta / predicted beta - 1``) over every
+    parallel calibration graph, fork-join and piece, by ``CV_FOLDS``-fold cross-validation (fold
+    ``k`` of each set left out together; the pieces ``weight`` times in the fit)."""
+    err = 0.0
+    for k in range(CV_FOLDS):
+        xs = [x for i, x in enumerate(px) if i % CV_FOLDS != k] + [x for i, x in enumerate(qx) if i % CV_FOLDS != k] * weight
+        ys = [y for i, y in enumerate(py) if i % CV_FOLDS != k] + [y for i, y in enumerate(qy) if i % CV_FOLDS != k] * weight
+        poly = fit_poly(xs, ys, degree=2, alpha=1.0, clip=True)
+        err += sum(abs(y / min(max(poly(x), 0.05), 2.0) - 1) for i, (x, y) in enumerate(zip(px, py)) if i % CV_FOLDS == k)
+        err += sum(abs(y / min(max(poly(x), 0.05), 2.0) - 1) for i, (x, y) in enumerate(zip(qx, qy)) if i % CV_FOLDS == k)
+    return err / max(len(px) + len(qx), 1)
+
+
+#: Candidate seconds each segment of a multi-stream run costs beyond its in-order cost (thread
+#: hand-off and the streams contending for the cores while they overlap), chosen with beta_a by
+#: :func:`_beta_cv` over all the parallel calibration graphs. Session 8: the single launch cost
+#: (one per run) left two-segment NasRNN pieces estimated at 1.4x their time and many-segment
+#: ones about right; 75 us per segment was chosen on the shipped database (cross-validated error
+#: 18.9% with none).
+STREAM_SEGMENT_COSTS = (0.0, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6)
 
 
 #: Candidate bandwidths (standardized feature units) of the op fits' local correction
@@ -433,13 +485,15 @@ def _fit_family(xs: list[list[float]], ys: list[float]) -> Poly:
 
 
 def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: CalibrationConfig, pieces=(),
-        launch_s: float | None = None) -> Profile:
+        launch_s: float | None = None, layout_block: int = 0) -> Profile:
     """Fit, in order: the per-family op model, the sequential aggregate correction (per-family
-    in-context factors from zoo pieces run as one session; without enough of them, one factor from
-    chains and fork-join graphs), the per-segment costs (multi-branch graphs run as segments in
-    order vs one session), and beta_a (the same graphs on streams, plus the parallel zoo pieces
-    weighted by cross-validation, :func:`_fit_beta`). Measurements timed with the speed reference
-    are first put in reference units (see :mod:`gspo.costmodel.reference`)."""
+    in-context factors from zoo pieces run as one session, with the seconds per blocked-layout
+    reorder when ``layout_block`` is set; without enough pieces, one factor from chains and
+    fork-join graphs), the per-segment costs (multi-branch graphs run as segments in order vs one
+    session), and beta_a (the same graphs on streams, plus the parallel zoo pieces weighted by
+    cross-validation, :func:`_fit_beta`) with the per-segment cost on streams that cross-validates
+    best (:data:`STREAM_SEGMENT_COSTS`). Measurements timed with the speed reference are first put
+    in reference units (see :mod:`gspo.costmodel.reference`)."""
     refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]
     nominal = float(statistics.median(refs)) if refs else 0.0
 
@@ -467,7 +521,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
     overhead = float(own[len(own) // 10]) if own else 0.0
     base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, sync_cost, families, reps, None, meta=meta,
-                   op_overhead=overhead, reference_s=nominal)
+                   op_overhead=overhead, reference_s=nominal, layout_block=layout_block)
     model = CostModel(base)
     seq_scale = (1.0, 0.0)
     # From single-op costs to a graph's run time. Preferred: per-family in-context factors fitted
@@ -478,8 +532,9 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     whole = [(b, d["seconds"]) for b, d in chain] + [(b, d["one_session"]) for b, d in branches if "one_session" in d]
     real = [(b, d.get("one_session", d["seconds"])) for b, d in pieces]
     if len(real) >= 8:
-        scales, penalty = _family_scales(model, real, call_cost)
-        base = replace(base, family_scale=scales, meta={**meta, "family_scale_penalty": penalty})
+        scales, penalty, reorder = _family_scales(model, real, call_cost)
+        base = replace(base, family_scale=scales, reorder_cost=reorder,
+                       meta={**meta, "family_scale_penalty": penalty})
         model = CostModel(base)
     elif len(whole) >= 4:
         # A pure factor (slope 1 in log space): a free slope fitted on short chains was unstable
@@ -498,7 +553,10 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         if "segments_in_order" in d:
             n_seg = len(segment_runs(schedule))
             seg_rows.append([n_seg, sum(segment_boundary_bytes(g, schedule))])
-            seg_y.append(d["segments_in_order"] - d["one_session"])
+            # Less the reorders the segments add over the whole (modelled on their own).
+            index = {node_id(n): i for i, n in enumerate(g.nodes)}
+            reorders = sum(model.reorders(g, [index[op] for op in ops]) for _, ops in segment_runs(schedule))
+            seg_y.append(d["segments_in_order"] - d["one_session"] - (reorders - model.reorders(g)))
     seg_cost, byte_cost = call_cost, 0.0
     if len(seg_rows) >= 4:
         from scipy.optimize import nnls
@@ -507,28 +565,38 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         seg_cost, byte_cost = float(coef[0]), float(coef[1])
     base = replace(base, segment_cost=seg_cost, segment_byte_cost=byte_cost)
     model = CostModel(base)
-    if launch_s:
-        # What a multi-stream run of next to nothing took beyond what its segment DAG accounts for
-        # (its segment, sync and call costs): beta_a, fitted below with it in CP1, then need not
-        # stretch to cover it for tiny pieces.
-        g = launch_graph()
-        schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
-        if schedule.num_streams > 1:
-            base = replace(base, launch_cost=max(0.0, launch_s - model.critical_path(g, schedule)[0]))
-            model = CostModel(base)
-    px, py = [], []
-    for g, schedule, d in graphs:
-        px.append(model.parallel_features(g, schedule))
-        py.append(model.critical_path(g, schedule)[0] / d["seconds"])
-    qx, qy = [], []  # the zoo calibration pieces on streams
+    stream_graphs = [(g, schedule, d["seconds"]) for g, schedule, d in graphs]
+    piece_graphs = []  # the zoo calibration pieces on streams
     for bench, d in pieces:
         if bench.spec.get("parallel") and "seconds" in d:
             g = bench.build()
             schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
             if schedule.num_streams >= 2:
-                qx.append(model.parallel_features(g, schedule))
-                qy.append(model.critical_path(g, schedule)[0] / d["seconds"])
-    parallel, weight = _fit_beta(px, py, qx, qy)
+                piece_graphs.append((g, schedule, d["seconds"]))
+    lg = launch_graph()
+    ls = assign_streams(lg, max_streams=_stream_cap(cfg.backend))
+    best = None
+    for stream_seg in STREAM_SEGMENT_COSTS:
+        cand = replace(base, stream_segment_cost=stream_seg)
+        if launch_s and ls.num_streams > 1:
+            # What a multi-stream run of next to nothing took beyond what its segment DAG accounts
+            # for (its segment, sync and call costs): beta_a, fitted below with it in CP1, then
+            # need not stretch to cover it for tiny pieces.
+            cand = replace(cand, launch_cost=max(0.0, launch_s - CostModel(cand).critical_path(lg, ls)[0]))
+        m = CostModel(cand)
+        px = [m.parallel_features(g, s) for g, s, _ in stream_graphs]
+        py = [m.critical_path(g, s)[0] / t for g, s, t in stream_graphs]
+        qx = [m.parallel_features(g, s) for g, s, _ in piece_graphs]
+        qy = [m.critical_path(g, s)[0] / t for g, s, t in piece_graphs]
+        parallel, weight = _fit_beta(px, py, qx, qy)
+        err = _beta_cv(px, py, qx, qy, weight) if parallel is not None else 0.0
+        if best is None or err < best[0] - 1e-12:
+            best = (err, cand, parallel, weight)
+        if parallel is None:
+            break
+    _, base, parallel, weight = best
     meta = {**base.meta, "beta_piece_weight": weight}
+    if parallel is not None:
+        meta["beta_cv_error"] = round(best[0], 4)
     base = replace(base, meta=meta)
     return replace(base, parallel=parallel)

@@ -3,17 +3,20 @@
 Sequential (Eq. 1-2): ``Cost = call_cost + sum of op costs``; an op's cost is its family's
 polynomial fit of log10(seconds) over log features (a family without a fit uses Eq. 2 with its
 nearest representative op, by FLOPs), times the family's in-context factor (``family_scale``:
-how much of a zoo piece's time an op of that family takes compared with running alone).
+how much of a zoo piece's time an op of that family takes compared with running alone), plus
+``reorder_cost`` times the blocked-layout reorders the graph makes beyond those its ops made when
+measured alone (:mod:`gspo.costmodel.layout`; each segment of a parallel plan likewise).
 
 Parallel (Eq. 3), made precise: each stream is cut into segments between sync points. With
 ``beta_i = 1`` (the sequential model measures every op with the whole device to itself), the
 critical path ``CP1`` of the segment DAG (segment = sum of its op costs + ``segment_cost``,
 event = ``sync_cost``) is what the schedule would take if running together slowed nothing down.
 ``beta_a`` is the fraction of that speed the streams keep when they share the device,
-``beta_a = CP1 / measured`` (CP1 includes the calibrated ``launch_cost``: what a multi-stream run
-costs beyond its segment DAG, about 0.2 ms on this machine, more than a tiny piece's ops), fitted
-by polynomial regression over (#streams, log10 CP1, imbalance = CP1 / sum of segment costs, conv
-and matmul FLOP fractions). The estimate is
+``beta_a = CP1 / measured`` (CP1 includes the calibrated ``launch_cost``, what a multi-stream run
+costs beyond its segment DAG, and ``stream_segment_cost`` per segment, what each segment costs on
+streams beyond its in-order cost: together more than a tiny piece's ops), fitted by polynomial
+regression over (#streams, log10 CP1, imbalance = CP1 / sum of segment costs, conv and matmul FLOP
+fractions), evaluated within the range of its calibration graphs. The estimate is
 ``max_i (beta_i / beta_a) cost(i)`` along the critical path, i.e. ``CP1 / beta_a``.
 """
 
@@ -23,6 +26,7 @@ import math
 from collections.abc import Sequence
 
 from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_features, skip_norm_add
+from gspo.costmodel.layout import reorder_delta
 from gspo.costmodel.profile import Profile
 from gspo.ir import Graph
 from gspo.ir._hash import digest
@@ -146,9 +150,21 @@ class CostModel:
         a, b = self.profile.seq_scale
         return 10 ** (a * math.log10(max(op_sum, 1e-9)) + b) if op_sum > 0 else 0.0
 
+    def reorders(self, graph: Graph, nodes=None) -> float:
+        """Seconds of blocked-layout reorders ``nodes`` (default all) make run as one session,
+        beyond those their ops' single-op costs include (usually negative: a chain of
+        convolutions reorders once, each measured alone reordered twice)."""
+        p = self.profile
+        if not p.reorder_cost or not p.layout_block:
+            return 0.0
+        return p.reorder_cost * reorder_delta(graph, p.layout_block, nodes)
+
     def sequential(self, graph: Graph) -> float:
-        """Eq. 1: one session running every op in turn (with the fitted aggregate correction)."""
-        return self.profile.call_cost + self.aggregate(sum(self.op_costs(graph)))
+        """Eq. 1: one session running every op in turn (with the fitted aggregate correction),
+        plus the blocked-layout reorders the graph saves or adds (:meth:`reorders`); never less
+        than the call cost."""
+        ops = self.aggregate(sum(self.op_costs(graph)))
+        return self.profile.call_cost + max(ops + self.reorders(graph), 0.0)
 
     def parallel(self, graph: Graph, schedule: Schedule) -> float:
         """Eq. 3 over the schedule's segments (see the module docstring)."""
@@ -168,8 +184,8 @@ class CostModel:
         seg_of = {op: k for k, (_, ops) in enumerate(runs) for op in ops}
         boundary = _boundary_bytes(graph, runs, index)
         seg_cost = [
-            self.aggregate(sum(costs[index[op]] for op in ops)) + self.profile.segment_cost
-            + self.profile.segment_byte_cost * boundary[k]
+            max(self.aggregate(sum(costs[index[op]] for op in ops)) + self.reorders(graph, [index[op] for op in ops]), 0.0)
+            + self.profile.segment_cost + self.profile.segment_byte_cost * boundary[k]
             for k, (_, ops) in enumerate(runs)
         ]
         preds: list[list[tuple[int, float]]] = [[] for _ in runs]
@@ -187,7 +203,10 @@ class CostModel:
             start = max((finish[p] + w for p, w in preds[k]), default=0.0)
             finish[k] = start + seg_cost[k]
         launch = self.profile.launch_cost if schedule.num_streams > 1 else 0.0
-        return max(finish) + self.profile.call_cost + launch, sum(seg_cost)
+        # Each segment's cost on streams beyond its in-order cost, spread evenly over the streams
+        # (a hand-off per segment, and the streams contending while they overlap).
+        streamed = self.profile.stream_segment_cost * len(runs) if schedule.num_streams > 1 else 0.0
+        return max(finish) + self.profile.call_cost + launch + streamed, sum(seg_cost)
 
     def beta(self, features: Sequence[float]) -> float:
         if self.profile.parallel is None:

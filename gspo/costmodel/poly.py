@@ -56,8 +56,13 @@ class Poly:
     mean: tuple[float, ...]
     scale: tuple[float, ...]
     local: Local | None = None
+    #: Per input, the range the fit saw; inputs outside it are clipped to it (``None``: a fit
+    #: allowed to extrapolate, as the op fits must to larger ops).
+    bounds: tuple[tuple[float, float], ...] | None = None
 
     def __call__(self, x: Sequence[float]) -> float:
+        if self.bounds is not None:
+            x = [min(max(a, lo), hi) for a, (lo, hi) in zip(x, self.bounds)]
         z = [(a - m) / s for a, m, s in zip(x, self.mean, self.scale)]
         total = self.intercept
         for p, c in zip(self.powers, self.coef):
@@ -75,19 +80,23 @@ class Poly:
              "mean": list(self.mean), "scale": list(self.scale)}
         if self.local is not None:
             d["local"] = self.local.to_json()
+        if self.bounds is not None:
+            d["bounds"] = [list(b) for b in self.bounds]
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> Poly:
         return cls(tuple(tuple(int(e) for e in p) for p in d["powers"]), tuple(float(c) for c in d["coef"]),
                    float(d["intercept"]), tuple(float(v) for v in d["mean"]), tuple(float(v) for v in d["scale"]),
-                   Local.from_json(d["local"]) if d.get("local") else None)
+                   Local.from_json(d["local"]) if d.get("local") else None,
+                   tuple((float(lo), float(hi)) for lo, hi in d["bounds"]) if d.get("bounds") else None)
 
 
 def fit_poly(x: Sequence[Sequence[float]], y: Sequence[float], degree: int = 2, alpha: float = 1e-3,
-             bandwidth: float | None = None, prior: float = 0.5) -> Poly:
+             bandwidth: float | None = None, prior: float = 0.5, clip: bool = False) -> Poly:
     """Fit ``y ~ poly(x)`` (standardized inputs, ridge penalty ``alpha``); with ``bandwidth``, add
-    the local correction of the residuals (see the module docstring)."""
+    the local correction of the residuals (see the module docstring); with ``clip``, the fit
+    evaluates inputs outside the training range at its edge (:attr:`Poly.bounds`)."""
     from sklearn.linear_model import Ridge
     from sklearn.preprocessing import PolynomialFeatures
 
@@ -105,5 +114,7 @@ def fit_poly(x: Sequence[Sequence[float]], y: Sequence[float], degree: int = 2, 
         resid = ya - model.predict(zz)
         local = Local(tuple(tuple(float(v) for v in row) for row in z), tuple(float(r) for r in resid),
                       float(bandwidth), float(prior))
+    bounds = tuple((float(lo), float(hi)) for lo, hi in zip(xa.min(axis=0), xa.max(axis=0))) if clip else None
     return Poly(tuple(tuple(int(e) for e in p) for p in pf.powers_), tuple(float(c) for c in model.coef_),
-                float(model.intercept_), tuple(float(m) for m in mean), tuple(float(s) for s in scale), local)
+                float(model.intercept_), tuple(float(m) for m in mean), tuple(float(s) for s in scale), local,
+                bounds)
