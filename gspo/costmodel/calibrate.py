@@ -431,29 +431,6 @@ def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
     return fit(weight, lambda i: True), weight
 
 
-def _beta_cv(px, py, qx, qy, weight: int) -> float:
-    """Mean relative error of the estimated time (``beta / predicted beta - 1``) over every
-    parallel calibration graph, fork-join and piece, by ``CV_FOLDS``-fold cross-validation (fold
-    ``k`` of each set left out together; the pieces ``weight`` times in the fit)."""
-    err = 0.0
-    for k in range(CV_FOLDS):
-        xs = [x for i, x in enumerate(px) if i % CV_FOLDS != k] + [x for i, x in enumerate(qx) if i % CV_FOLDS != k] * weight
-        ys = [y for i, y in enumerate(py) if i % CV_FOLDS != k] + [y for i, y in enumerate(qy) if i % CV_FOLDS != k] * weight
-        poly = fit_poly(xs, ys, degree=2, alpha=1.0, clip=True)
-        err += sum(abs(y / min(max(poly(x), 0.05), 2.0) - 1) for i, (x, y) in enumerate(zip(px, py)) if i % CV_FOLDS == k)
-        err += sum(abs(y / min(max(poly(x), 0.05), 2.0) - 1) for i, (x, y) in enumerate(zip(qx, qy)) if i % CV_FOLDS == k)
-    return err / max(len(px) + len(qx), 1)
-
-
-#: Candidate seconds each segment of a multi-stream run costs beyond its in-order cost (thread
-#: hand-off and the streams contending for the cores while they overlap), chosen with beta_a by
-#: :func:`_beta_cv` over all the parallel calibration graphs. Session 8: the single launch cost
-#: (one per run) left two-segment NasRNN pieces estimated at 1.4x their time and many-segment
-#: ones about right; 75 us per segment was chosen on the shipped database (cross-validated error
-#: 18.9% with none).
-STREAM_SEGMENT_COSTS = (0.0, 25e-6, 50e-6, 75e-6, 100e-6, 150e-6)
-
-
 #: Candidate bandwidths (standardized feature units) of the op fits' local correction
 #: (:mod:`gspo.costmodel.poly`), chosen per family by leave-one-out error over its single ops;
 #: ``None``: the polynomial alone.
@@ -491,8 +468,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
     reorder when ``layout_block`` is set; without enough pieces, one factor from chains and
     fork-join graphs), the per-segment costs (multi-branch graphs run as segments in order vs one
     session), and beta_a (the same graphs on streams, plus the parallel zoo pieces weighted by
-    cross-validation, :func:`_fit_beta`) with the per-segment cost on streams that cross-validates
-    best (:data:`STREAM_SEGMENT_COSTS`). Measurements timed with the speed reference are first put
+    cross-validation, :func:`_fit_beta`). Measurements timed with the speed reference are first put
     in reference units (see :mod:`gspo.costmodel.reference`)."""
     refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]
     nominal = float(statistics.median(refs)) if refs else 0.0
@@ -565,38 +541,28 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg: Calibrati
         seg_cost, byte_cost = float(coef[0]), float(coef[1])
     base = replace(base, segment_cost=seg_cost, segment_byte_cost=byte_cost)
     model = CostModel(base)
-    stream_graphs = [(g, schedule, d["seconds"]) for g, schedule, d in graphs]
-    piece_graphs = []  # the zoo calibration pieces on streams
+    if launch_s:
+        # What a multi-stream run of next to nothing took beyond what its segment DAG accounts for
+        # (its segment, sync and call costs): beta_a, fitted below with it in CP1, then need not
+        # stretch to cover it for tiny pieces.
+        g = launch_graph()
+        schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
+        if schedule.num_streams > 1:
+            base = replace(base, launch_cost=max(0.0, launch_s - model.critical_path(g, schedule)[0]))
+            model = CostModel(base)
+    px, py = [], []
+    for g, schedule, d in graphs:
+        px.append(model.parallel_features(g, schedule))
+        py.append(model.critical_path(g, schedule)[0] / d["seconds"])
+    qx, qy = [], []  # the zoo calibration pieces on streams
     for bench, d in pieces:
         if bench.spec.get("parallel") and "seconds" in d:
             g = bench.build()
             schedule = assign_streams(g, max_streams=_stream_cap(cfg.backend))
             if schedule.num_streams >= 2:
-                piece_graphs.append((g, schedule, d["seconds"]))
-    lg = launch_graph()
-    ls = assign_streams(lg, max_streams=_stream_cap(cfg.backend))
-    best = None
-    for stream_seg in STREAM_SEGMENT_COSTS:
-        cand = replace(base, stream_segment_cost=stream_seg)
-        if launch_s and ls.num_streams > 1:
-            # What a multi-stream run of next to nothing took beyond what its segment DAG accounts
-            # for (its segment, sync and call costs): beta_a, fitted below with it in CP1, then
-            # need not stretch to cover it for tiny pieces.
-            cand = replace(cand, launch_cost=max(0.0, launch_s - CostModel(cand).critical_path(lg, ls)[0]))
-        m = CostModel(cand)
-        px = [m.parallel_features(g, s) for g, s, _ in stream_graphs]
-        py = [m.critical_path(g, s)[0] / t for g, s, t in stream_graphs]
-        qx = [m.parallel_features(g, s) for g, s, _ in piece_graphs]
-        qy = [m.critical_path(g, s)[0] / t for g, s, t in piece_graphs]
-        parallel, weight = _fit_beta(px, py, qx, qy)
-        err = _beta_cv(px, py, qx, qy, weight) if parallel is not None else 0.0
-        if best is None or err < best[0] - 1e-12:
-            best = (err, cand, parallel, weight)
-        if parallel is None:
-            break
-    _, base, parallel, weight = best
+                qx.append(model.parallel_features(g, schedule))
+                qy.append(model.critical_path(g, schedule)[0] / d["seconds"])
+    parallel, weight = _fit_beta(px, py, qx, qy)
     meta = {**base.meta, "beta_piece_weight": weight}
-    if parallel is not None:
-        meta["beta_cv_error"] = round(best[0], 4)
     base = replace(base, meta=meta)
     return replace(base, parallel=parallel)

@@ -12,9 +12,8 @@ Parallel (Eq. 3), made precise: each stream is cut into segments between sync po
 critical path ``CP1`` of the segment DAG (segment = sum of its op costs + ``segment_cost``,
 event = ``sync_cost``) is what the schedule would take if running together slowed nothing down.
 ``beta_a`` is the fraction of that speed the streams keep when they share the device,
-``beta_a = CP1 / measured`` (CP1 includes the calibrated ``launch_cost``, what a multi-stream run
-costs beyond its segment DAG, and ``stream_segment_cost`` per segment, what each segment costs on
-streams beyond its in-order cost: together more than a tiny piece's ops), fitted by polynomial
+``beta_a = CP1 / measured`` (CP1 includes the calibrated ``launch_cost``: what a multi-stream run
+costs beyond its segment DAG, more than a tiny piece's ops), fitted by polynomial
 regression over (#streams, log10 CP1, imbalance = CP1 / sum of segment costs, conv and matmul FLOP
 fractions), evaluated within the range of its calibration graphs. The estimate is
 ``max_i (beta_i / beta_a) cost(i)`` along the critical path, i.e. ``CP1 / beta_a``.
@@ -203,10 +202,7 @@ class CostModel:
             start = max((finish[p] + w for p, w in preds[k]), default=0.0)
             finish[k] = start + seg_cost[k]
         launch = self.profile.launch_cost if schedule.num_streams > 1 else 0.0
-        # Each segment's cost on streams beyond its in-order cost, spread evenly over the streams
-        # (a hand-off per segment, and the streams contending while they overlap).
-        streamed = self.profile.stream_segment_cost * len(runs) if schedule.num_streams > 1 else 0.0
-        return max(finish) + self.profile.call_cost + launch + streamed, sum(seg_cost)
+        return max(finish) + self.profile.call_cost + launch, sum(seg_cost)
 
     def beta(self, features: Sequence[float]) -> float:
         if self.profile.parallel is None:

@@ -74,9 +74,6 @@ class Profile:
     #: Seconds per reorder into or out of onnxruntime's blocked layout (:mod:`gspo.costmodel.layout`),
     #: fitted on the calibration pieces with the family factors; 0: not modelled.
     reorder_cost: float = 0.0
-    #: Seconds each segment of a multi-stream run adds to its critical path beyond its in-order
-    #: cost (chosen with beta_a by cross-validation; see gspo.costmodel.calibrate).
-    stream_segment_cost: float = 0.0
     #: Channel block of that layout on the calibrated device (8, 16; 0: none).
     layout_block: int = 0
     gspo_version: str = __version__
@@ -102,7 +99,6 @@ class Profile:
             "family_scale": dict(sorted(self.family_scale.items())),
             "launch_cost": self.launch_cost,
             "reorder_cost": self.reorder_cost,
-            "stream_segment_cost": self.stream_segment_cost,
             "layout_block": self.layout_block,
             "meta": self.meta,
         }
@@ -130,7 +126,6 @@ class Profile:
                 family_scale={str(k): float(v) for k, v in d.get("family_scale", {}).items()},
                 launch_cost=float(d.get("launch_cost", 0.0)),
                 reorder_cost=float(d.get("reorder_cost", 0.0)),
-                stream_segment_cost=float(d.get("stream_segment_cost", 0.0)),
                 layout_block=int(d.get("layout_block", 0)),
                 gspo_version=str(d.get("gspo_version", "")),
                 meta=dict(d.get("meta", {})),
