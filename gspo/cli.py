@@ -595,8 +595,7 @@ def regress(modelset, baseline, update, tolerance, as_json):
 
     base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
     known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
-    bar = _progress_printer("regress")
-    rows = run_regress(modelset, known, tolerance, lambda d, t, name: bar(d, t, name))
+    rows = run_regress(modelset, known, tolerance, _progress_printer("regress"))
     failed = [r for r in rows if r.status != "ok" and not (update and r.status in ("NO BASELINE", "REGRESSED", "ok"))]
     if update:
         write_baseline(base_path, rows)

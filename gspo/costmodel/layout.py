@@ -51,6 +51,17 @@ def _is_4d(graph: Graph, name: str) -> bool:
     return v is not None and v.shape is not None and len(v.shape) == 4
 
 
+def _conv_reads_plain(graph: Graph, node, block: int) -> bool:
+    """A convolution whose input has fewer channels than a block (one group) reads it unblocked."""
+    c = _channels(graph, node.inputs[0])
+    return c is not None and c < block and int(node.attr("group", 1)) == 1
+
+
+def _pool_fills_blocks(graph: Graph, name: str, block: int) -> bool:
+    c = _channels(graph, name)
+    return c is not None and c % block == 0
+
+
 def count_reorders(graph: Graph, block: int, nodes: Iterable[int] | None = None) -> int:
     """Reorders onnxruntime makes running ``nodes`` (indices into ``graph``, default all) as one
     session: tensors from outside the set are plain inputs, tensors read outside it (or graph
@@ -79,8 +90,7 @@ def count_reorders(graph: Graph, block: int, nodes: Iterable[int] | None = None)
         op = node.op_type
         four = out is not None and _is_4d(graph, out)
         if op == "Conv" and four and ins and not node.is_opaque:
-            c = _channels(graph, ins[0])
-            if c is not None and c < block and int(node.attr("group", 1)) == 1:
+            if _conv_reads_plain(graph, node, block):
                 need_plain(ins[0])
             else:
                 need_blocked(ins[0])
@@ -90,7 +100,7 @@ def count_reorders(graph: Graph, block: int, nodes: Iterable[int] | None = None)
         elif op in _PASS and ins:
             if ins[0] in blocked:
                 blocked.add(out)
-        elif (op in _POOLS and four and ins and (c := _channels(graph, ins[0])) is not None and c % block == 0
+        elif (op in _POOLS and four and ins and _pool_fills_blocks(graph, ins[0], block)
               and (not op.startswith("Global") or ins[0] in blocked or ins[0] not in produced)):
             need_blocked(ins[0])
             blocked.add(out)
@@ -122,11 +132,9 @@ def own_reorders(graph: Graph, node, block: int) -> int:
     ins = [n for n in node.inputs if n and n not in graph.weights]
     if not ins or not _is_4d(graph, node.outputs[0].name):
         return 0
-    c = _channels(graph, ins[0])
     if node.op_type == "Conv":
-        plain_input = c is not None and c < block and int(node.attr("group", 1)) == 1
-        return 1 if plain_input else 2
-    return 2 if c is not None and c % block == 0 else 0
+        return 1 if _conv_reads_plain(graph, node, block) else 2
+    return 2 if _pool_fills_blocks(graph, ins[0], block) else 0
 
 
 def reorder_delta(graph: Graph, block: int, nodes: Iterable[int] | None = None) -> int:
@@ -140,27 +148,15 @@ def reorder_delta(graph: Graph, block: int, nodes: Iterable[int] | None = None) 
 
 def detect_block() -> int:
     """The channel block of onnxruntime's blocked layout on this CPU (8 or 16), read from the
-    model onnxruntime optimizes for a convolution with 8 and with 16 input channels (a block's
+    graph onnxruntime optimizes for a convolution with 8 and with 16 input channels (a block's
     worth of channels gets a ``ReorderInput``, fewer do not); 0 when neither is blocked."""
-    import os
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    from gspo.ir import serialize
     from gspo.ir.builder import GraphBuilder
+    from gspo.runtime import optimized_op_types
 
     for block in (8, 16):
         b = GraphBuilder("gspo-layout-probe", seed=0)
         x = b.input("x", (1, block, 8, 8))
         g = b.output(b.op("Conv", [x, b.weight("w", (16, block, 3, 3))], pads=[1, 1, 1, 1], kernel_shape=[3, 3])).build()
-        with tempfile.TemporaryDirectory() as d:
-            so = ort.SessionOptions()
-            so.optimized_model_filepath = os.path.join(d, "optimized.onnx")
-            so.log_severity_level = 4
-            ort.InferenceSession(serialize(g), so, providers=["CPUExecutionProvider"])
-            ops = {n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node}
-        if "ReorderInput" in ops:
+        if "ReorderInput" in optimized_op_types(g):
             return block
     return 0

@@ -31,6 +31,7 @@ __all__ = [
     "save",
     "serialize",
     "parse_input_shapes",
+    "node_op_types",
     "MAX_IR_VERSION",
     "MIN_OPSET",
     "STREAM_KEY",
@@ -60,6 +61,12 @@ _STRIP_ELEMENTS = 4096
 
 
 # ---------------------------------------------------------------------- loading
+def node_op_types(path: str | os.PathLike) -> list[str]:
+    """The op type of every top-level node of the model at ``path``, in order, whatever its
+    domain (e.g. the optimized model onnxruntime writes, with its own fused and layout ops)."""
+    return [n.op_type for n in onnx.load(os.fspath(path), load_external_data=False).graph.node]
+
+
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     """Parse ``name=1,3,224,224`` strings (as given to ``--input-shape``)."""
     out: dict[str, tuple[int, ...]] = {}

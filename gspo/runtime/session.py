@@ -14,7 +14,8 @@ from gspo.errors import first_line as _first_line
 from gspo.ir import Graph, serialize
 from gspo.ir.weights import np_dtype
 
-__all__ = ["SessionConfig", "make_session", "run", "random_inputs", "load_inputs", "RuntimeError_", "runtime_version"]
+__all__ = ["SessionConfig", "make_session", "optimized_op_types", "run", "random_inputs", "load_inputs", "RuntimeError_",
+           "runtime_version"]
 
 
 def runtime_version() -> str:
@@ -54,10 +55,14 @@ _LEVELS = {
 }
 
 
-def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig()) -> ort.InferenceSession:
-    """An ``InferenceSession`` over a graph or serialized model bytes."""
+def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
+                 optimized_path: str | None = None) -> ort.InferenceSession:
+    """An ``InferenceSession`` over a graph or serialized model bytes; with ``optimized_path``,
+    onnxruntime also writes the graph it will run there (after its fusions and layout changes)."""
     data = serialize(model) if isinstance(model, Graph) else model
     so = ort.SessionOptions()
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
     so.graph_optimization_level = _LEVELS[config.optimization]
     so.intra_op_num_threads = config.intra_op_threads
     so.inter_op_num_threads = 1
@@ -71,6 +76,19 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig()) 
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:
         raise RuntimeError_(f"onnxruntime cannot load the model: {_first_line(e)}") from None
+
+
+def optimized_op_types(model: Graph | bytes, config: SessionConfig = SessionConfig()) -> list[str]:
+    """The op types of the graph onnxruntime runs for ``model`` (what it fused, the layout
+    reorders it inserted): how the cost model's mirrors of those optimizations are checked."""
+    import tempfile
+
+    from gspo.ir.onnx_io import node_op_types
+
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "optimized.onnx")
+        make_session(model, config, optimized_path=path)
+        return node_op_types(path)
 
 
 def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
