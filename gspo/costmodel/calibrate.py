@@ -334,10 +334,10 @@ def _scale_fit(x: np.ndarray, lam: float, extra: np.ndarray | None = None) -> tu
     from scipy.optimize import least_squares
 
     k = x.shape[1]
-    e = np.zeros((x.shape[0], 0)) if extra is None else extra
-    m = e.shape[1]
+    extra = np.zeros((x.shape[0], 0)) if extra is None else extra
+    m = extra.shape[1]
     lo, hi = FAMILY_SCALE_BOUNDS
-    a = np.hstack([x.sum(axis=1, keepdims=True), x, e])
+    a = np.hstack([x.sum(axis=1, keepdims=True), x, extra])
 
     def residuals(v: np.ndarray) -> np.ndarray:
         r = np.log(np.maximum(a @ v, 1e-9))
@@ -381,20 +381,20 @@ def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dic
     x = np.asarray(rows) / np.asarray(ys)[:, None]
     present = x.any(axis=0)
     x = x[:, present]
-    extra = (np.asarray(deltas) / np.asarray(ys))[:, None] if block and any(deltas) else None
+    # The reorder column, or no extra column at all (no blocked layout, or no piece that differs).
+    extra = (np.asarray(deltas) / np.asarray(ys))[:, None] if block and any(deltas) else np.zeros((len(x), 0))
     folds = np.arange(len(x)) % CV_FOLDS
 
     def cv_error(lam: float) -> float:
         err = 0.0
         for k in range(CV_FOLDS):
-            e_in, e_out = (None, 0.0) if extra is None else (extra[folds != k], extra[folds == k])
-            s, r = _scale_fit(x[folds != k], lam, e_in)
-            err += float(np.abs(x[folds == k] @ s + (e_out @ r if extra is not None else 0.0) - 1.0).sum())
+            s, r = _scale_fit(x[folds != k], lam, extra[folds != k])
+            err += float(np.abs(x[folds == k] @ s + extra[folds == k] @ r - 1.0).sum())
         return err
 
     lam = min(FAMILY_SCALE_PENALTIES, key=cv_error)
     scales, r = _scale_fit(x, lam, extra)
-    reorder = float(r[0]) * REORDER_UNIT if extra is not None else 0.0
+    reorder = float(r[0]) * REORDER_UNIT if r.size else 0.0
     return {f: float(v) for f, v in zip((f for f, p in zip(FAMILIES, present) if p), scales)}, lam, reorder
 
 
