@@ -16,6 +16,10 @@ from gspo.errors import GspoError
 __all__ = ["main", "cli"]
 
 EXIT_ERROR = 2
+#: ``calibrate --evaluate``'s passes over the held-out set: with 4, the noise left in a run's mean
+#: and the cross-run noise floor were 0.7 / 1.4 points (sequential / parallel) higher than with 6
+#: (benchmarks/noise_floor.md); 20 passes took 12 minutes and lowered the floor by under a point more.
+EVALUATION_PASSES = 6
 
 
 class Context:
@@ -657,8 +661,8 @@ def _progress_printer(label: str):
 @click.option("--passes", type=click.IntRange(min=1), default=None,
               help="Separate measuring passes: over the suite when calibrating (each benchmark's median is fitted) "
                    "[default: 3]; with --evaluate over the held-out set (their mean is the measured time; at least 2) "
-                   "[default: 4].")
-@click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT.")
+                   f"[default: {EVALUATION_PASSES}].")
+@click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT or REPORT.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, passes, force, as_json):
@@ -683,12 +687,16 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     if evaluate_profile:
         from gspo.costmodel.evaluate import evaluate
 
-        passes = 4 if passes is None else passes
+        passes = EVALUATION_PASSES if passes is None else passes
         if passes < 2:
             raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
+        if report:
+            check_output_path(report, force, evaluate_profile)
         profile = load_profile(evaluate_profile, device_description("cpu"), runtime, force)
         results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
-        data = {"profile": evaluate_profile, "device": profile.device, "results": [r.to_json() for r in results]}
+        # reference_s: the unit of every measured time in the report (the profile's speed reference).
+        data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
+                "results": [r.to_json() for r in results]}
         if report:
             Path(report).write_text(json.dumps(data, indent=1) + "\n")
         if as_json:

@@ -239,6 +239,31 @@ def test_calibrate_evaluate_needs_two_passes(tmp_path):
     assert result.exit_code != 0 and "at least 2" in result.output and "Traceback" not in result.output
 
 
+def test_calibrate_evaluate_report_records_its_unit_and_is_not_overwritten_without_force(tmp_path, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    import gspo.costmodel.evaluate as ev
+    from gspo.cli import cli
+    from gspo.costmodel.profile import load_profile
+    from tests.helpers import branchy
+
+    graphs = [(f"p{size}", branchy(channels=size, size=2 * size)) for size in (4, 16)]
+    monkeypatch.setattr(ev, "held_out_subgraphs", lambda count, parallel: graphs)
+    report = tmp_path / "r.json"
+    args = ["calibrate", "--evaluate", "cpu", "--passes", "2", "--report", str(report), "--force"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["reference_s"] == load_profile("cpu", force=True).reference_s
+    assert [r["kind"] for r in data["results"]] == ["sequential", "parallel"]
+    report.write_text("mine")
+    result = CliRunner().invoke(cli, args[:-1])  # no --force: refused before anything is measured
+    assert result.exit_code != 0 and "exists; use --force" in result.output and "Traceback" not in result.output
+    assert report.read_text() == "mine"
+
+
 def test_progress_in_a_pipe_prints_a_line_per_tenth_and_starts_over_per_phase(capsys):
     from gspo.cli import _progress_printer
 
