@@ -36,7 +36,8 @@ def load_report(path: str) -> dict:
     with opener(path, "rt") as f:
         data = json.load(f)
     if not data.get("reference_s"):
-        sys.exit(f"{path}: the report does not say its unit (reference_s); it needs gspo >= session 10's report format")
+        sys.exit(f"{path}: the report does not record its unit (reference_s: the speed reference of the profile it "
+                 "was measured with); reports written since gspo calibrate --evaluate records it do")
     return data
 
 
