@@ -16,9 +16,10 @@ from gspo.errors import GspoError
 __all__ = ["main", "cli"]
 
 EXIT_ERROR = 2
-#: ``calibrate --evaluate``'s passes over the held-out set: with 4, the noise left in a run's mean
-#: and the cross-run noise floor were 0.7 / 1.4 points (sequential / parallel) higher than with 6
-#: (benchmarks/noise_floor.md); 20 passes took 12 minutes and lowered the floor by under a point more.
+#: ``calibrate --evaluate``'s passes over the held-out set: with 4 the cross-run noise floor of a
+#: run was 0.9 / 1.0 points (sequential / parallel) higher than with 6 (benchmarks/noise_floor.md,
+#: twelve runs); the one run of 20 passes (12 minutes) had the lowest noise in its own mean and a
+#: floor like the others' (most of the floor is between runs).
 EVALUATION_PASSES = 6
 
 
