@@ -30,6 +30,10 @@ import platform
 import statistics
 import sys
 
+from gspo.costmodel.estimate import CostModel
+from gspo.costmodel.evaluate import Evaluation, held_out_schedule, held_out_subgraphs
+from gspo.costmodel.profile import load_profile
+
 
 def load_report(path: str) -> dict:
     opener = gzip.open if path.endswith(".gz") else open
@@ -42,41 +46,31 @@ def load_report(path: str) -> dict:
 
 
 def _mape(estimated, measured) -> float:
-    return 100 * statistics.fmean(abs(e - m) / m for e, m in zip(estimated, measured))
+    """Mean absolute percentage error, in percent (gspo's own, as ``--evaluate`` reports it)."""
+    return 100 * Evaluation("", tuple(estimated), tuple(measured), ()).mape
+
+
+def _in_run_noise(passes: list[list[float]]) -> float:
+    """The noise left in a run's mean of its passes, in percent, as ``--evaluate`` reports it."""
+    means = tuple(statistics.fmean(p) for p in passes)
+    return 100 * Evaluation("", means, means, (), passes=tuple(tuple(p) for p in passes)).noise_of_mean
 
 
 def _geomean(xs) -> float:
     return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
-def _in_run_noise(passes: list[list[float]]) -> float:
-    odd = [statistics.fmean(p[0::2]) for p in passes]
-    even = [statistics.fmean(p[1::2]) for p in passes]
-    return _mape(even, odd) / 2
-
-
 def estimates(profile_name: str, labels: dict[str, list[str]]) -> tuple[float, dict[str, dict[str, float]]]:
-    """The profile's reference and its estimate of every held-out subgraph named in ``labels``."""
-    import os
-
-    from gspo.costmodel.estimate import CostModel
-    from gspo.costmodel.pieces import held_out_subgraphs
-    from gspo.costmodel.profile import load_profile
-    from gspo.streams import assign_streams
-
+    """The profile's reference and its estimate of every held-out subgraph named in ``labels``,
+    on the schedule ``--evaluate`` measures it with."""
     profile = load_profile(profile_name, force=True)
     model = CostModel(profile)
     out: dict[str, dict[str, float]] = {}
     for kind, wanted in labels.items():
         parallel = kind == "parallel"
         subs = dict(held_out_subgraphs(100, parallel))
-        out[kind] = {}
-        for label in wanted:
-            g = subs.get(label)
-            if g is None:
-                continue
-            out[kind][label] = (model.parallel(g, assign_streams(g, max_streams=os.cpu_count() or 1)) if parallel
-                                else model.sequential(g))
+        out[kind] = {lbl: model.cost(subs[lbl], held_out_schedule(subs[lbl]) if parallel else None)
+                     for lbl in wanted if lbl in subs}
     return profile.reference_s, out
 
 

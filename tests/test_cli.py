@@ -259,6 +259,11 @@ def test_calibrate_evaluate_report_records_its_unit_and_is_not_overwritten_witho
     assert data["reference_s"] == load_profile("cpu", force=True).reference_s
     assert [r["kind"] for r in data["results"]] == ["sequential", "parallel"]
     report.write_text("mine")
+
+    def measuring(*a, **k):
+        raise AssertionError("measured before refusing the report")
+
+    monkeypatch.setattr(ev, "evaluate", measuring)
     result = CliRunner().invoke(cli, args[:-1])  # no --force: refused before anything is measured
     assert result.exit_code != 0 and "exists; use --force" in result.output and "Traceback" not in result.output
     assert report.read_text() == "mine"

@@ -27,7 +27,7 @@ from gspo.costmodel.reference import normalize
 from gspo.runtime import CpuExecutor, make_session, random_inputs
 from gspo.streams import assign_streams
 
-__all__ = ["Evaluation", "held_out_subgraphs", "evaluate"]
+__all__ = ["Evaluation", "held_out_subgraphs", "held_out_schedule", "evaluate"]
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,18 @@ def _time_on_streams(graph, schedule, feeds) -> float:
         return time_callable(lambda: ex.run(feeds))
 
 
+def held_out_schedule(graph):
+    """The streams a parallel held-out subgraph is measured and estimated on: Nimble's, capped at
+    the cores."""
+    return assign_streams(graph, max_streams=os.cpu_count() or 1)
+
+
 def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], None] | None = None,
              passes: int = 2) -> list[Evaluation]:
     """Estimate and measure the held-out subgraphs. Each is measured in ``passes`` separate passes
     over the whole set (so that the machine's drift during the run shows); the measured time is
     their mean, and the test-retest error (pass 2 against pass 1) is the noise floor of this run."""
     model = CostModel(profile)
-    cap = os.cpu_count() or 1
     reference = speed_reference("cpu") if profile.reference_s else None
     results = []
     for parallel in (False, True):
@@ -111,7 +116,7 @@ def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], 
         for _, g in subgraphs:
             feeds = random_inputs(g)
             if parallel:
-                schedule = assign_streams(g, max_streams=cap)
+                schedule = held_out_schedule(g)
                 runners.append(lambda g=g, schedule=schedule, feeds=feeds: _time_on_streams(g, schedule, feeds))
                 est.append(model.parallel(g, schedule))
             else:
