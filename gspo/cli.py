@@ -65,14 +65,33 @@ def input_shape_option(fn):
         "input_shapes",
         multiple=True,
         metavar="NAME=D1,D2,...",
-        help="Pin the shape of an input with dynamic dimensions (repeatable).",
+        help="Pin the shape of a graph input (repeatable). Dynamic dimensions not pinned get "
+             "defaults: 1 for a batch (first) dimension, 128 for any other.",
     )(fn)
 
 
-def _load(path: str, input_shapes=()):
+def _load(path: str, input_shapes=(), plain: bool = False):
+    """Load a model for a command; say in one line which dynamic dimensions got defaults."""
     from gspo import ir
 
-    return ir.load(path, ir.parse_input_shapes(input_shapes))
+    graph = ir.load(path, ir.parse_input_shapes(input_shapes), plain=plain)
+    _say_defaults(path, graph)
+    return graph
+
+
+def _say_defaults(path: str, graph) -> None:
+    from gspo.ir.frontend import describe_defaults
+
+    if graph.extras.defaulted:
+        pins = {v.name: v.shape for v in graph.inputs}
+        click.echo(f"gspo: {path}: {describe_defaults(graph.extras.defaulted, pins)}", err=True)
+
+
+def inputs_option(fn):
+    return click.option(
+        "--inputs", "inputs_file", type=click.Path(dir_okay=False), metavar="FEEDS.npz",
+        help="Run on these inputs (an .npz with one array per graph input) instead of random ones.",
+    )(fn)
 
 
 def check_output_path(output: str, force: bool, *inputs: str) -> None:
@@ -182,14 +201,16 @@ def model_info(graph) -> dict:
 def info(model, input_shapes, as_json):
     """Describe a model: ops, parameters, FLOPs, bytes, depth, parallelism.
 
-    FLOPs count a multiply-accumulate as 2; depth and the maximum number of independent ops
-    count compute ops only (not reshapes, concats and other data movement).
+    The model is described as gspo sees it, after constant folding (exporters' shape arithmetic
+    and Constant nodes folded). FLOPs count a multiply-accumulate as 2; depth and the maximum
+    number of independent ops count compute ops only (not reshapes, concats and other data
+    movement).
 
     \b
     Example:
         gspo info model.onnx --input-shape input=1,3,224,224
     """
-    data = model_info(_load(model, input_shapes))
+    data = model_info(_load(model, input_shapes, plain=True))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -217,38 +238,48 @@ def info(model, input_shapes, as_json):
 @cli.command()
 @click.argument("model_a", type=click.Path())
 @click.argument("model_b", type=click.Path())
-@click.option("--rtol", type=float, default=1e-3, show_default=True)
-@click.option("--atol", type=float, default=1e-4, show_default=True)
+@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Tolerance relative to each element.")
+@click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance.")
+@click.option("--ntol", type=float, default=1e-5, show_default=True,
+              help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
-@click.option("--inputs", "inputs_file", type=click.Path(), help="Use these inputs (.npz) instead.")
+@inputs_option
 @input_shape_option
 @handle_errors
-def verify(model_a, model_b, rtol, atol, seed, runs, inputs_file, input_shapes):
+def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_shapes):
     """Check that two models compute the same outputs (exit 0) or not (exit 1).
 
-    Both run with onnxruntime on the same inputs; an output matches when
-    |b - a| <= atol + rtol * |a| everywhere (NaNs must match too).
+    Both run with onnxruntime on the same inputs (random ones valid for the model: integer
+    inputs stay within the tables they index, masks are 0 or 1). An output matches when every
+    element satisfies |b - a| <= atol + rtol * |a| + ntol * max|a|, max|a| being the output's
+    largest magnitude; integer and bool outputs must be equal, NaN and infinities at the same
+    places. "rel to max" is max|b - a| / max|a|.
 
     \b
     Example:
         gspo verify model.onnx optimized.onnx --runs 5
+        gspo verify model.onnx optimized.onnx --inputs feeds.npz
     """
+    import math
+
     from gspo.runtime import load_inputs
     from gspo.runtime import verify as run_verify
 
-    if rtol < 0 or atol < 0:
-        raise GspoError("--rtol and --atol must not be negative")
+    if min(rtol, atol, ntol) < 0 or not all(map(math.isfinite, (rtol, atol, ntol))):
+        raise GspoError("--rtol, --atol and --ntol must be finite and not negative")
     a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
-    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds)
-    click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12}  verdict")
+    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
+    click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12} {'rel to max':>11}  verdict")
     for d in result.outputs:
-        click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g}  {'ok' if d.ok else 'DIFFERS'}")
+        click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "
+                   f"{'ok' if d.ok else 'DIFFERS: ' + d.reason}")
+    tol = f"rtol={rtol:g}, atol={atol:g}, ntol={ntol:g}"
     if result.equivalent:
-        click.echo(f"equivalent (rtol={rtol:g}, atol={atol:g})")
+        click.echo(f"equivalent ({tol})")
         return
-    click.echo(f"NOT equivalent: {result.worst.name} differs beyond rtol={rtol:g}, atol={atol:g}")
+    click.echo(f"NOT equivalent: {result.worst.name} differs beyond {tol}")
     sys.exit(1)
 
 
@@ -281,7 +312,7 @@ def rules(model, list_, why, input_shapes, as_json):
         for r in rows:
             click.echo(f"{r['rule']:<22} {r['description']}")
         return
-    graph = _load(model, input_shapes)
+    graph = _load(model, input_shapes, plain=True)
     out = []
     for r in DEFAULT_RULES:
         results = list(r.match(graph, explain=why))
@@ -323,7 +354,7 @@ def partition_cmd(model, threshold, balance, input_shapes, as_json):
 
     from gspo.partition import DEFAULT_THRESHOLD, partition
 
-    graph = _load(model, input_shapes)
+    graph = _load(model, input_shapes, plain=True)
     start = time.perf_counter()
     p = partition(graph, DEFAULT_THRESHOLD if threshold is None else threshold, balance)
     seconds = time.perf_counter() - start
@@ -374,7 +405,7 @@ def device_option(fn):
 @click.argument("model", type=click.Path())
 @streams_option
 @device_option
-@click.option("--inputs", "inputs_file", type=click.Path(), help="Inputs (.npz); random ones otherwise.")
+@inputs_option
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the outputs here (.npz).")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Plot when each segment ran (PNG, needs gspo[plot]).")
@@ -456,10 +487,11 @@ def _plot_timeline(trace, executor, path) -> None:
 @click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
               help="Intra-op threads per session (0: onnxruntime's default, divided among streams).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@inputs_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @input_shape_option
 @handle_errors
-def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json, input_shapes):
+def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_file, as_json, input_shapes):
     """Time models against each other, interleaved in one process (A B B A ...).
 
     Prints the median and minimum latency of each (model, streams) pair and its speed ratio
@@ -468,8 +500,16 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json
     \b
     Example:
         gspo bench model.onnx optimized.onnx --streams 1,auto --runs 50
+        gspo bench bert.onnx bert_gspo.onnx --inputs feeds.npz
     """
-    from gspo.runtime import SessionConfig, interleaved, make_executor, parse_streams, random_inputs
+    from gspo.runtime import (
+        SessionConfig,
+        interleaved,
+        load_inputs,
+        make_executor,
+        parse_streams,
+        random_inputs,
+    )
 
     settings = [parse_streams(x) for x in streams_list.split(",") if x.strip()]
     if not settings:
@@ -479,7 +519,7 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json
     for m, g in graphs[1:]:
         if {(v.name, v.dtype, v.shape) for v in g.inputs} != first_inputs:
             raise GspoError(f"{m}: its inputs differ from {graphs[0][0]}'s; bench compares models with the same inputs")
-    feeds = random_inputs(graphs[0][1], seed)
+    feeds = load_inputs(inputs_file, graphs[0][1]) if inputs_file else random_inputs(graphs[0][1], seed)
     config = SessionConfig(intra_op_threads=threads)
     executors, runners = [], []
     try:
@@ -524,23 +564,31 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, as_json
 @click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
               help="Pick verified candidates by measured latency, or by the cost model (reproducible bytes).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
+@inputs_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; accept a profile made for another device.")
 @input_shape_option
 @handle_errors
 def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, threshold, max_streams, jobs,
-                 no_streams, no_rules, seed, select, report, force, input_shapes):
+                 no_streams, no_rules, seed, select, report, inputs_file, force, input_shapes):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
 
-    Partitions the model, searches each piece (rules and streams ranked by the cost profile),
-    verifies the best candidates by running them, merges, checks the whole model against the
-    original on random inputs (a mismatch writes nothing and exits 1) and writes OUTPUT.
+    Folds the exporter's constants and shape arithmetic, partitions the model, searches each
+    piece (rules and streams ranked by the cost profile), verifies the best candidates by
+    running them on the values that reach each piece (rejecting, with the reason, any that
+    onnxruntime refuses or that compute something else), merges, checks the whole model against
+    the original and writes OUTPUT (a mismatch writes nothing and exits 1). Dynamic input
+    dimensions get defaults (1 for a batch, 128 otherwise) unless pinned with --input-shape; the
+    output keeps them dynamic when it computes the same at another size.
 
     \b
     Example:
         gspo optimize model.onnx -o fast.onnx --report report.json
         gspo optimize nasrnn.onnx -o fast.onnx --no-streams --time-budget 60
+        gspo optimize bert.onnx -o fast.onnx --input-shape input_ids=1,64 --inputs feeds.npz
     """
+    from gspo import ir
     from gspo.partition import DEFAULT_THRESHOLD
+    from gspo.runtime.inputs import read_npz
     from gspo.search import OptimizeError, optimize
 
     check_output_path(output, force, model)
@@ -548,14 +596,15 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
         check_output_path(report, force, model)
     if no_streams and no_rules:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
-    graph = _load(model, input_shapes)
+    shapes = ir.parse_input_shapes(input_shapes)
+    feeds = read_npz(inputs_file) if inputs_file else None
     bar = _progress_printer("optimizing")
     try:
         result = optimize(
-            graph, progress=lambda phase, d, t: bar(d, t, phase), device=device, profile=profile, force_profile=force,
-            alpha=alpha, budget=budget, time_budget=time_budget, threshold=threshold or DEFAULT_THRESHOLD,
-            max_streams=max_streams, jobs=jobs, use_streams=not no_streams, use_rules=not no_rules, seed=seed,
-            select=select,
+            model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
+            profile=profile, force_profile=force, alpha=alpha, budget=budget, time_budget=time_budget,
+            threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
+            use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select,
         )
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
@@ -564,17 +613,33 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
     r = result.report
     if report:
         Path(report).write_text(json.dumps(r, indent=1, default=str) + "\n")
-    click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, measured)")
+    for note in r["notes"]:
+        click.echo(f"note: {note}")
+    _echo_outcome(r, pinned=bool(shapes))
+    click.echo(f"wrote {output}")
+
+
+def _echo_outcome(r: dict, pinned: bool) -> None:
+    """The summary ``gspo optimize`` prints: latency, verdict, what changed, what was rejected."""
+    click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
+               f"measured; spread {100 * r['timing_spread']:.1f}%)")
     click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
     if r["unchanged"]:
-        click.echo("nothing beat the input as measured: the output is the input")
+        pins = " with its input shapes pinned" if pinned else ""
+        click.echo(f"nothing beat the input as measured: the output is the input{pins}")
+    elif r["verdict"] != "faster":
+        click.echo("no measurable change: the speedup is within the timings' spread")
     subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
     click.echo(f"substitutions: {subs}")
     click.echo(f"streams: {r['streams']}, syncs: {r['syncs']}; pieces: {r['pieces']}; "
                f"search {r['search_seconds']:.1f} s, total {r['total_seconds']:.1f} s")
+    if not r["unchanged"]:
+        click.echo(f"equivalent to the input: largest difference {r['max_rel_err']:.2g} of an output's magnitude")
+    if r["dynamic_dims"]:
+        click.echo(f"dynamic dimensions: {r['dynamic_dims']}")
     if r["candidates_rejected_by_verification"]:
-        click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) whose outputs differed")
-    click.echo(f"wrote {output}")
+        click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
+                   "(onnxruntime refused them or their outputs differed; reasons in --report)")
 
 
 # -------------------------------------------------------------------- regress

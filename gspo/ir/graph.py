@@ -148,6 +148,11 @@ class ModelExtras:
     #: The ``gspo.schedule`` JSON the model was saved with ("" if none).
     schedule: str = ""
     sparse_initializers: tuple[bytes, ...] = ()
+    #: Dynamic input dimensions given default values at load (``frontend.DefaultedDim``).
+    defaulted: tuple = ()
+    #: The graph inputs' and outputs' ``ValueInfoProto`` with their dynamic dimensions, when the
+    #: graph still computes at other sizes (see ``to_model(..., keep_dynamic=True)``).
+    dynamic_io: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,6 +19,7 @@ from onnx import AttributeProto, TensorProto, helper
 
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
 from gspo.errors import first_line as _first_line
+from gspo.ir import frontend
 from gspo.ir._hash import digest
 from gspo.ir.graph import Attr, Graph, ModelExtras, Node, Value
 from gspo.ir.weights import Init, WeightStore, materialize
@@ -32,6 +33,7 @@ __all__ = [
     "serialize",
     "parse_input_shapes",
     "node_op_types",
+    "check_graph",
     "MAX_IR_VERSION",
     "MIN_OPSET",
     "STREAM_KEY",
@@ -84,12 +86,15 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None,
+         plain: bool = False) -> Graph:
     """Load, check and shape-infer an ONNX file.
 
     Args:
         path: the ``.onnx`` file. External data must lie in its directory (or below).
-        input_shapes: static shapes for graph inputs, replacing dynamic dimensions.
+        input_shapes: static shapes for graph inputs, replacing dynamic dimensions (the others
+            get defaults, see :func:`from_model`).
+        plain: pass the model through the front end first (:func:`gspo.ir.frontend.plain`).
 
     Raises:
         ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
@@ -103,7 +108,7 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         data = p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p))
+    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
 
 
 def load_bytes(
@@ -111,6 +116,7 @@ def load_bytes(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     base_dir: str | None = None,
     label: str = "<model>",
+    plain: bool = False,
 ) -> Graph:
     """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
     model = onnx.ModelProto()
@@ -122,7 +128,7 @@ def load_bytes(
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
     _load_external_data(model, base_dir, label)
-    return from_model(model, input_shapes, label=label)
+    return from_model(model, input_shapes, label=label, plain=plain)
 
 
 def _check_text(model: onnx.ModelProto, label: str) -> None:
@@ -172,8 +178,15 @@ def from_model(
     model: onnx.ModelProto,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     label: str = "<model>",
+    plain: bool = False,
 ) -> Graph:
-    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded)."""
+    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
+
+    Dynamic input dimensions that ``input_shapes`` does not pin get a default value
+    (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
+    ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
+    folded constants and shape arithmetic, ``Constant`` weights as initializers.
+    """
     opsets = tuple((o.domain, int(o.version)) for o in model.opset_import)
     default = [v for d, v in opsets if d in ("", "ai.onnx")]
     if default and default[0] < MIN_OPSET:
@@ -190,11 +203,24 @@ def from_model(
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
 
+    weight_names = {t.name for t in model.graph.initializer}
+    real_inputs = [vi for vi in model.graph.input if vi.name not in weight_names]
+    pins = _check_pins(real_inputs, input_shapes or {}, label)
+    defaults, defaulted = frontend.default_pins(real_inputs, pins)
+    dynamic_io: tuple[bytes, ...] = ()
+    if defaulted:
+        dynamic_io = tuple(frontend.pinned_value_info(vi, pins.get(vi.name)).SerializeToString()
+                           for vi in list(model.graph.input) + list(model.graph.output) if vi.name not in weight_names)
+    pins = {**defaults, **pins}
+    if plain:
+        model, generic = frontend.plain(model, pins, dynamic=bool(defaulted), label=label)
+        dynamic_io = dynamic_io if generic else ()
+    elif pins:
+        model = frontend.pin_inputs(model, pins)
+
     g = model.graph
     weight_names = {t.name for t in g.initializer}
     real_inputs = [vi for vi in g.input if vi.name not in weight_names]
-    _pin_input_shapes(real_inputs, input_shapes or {}, label)
-
     values = _infer_values(model, label)
     weights = {}
     for t in g.initializer:
@@ -222,6 +248,8 @@ def from_model(
         input_order=tuple(vi.name for vi in g.input),
         schedule=next((p.value for p in model.metadata_props if p.key == SCHEDULE_KEY), ""),
         sparse_initializers=tuple(s.SerializeToString() for s in g.sparse_initializer),
+        defaulted=defaulted,
+        dynamic_io=dynamic_io,
     )
     graph = Graph(
         inputs=tuple(_value(vi, values) for vi in real_inputs),
@@ -239,50 +267,40 @@ def from_model(
         raise ModelLoadError(f"{label}: {e}") from None
 
 
-def _pin_input_shapes(inputs, pins: Mapping[str, Sequence[int]], label: str) -> None:
+def _check_pins(inputs, pins: Mapping[str, Sequence[int]], label: str) -> dict[str, tuple[int, ...]]:
+    """The ``--input-shape`` pins, checked against the graph inputs (names, ranks, fixed dims)."""
     names = [vi.name for vi in inputs]
     for name in pins:
         if name not in names:
             raise InputShapeError(
-                f"{label}: --input-shape names {name!r}, which is not an input "
+                f"{label}: --input-shape names {name!r}, which is not a graph input "
                 f"(inputs: {', '.join(names) or 'none'})"
             )
     for vi in inputs:
         if not vi.type.HasField("tensor_type"):
             raise UnsupportedModelError(f"{label}: input {vi.name!r} is not a tensor")
         tt = vi.type.tensor_type
-        if vi.name in pins:
-            dims = tuple(pins[vi.name])
-            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+        if vi.name not in pins:
+            if not tt.HasField("shape"):
                 raise InputShapeError(
-                    f"{label}: --input-shape gives {vi.name!r} rank {len(dims)}, "
-                    f"the model says rank {len(tt.shape.dim)}"
+                    f"{label}: input {vi.name!r} has no shape; give one with --input-shape {vi.name}=D1,D2,..."
                 )
-            for i, d in enumerate(dims):
-                if tt.HasField("shape"):
-                    old = tt.shape.dim[i]
-                    if old.HasField("dim_value") and old.dim_value != d:
-                        raise InputShapeError(
-                            f"{label}: --input-shape sets dim {i} of {vi.name!r} to {d}, "
-                            f"but the model fixes it at {old.dim_value}"
-                        )
-            del tt.shape.dim[:]
-            for d in dims:
-                tt.shape.dim.add().dim_value = d
             continue
-        if not tt.HasField("shape"):
+        dims = tuple(pins[vi.name])
+        if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
             raise InputShapeError(
-                f"{label}: input {vi.name!r} has no shape; give one with --input-shape {vi.name}=..."
+                f"{label}: --input-shape gives {vi.name!r} rank {len(dims)}, "
+                f"the model says rank {len(tt.shape.dim)}"
             )
-        for i, d in enumerate(tt.shape.dim):
-            if not d.HasField("dim_value"):
-                sym = f" ({d.dim_param!r})" if d.dim_param else ""
-                raise InputShapeError(
-                    f"{label}: input {vi.name!r} has dynamic dimension {i}{sym}; pin it with "
-                    f"--input-shape {vi.name}=" + ",".join(
-                        str(x.dim_value) if x.HasField("dim_value") else "N" for x in tt.shape.dim
+        for i, d in enumerate(dims):
+            if tt.HasField("shape"):
+                old = tt.shape.dim[i]
+                if old.HasField("dim_value") and old.dim_value != d:
+                    raise InputShapeError(
+                        f"{label}: --input-shape sets dim {i} of {vi.name!r} to {d}, "
+                        f"but the model fixes it at {old.dim_value}"
                     )
-                )
+    return {name: tuple(int(d) for d in dims) for name, dims in pins.items()}
 
 
 def _infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
@@ -307,6 +325,16 @@ def _infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tu
     for t in model.graph.initializer:
         values[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
     return values
+
+
+def check_graph(graph: Graph) -> str | None:
+    """Why onnx's checker, with full (strict) shape inference, refuses ``graph``; ``None`` when
+    it passes. Large weights are not computed (see ``to_model(..., light=True)``)."""
+    try:
+        onnx.checker.check_model(to_model(graph, light=True), full_check=True)
+    except Exception as e:
+        return _first_line(e)
+    return None
 
 
 def _numel(dims) -> int:
@@ -465,9 +493,19 @@ def _ir_version(graph: Graph, opsets) -> int:
     return ir
 
 
-def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
-    """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded)."""
+def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
+             light: bool = False) -> onnx.ModelProto:
+    """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded).
+
+    With ``keep_dynamic``, graph inputs and outputs keep the dynamic dimensions they were loaded
+    with (``graph.extras.dynamic_io``; the graph must compute its shapes from its inputs, which
+    only running it at another size shows) and no intermediate shapes are written. With
+    ``light``, large weights are not computed: they become graph inputs of their type and
+    shape, which is all that checking and shape inference read; and every intermediate value
+    gets the shape gspo's IR gives it, for strict shape inference to confirm.
+    """
     ex = graph.extras
+    dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
     nodes = []
     labels: set[str] = set()
     for n in graph.nodes:
@@ -478,19 +516,27 @@ def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
             proto.attribute.extend(_attr_to_proto(a) for a in n.attrs)
         _set_stream(proto, n.stream)
         nodes.append(proto)
-    initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items()]
+    stubbed = {name for name, w in graph.weights.items() if light and w.size > _STRIP_ELEMENTS}
+    initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items() if name not in stubbed]
     live = set(graph.values)
-    value_info = [vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
+    value_info = [] if dynamic else [
+        vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
+    if light:  # every shape gspo believes, for strict shape inference to check
+        io = {v.name for v in graph.inputs} | set(graph.output_names())
+        value_info = [_value_info(v) for n in graph.nodes if not n.is_opaque for v in n.outputs
+                      if v.name and v.name not in io and v.is_static]
     listed = {v.name: v for v in graph.inputs}
     listed.update((name, graph.value(name)) for name in ex.weight_inputs if name in graph.weights)
     order = [name for name in ex.input_order if name in listed]
     order += [name for name in listed if name not in ex.input_order]
-    inputs = [_value_info(listed[name]) for name in order]
+    inputs = [dynamic.get(name) or _value_info(listed[name]) for name in order]
+    inputs += [helper.make_tensor_value_info(name, graph.weights[name].dtype, graph.weights[name].shape)
+               for name in stubbed if name not in listed]
     g = helper.make_graph(
         nodes,
         graph.name or "graph",
         inputs,
-        [_value_info(v) for v in graph.outputs],
+        [dynamic.get(v.name) or _value_info(v) for v in graph.outputs],
         initializer=initializers,
         value_info=value_info,
         doc_string=ex.graph_doc_string or None,
@@ -516,9 +562,9 @@ def to_model(graph: Graph, schedule: Mapping | None = None) -> onnx.ModelProto:
     return model
 
 
-def serialize(graph: Graph, schedule: Mapping | None = None) -> bytes:
-    """Serialized ONNX bytes of ``graph`` (for running it in memory)."""
-    return to_model(graph, schedule).SerializeToString()
+def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False) -> bytes:
+    """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`."""
+    return to_model(graph, schedule, keep_dynamic).SerializeToString()
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000
@@ -529,8 +575,11 @@ def save(
     path: str | os.PathLike,
     schedule: Mapping | None = None,
     overwrite: bool = False,
+    keep_dynamic: bool = False,
 ) -> Path:
     """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it.
+
+    ``keep_dynamic``: see :func:`to_model`.
 
     Raises:
         ModelLoadError: ``path`` exists and ``overwrite`` is false, or it cannot be written.
@@ -540,7 +589,7 @@ def save(
         raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    model = to_model(graph, schedule)
+    model = to_model(graph, schedule, keep_dynamic)
     weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,7 @@ class MergeConvsIntoAdd(Rule):
         inputs = [joined, w]
         biases = [array(graph, graph.weights[c.inputs[2]]) for c in (c1, c2) if len(c.inputs) > 2 and c.inputs[2]]
         if biases:
-            inputs.append(e.weight("b", Literal.from_array(np.sum(biases, axis=0).astype(np.float32))))
+            inputs.append(e.weight("b", Literal.from_array(np.sum(biases, axis=0).astype(biases[0].dtype))))
         e.node("Conv", inputs, c1.attrs, outputs=[add.outputs[0].name], like=c1)
         return e.commit()
 

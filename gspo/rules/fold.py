@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from gspo.ir import Graph, Literal, Node, Pad, Scale, broadcast_shapes
+from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
     Edit,
     Fail,
@@ -66,22 +67,24 @@ def _linear_weights(graph: Graph, lin: Node) -> tuple | Fail:
 
 
 def _bias_vector(graph: Graph, lin: Node, b) -> np.ndarray:
-    c = _out_channels(graph, lin)
-    dtype = np.float32
     if b is None:
-        return np.zeros(c, dtype)
+        return np.zeros(_out_channels(graph, lin), np.float64)
     return array(graph, b).reshape(-1).astype(np.float64)
 
 
 def _replace_linear(graph: Graph, lin: Node, last: Node, scale: np.ndarray | None, bias: np.ndarray) -> Graph:
-    """``lin`` with its weight scaled per output channel and a new bias, writing ``last``'s output."""
+    """``lin`` with its weight scaled per output channel and a new bias, writing ``last``'s output.
+
+    The new bias has the weight's element type (a float16 model stays float16); the scale is
+    applied in float32 and rounded once, to the weight's type.
+    """
     e = Edit(graph)
     w_name = lin.inputs[1]
+    w = graph.weights[w_name]
     if scale is not None:
-        w = graph.weights[w_name]
         axis = _channel_axis(graph, lin)
         w_name = e.weight("w", Scale(w, Literal.from_array(scale.astype(np.float32)), axis))
-    b_name = e.weight("b", Literal.from_array(bias.astype(np.float32)))
+    b_name = e.weight("b", Literal.from_array(bias.astype(np_dtype(w.dtype))))
     attrs = attrs_with(lin, beta=1.0) if lin.op_type == "Gemm" and lin.attr("beta", 1.0) != 1.0 else lin.attrs
     e.drop(lin, last)
     e.node(lin.op_type, [lin.inputs[0], w_name, b_name], attrs, outputs=[last.outputs[0].name], like=lin)

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from gspo.ir import Graph, Literal, Node, concat
 from gspo.ir.builder import make_attr
 from gspo.ir.dag import reachability
+from gspo.ir.weights import np_dtype
 from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of, split_node
 
 __all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "RULES", "readers_by_input"]
@@ -66,9 +67,10 @@ def _best_group(sigs: list) -> tuple[list[int], Fail | None]:
 
 
 def _bias(graph: Graph, node: Node, channels: int):
+    """The bias of a Conv or Gemm, or zeros of its weight's element type."""
     if len(node.inputs) > 2 and node.inputs[2]:
         return graph.weights[node.inputs[2]]
-    return Literal.from_array(np.zeros(channels, np.float32))
+    return Literal.from_array(np.zeros(channels, np_dtype(graph.weights[node.inputs[1]].dtype)))
 
 
 class MergeParallelConvs(Rule):

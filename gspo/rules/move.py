@@ -48,17 +48,29 @@ class _Elementwise:
 
 
 def elementwise(graph: Graph, node: Node) -> _Elementwise | Fail:
+    """``node`` as an elementwise op of one variable operand, or why it is not one.
+
+    The variable operand must have the output's shape: an op whose constant broadcasts it to a
+    larger shape (``Add(x[3,4], c[2,3,4])``) does not commute with a Split or Concat of ``x``.
+    """
     if node.op_type in _UNARY:
         for name in node.inputs[1:]:
             if name and isinstance(constant(graph, name), Fail):
                 return Fail(f"{node.op_type} has a non-constant parameter")
-        return _Elementwise(0, None)
-    if node.op_type in _BINARY and len(node.inputs) == 2:
+        ew = _Elementwise(0, None)
+    elif node.op_type in _BINARY and len(node.inputs) == 2:
         consts = [i for i, name in enumerate(node.inputs) if name in graph.weights]
         if len(consts) != 1:
             return Fail("neither or both operands are constant")
-        return _Elementwise(1 - consts[0], node.inputs[consts[0]])
-    return Fail(f"{node.op_type} is not elementwise")
+        ew = _Elementwise(1 - consts[0], node.inputs[consts[0]])
+    else:
+        return Fail(f"{node.op_type} is not elementwise")
+    var, out = graph.values.get(node.inputs[ew.var]), graph.values.get(node.outputs[0].name)
+    if var is None or out is None or not var.is_static or not out.is_static:
+        return Fail("unknown shapes")
+    if var.shape != out.shape:
+        return Fail("the constant broadcasts the variable operand to a larger shape")
+    return ew
 
 
 def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> list | Fail:
@@ -161,7 +173,11 @@ def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise | F
     if ew.const is not None:
         c = graph.weights[ew.const]
         lead = len(shape) - len(c.shape)
-        if lead < 0 or broadcast_shapes(shape, c.shape) != tuple(shape):
+        try:
+            widens = lead < 0 or broadcast_shapes(shape, c.shape) != tuple(shape)
+        except ValueError:
+            return Fail("shapes do not broadcast")
+        if widens:
             return Fail("the constant broadcasts the output to a larger shape")
         if axis >= lead and c.shape[axis - lead] != 1:
             return Fail("the constant varies along the axis")

@@ -3,13 +3,12 @@
 from gspo.runtime.bench import Timing, interleaved
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import choose_schedule, make_executor, parse_streams, saved_schedule
+from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
 from gspo.runtime.plan import Plan, Segment, make_plan
 from gspo.runtime.session import (
     SessionConfig,
-    load_inputs,
     make_session,
     optimized_op_types,
-    random_inputs,
     run,
     runtime_version,
 )
@@ -21,6 +20,7 @@ __all__ = [
     "Segment",
     "Timing",
     "TraceEvent",
+    "capture_values",
     "choose_schedule",
     "interleaved",
     "make_executor",

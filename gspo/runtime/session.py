@@ -12,10 +12,8 @@ import onnxruntime as ort
 from gspo.errors import GspoError
 from gspo.errors import first_line as _first_line
 from gspo.ir import Graph, serialize
-from gspo.ir.weights import np_dtype
 
-__all__ = ["SessionConfig", "make_session", "optimized_op_types", "run", "random_inputs", "load_inputs", "RuntimeError_",
-           "runtime_version"]
+__all__ = ["SessionConfig", "make_session", "optimized_op_types", "run", "RuntimeError_", "runtime_version"]
 
 
 def runtime_version() -> str:
@@ -99,49 +97,3 @@ def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[
     except Exception as e:
         raise RuntimeError_(f"onnxruntime failed to run the model: {_first_line(e)}") from None
     return dict(zip(names, outs))
-
-
-def random_inputs(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Random feeds for every graph input: N(0,1) floats, integers in [0, 16), random bools.
-
-    Integers stay small so that index inputs (token ids, gather indices) are valid for any
-    table of 16 rows or more; pass real inputs (``--inputs``) for anything stricter.
-    """
-    rng = np.random.default_rng(seed)
-    feeds = {}
-    for v in graph.inputs:
-        if not v.is_static:
-            raise GspoError(f"input {v.name!r} has no static shape; pin it with --input-shape")
-        dt = np_dtype(v.dtype)
-        if dt.kind == "f":
-            feeds[v.name] = rng.standard_normal(v.shape).astype(dt)
-        elif dt.kind in "iu":
-            feeds[v.name] = rng.integers(0, 16, size=v.shape).astype(dt)
-        elif dt.kind == "b":
-            feeds[v.name] = rng.random(v.shape) < 0.5
-        else:
-            raise GspoError(f"cannot make random data for input {v.name!r} of type {dt}")
-    return feeds
-
-
-def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
-    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            feeds = {k: data[k] for k in data.files}
-    except Exception as e:
-        raise GspoError(f"{path}: cannot read inputs (expected an .npz file): {_first_line(e)}") from None
-    expected = {v.name: v for v in graph.inputs}
-    missing = sorted(set(expected) - set(feeds))
-    extra = sorted(set(feeds) - set(expected))
-    if missing or extra:
-        raise GspoError(f"{path}: inputs do not match the model (missing: {missing}, unknown: {extra})")
-    for name, arr in feeds.items():
-        v = expected[name]
-        if tuple(arr.shape) != tuple(v.shape) or arr.dtype != np_dtype(v.dtype):
-            raise GspoError(
-                f"{path}: input {name!r} is {arr.dtype}{list(arr.shape)}, "
-                f"the model wants {np_dtype(v.dtype)}{list(v.shape)}"
-            )
-    return feeds
-

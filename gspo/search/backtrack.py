@@ -20,10 +20,12 @@ import heapq
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gspo.ir import Graph, GraphError
+from gspo.ir.onnx_io import check_graph
 from gspo.rules import DEFAULT_RULES, Rule
 from gspo.streams import Schedule, assign_streams
 
@@ -45,6 +47,8 @@ class SearchConfig:
         max_streams: stream cap for JOCG_P (``None``: no cap).
         use_rules / use_streams: the two halves of the joint search (ablations).
         keep: K, how many of the best candidates go to on-board verification.
+        validate: pass every rewritten graph through onnx's checker with strict shape
+            inference before it is costed (a rule's invalid output is dropped and counted).
     """
 
     alpha: float = 1.05
@@ -55,6 +59,7 @@ class SearchConfig:
     use_streams: bool = True
     keep: int = 3
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
+    validate: bool = True
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class SearchResult:
     generated: int
     seconds: float
     invalid: int = 0
+    #: Why rewritten graphs were dropped as invalid: ``"Rule: reason"`` -> count.
+    invalid_reasons: tuple[tuple[str, int], ...] = ()
 
 
 def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None, float]:
@@ -105,6 +112,7 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
     counter = itertools.count()
     queue: list = [(cost, next(counter), start)]
     expanded = generated = invalid = 0
+    reasons: Counter[str] = Counter()
     deadline = None if config.time_budget is None else started + config.time_budget
     out_of_time = False
     while queue and expanded < config.budget and not out_of_time:
@@ -124,10 +132,17 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
                 except (GraphError, ValueError) as e:  # a rule bug: never let it through
                     log.warning("%s produced an invalid graph (%s); skipped", rule.name, e)
                     invalid += 1
+                    reasons[f"{rule.name}: {e}"] += 1
                     continue
                 if rewritten.key in seen:
                     continue
                 seen.add(rewritten.key)
+                why = check_graph(rewritten) if config.validate else None
+                if why is not None:
+                    log.warning("%s produced a graph onnx refuses (%s); skipped", rule.name, why)
+                    invalid += 1
+                    reasons[f"{rule.name}: {why}"] += 1
+                    continue
                 generated += 1
                 c, s, c_seq = joint_cost(rewritten, cost_fn, config)
                 applied = current.applied + (rule.name,)
@@ -145,4 +160,5 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
     ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
     keys = {(c.graph.key, c.schedule is None) for c in ranked}
     ranked += [c for c in sorted(improving_seq, key=lambda c: c.cost)[: config.keep] if (c.graph.key, True) not in keys]
-    return SearchResult(start, best, tuple(ranked), expanded, generated, time.perf_counter() - started, invalid)
+    return SearchResult(start, best, tuple(ranked), expanded, generated, time.perf_counter() - started, invalid,
+                        tuple(sorted(reasons.items())))

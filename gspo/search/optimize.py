@@ -1,30 +1,54 @@
-"""``gspo optimize``: partition, search each piece, verify on the board, merge, verify, save.
+"""``gspo optimize``: front end, partition, search each piece, verify on the board, merge,
+verify, save.
 
-Never slower, never different: the unmodified piece is always a verified candidate, the merged
-model is checked against the original on random inputs (a mismatch is an error naming the
-output, and nothing is written), and if the optimized model is not measured faster than the
-original, the original is the result.
+Never slower, never different: the model the user gave is always a candidate; every other
+candidate is run against it on the same inputs and rejected, with the reason, when onnxruntime
+refuses it or its outputs differ; a merged model that differs from the original is an error
+(nothing is written); and if nothing is measured faster than the original, the original is the
+result.
+
+The steps, each a function below: :func:`_prepare` loads the model as given and as the front end
+makes it plain, draws valid inputs and checks the plain graph against the original;
+:func:`_search_pieces` searches the pieces of the plain graph in a process pool;
+:func:`_choose_piece` verifies and times each piece's options on the values that really reach
+it; :func:`_final_options` and :func:`_choose_final` compare the whole models; and
+:func:`_keeps_dynamic` decides whether the output can keep the input's dynamic dimensions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import multiprocessing
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
-from gspo.partition import DEFAULT_THRESHOLD, partition
+from gspo.ir.frontend import describe_defaults
+from gspo.ir.onnx_io import from_model, serialize, to_model
+from gspo.partition import DEFAULT_THRESHOLD, Partition, partition
 from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge, move
-from gspo.runtime import CpuExecutor, compare_outputs, interleaved, random_inputs, runtime_version
+from gspo.runtime import (
+    capture_values,
+    compare_outputs,
+    make_session,
+    random_inputs,
+    run,
+    runtime_version,
+)
+from gspo.runtime.inputs import check_inputs
+from gspo.runtime.verify import DEFAULT_ATOL, DEFAULT_NTOL, DEFAULT_RTOL, Tolerance
 from gspo.search.backtrack import Candidate, SearchConfig, search
+from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick, spread
 from gspo.streams import Schedule, apply_schedule, assign_streams
 
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
@@ -40,7 +64,6 @@ GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + me
 #: must come before the per-step merges that would use up their MatMuls.
 WHOLE_MODEL_RULES = (merge.BatchSharedWeightMatMuls(), *GREEDY_RULES)
 
-
 #: Shares of ``--time-budget``: the search gets half (spread over the pieces and jobs), the final
 #: whole-model comparison and its confirmation keep a fifth, piece verification gets the rest.
 #: Measured on NASNet-A Large (24 pieces), where verification and the final comparison of a
@@ -52,22 +75,14 @@ FINAL_SHARE = 0.2
 STREAMS_SKIP_MARGIN = 0.25
 
 
-def _distinct(options):
-    """Options without repeats (the greedy variant and a candidate are often the same graph)."""
-    seen, out = set(), []
-    for label, g, s in options:
-        if (g.key, s) not in seen:  # a Schedule is frozen: equal schedules hash alike
-            seen.add((g.key, s))
-            out.append((label, g, s))
-    return out
-
-
 class OptimizeError(GspoError):
     """The optimized model differs from the original; nothing was written."""
 
 
 @dataclass(frozen=True)
 class OptimizeConfig:
+    """Settings of ``optimize`` (the CLI builds this from its options)."""
+
     device: str = "cpu"
     profile: str | None = None
     force_profile: bool = False
@@ -83,8 +98,11 @@ class OptimizeConfig:
     use_streams: bool = True
     keep: int = 3
     seed: int = 0
-    rtol: float = 1e-3
-    atol: float = 1e-4
+    rtol: float = DEFAULT_RTOL
+    atol: float = DEFAULT_ATOL
+    ntol: float = DEFAULT_NTOL
+    #: Random input sets every candidate is verified on (user inputs replace them).
+    verify_runs: int = 2
     timing_runs: int = 30
     #: Seconds of timing per piece, and per whole-model comparison, at most (runs shrink to fit,
     #: at least 5).
@@ -101,9 +119,19 @@ class OptimizeConfig:
     #: when candidates are within noise). "estimated": pick by the cost model among the verified
     #: candidates (byte-identical output for the same input, seed and profile).
     select: str = "measured"
+    #: Pass the model through the front end (constant folding, shape arithmetic as constants).
+    frontend: bool = True
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
 
     def validate(self) -> None:
+        """Raise :class:`GspoError` with a one-line message on an option out of range."""
+        finite = {"--alpha": self.alpha, "--rtol": self.rtol, "--atol": self.atol, "ntol": self.ntol,
+                  "margin": self.margin, "final margin": self.final_margin}
+        if self.time_budget is not None:
+            finite["--time-budget"] = self.time_budget
+        for name, value in finite.items():
+            if not math.isfinite(value):
+                raise GspoError(f"{name} must be a finite number (got {value})")
         if self.alpha < 1:
             raise GspoError(f"--alpha must be at least 1 (got {self.alpha})")
         if self.budget < 0:
@@ -114,6 +142,12 @@ class OptimizeConfig:
             raise GspoError(f"--max-streams must be at least 1 (got {self.max_streams})")
         if self.jobs < 0:
             raise GspoError(f"--jobs must not be negative (got {self.jobs})")
+        if self.threshold < 1:
+            raise GspoError(f"--threshold must be at least 1 (got {self.threshold})")
+        if min(self.rtol, self.atol, self.ntol) < 0:
+            raise GspoError("tolerances must not be negative")
+        if self.verify_runs < 1:
+            raise GspoError(f"verify_runs must be at least 1 (got {self.verify_runs})")
         if not (0 <= self.margin < 1 and 0 <= self.final_margin < 1):
             raise GspoError(f"margins must be in [0, 1) (got {self.margin}, {self.final_margin})")
         if self.select not in ("measured", "estimated"):
@@ -126,20 +160,83 @@ class OptimizeConfig:
             require_gpu()
             raise GspoError("gspo optimize --device cuda is not implemented yet (no GPU to build it on)")
 
+    @property
+    def tolerance(self) -> Tolerance:
+        return Tolerance(self.rtol, self.atol, self.ntol)
+
 
 @dataclass(frozen=True)
 class OptimizeResult:
+    """What ``optimize`` found: the graph to save, its schedule (``None``: one stream), the report.
+
+    ``keep_dynamic``: the result was checked at other input sizes and is saved with the input's
+    dynamic dimensions.
+    """
+
     original: Graph
     graph: Graph
     schedule: Schedule | None
     report: dict
+    keep_dynamic: bool = False
 
     @property
     def unchanged(self) -> bool:
         return self.graph.key == self.original.key and self.schedule is None
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite)
+        """Write the optimized model (its schedule, if any, in the model's metadata)."""
+        return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
+                    keep_dynamic=self.keep_dynamic)
+
+
+# ------------------------------------------------------------------ preparing
+@dataclass
+class _Prepared:
+    """The model as given and as searched, the inputs every check runs on, and what happened."""
+
+    original: Graph
+    work: Graph
+    feeds: list[dict[str, np.ndarray]]
+    notes: list[str]
+
+
+def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph]:
+    if isinstance(model, Graph):
+        if not use_frontend:
+            return model, model
+        return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
+    original = load(model, input_shapes)
+    return original, (load(model, input_shapes, plain=True) if use_frontend else original)
+
+
+def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> _Prepared:
+    """Load, draw inputs, and check the front end's graph against the model as given."""
+    original, work = _loaded(model, input_shapes, cfg.frontend)
+    if inputs is not None:
+        inputs = check_inputs(inputs, original)
+    notes = []
+    if original.extras.defaulted:
+        pins = {v.name: v.shape for v in original.inputs}
+        notes.append(describe_defaults(original.extras.defaulted, pins))
+    feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
+    if work is original:
+        _require_runs(original, feeds[0])
+        return _Prepared(original, work, feeds, notes)
+    try:
+        with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance) as trial:
+            if trial.rejected:
+                notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
+                work = original
+    except ReferenceError_ as e:
+        raise GspoError(f"onnxruntime cannot run the model: {e}") from None
+    return _Prepared(original, work, feeds, notes)
+
+
+def _require_runs(graph: Graph, feeds) -> None:
+    try:
+        run(make_session(graph), feeds)
+    except GspoError as e:
+        raise GspoError(f"onnxruntime cannot run the model: {e}") from None
 
 
 # ------------------------------------------------------------------- the pool
@@ -153,7 +250,7 @@ def _search_piece(index: int):
     result = search(piece.graph, cost_fn, scfg)
     cands = [(c.graph.nodes, dict(c.graph.weights), dict(c.graph.retired_weights), c.schedule, c.cost, c.applied)
              for c in (result.start, *result.candidates)]
-    return index, cands, result.expanded, result.generated, result.seconds
+    return index, cands, result.expanded, result.generated, result.seconds, result.invalid_reasons
 
 
 def _rebuild(template: Graph, packed) -> Candidate:
@@ -162,7 +259,8 @@ def _rebuild(template: Graph, packed) -> Candidate:
     return Candidate(g, schedule, cost, applied)
 
 
-def _run_pool(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress):
+def _search_pieces(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress):
+    """Search every piece (in a process pool when ``jobs`` > 1); results in piece order."""
     _WORK.update(pieces=pieces, cost_fn=cost_fn, cfg=cfg, max_streams=max_streams, time=per_piece_time)
     results = [None] * len(pieces)
     try:
@@ -183,155 +281,78 @@ def _run_pool(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress)
     return results
 
 
-# ------------------------------------------------------------- verification
-def _runner(graph: Graph, schedule: Schedule | None):
-    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None)
+# --------------------------------------------------------------------- pieces
+def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, max_streams: int, allowed) -> list[Option]:
+    """The unmodified piece, its greedy variant, the search's candidates (and each on one
+    stream), and the unmodified piece on streams; without repeats."""
+    start, improving = cands[0], cands[1:]
+    options = [Option("unmodified", piece.graph, None, (), start.cost)]
+    if cfg.use_rules:
+        greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
+        if greedy.key != piece.graph.key:
+            options.append(Option("greedy", greedy, None, tuple(Counter(counts).elements())))
+    for i, c in enumerate(improving):
+        options.append(Option(f"candidate{i}", c.graph, c.schedule, c.applied, c.cost))
+    for i, c in enumerate(improving):
+        if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
+            options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied))
+    if cfg.use_streams:
+        s = assign_streams(piece.graph, max_streams=max_streams)
+        if s.num_streams > 1:
+            options.append(Option("unmodified+streams", piece.graph, s))
+    return distinct(options)
 
 
-class _Trial:
-    """A reference and its options, each built into an executor once: equivalence of every option
-    against the reference on random inputs, then any number of interleaved timings of the
-    equivalent ones (the confirmation of a final choice reuses the sessions, which on a large
-    model take longer to build than to time). An option that is the reference itself (same graph,
-    one stream) shares its executor. Use as a context manager: it closes the executors."""
-
-    def __init__(self, reference: Graph, options: list[tuple[str, Graph, Schedule | None]], cfg: OptimizeConfig):
-        self.cfg = cfg
-        self.feeds = random_inputs(reference, cfg.seed)
-        self.executors = []
-        self.rejected: list[tuple] = []
-        self.timed: list[tuple] = []
-        try:
-            ref_ex = _runner(reference, None)
-            self.executors.append(ref_ex)
-            expected = ref_ex.run(self.feeds)
-            for label, g, s in options:
-                if s is None and g.key == reference.key:
-                    self.timed.append((label, g, s, ref_ex))
-                    continue
-                ex = _runner(g, s)
-                self.executors.append(ex)
-                res = compare_outputs(expected, ex.run(self.feeds), cfg.rtol, cfg.atol)
-                if res.equivalent:
-                    self.timed.append((label, g, s, ex))
-                else:
-                    self.rejected.append(
-                        (label, g, s, None, f"output {res.worst.name} differs (max abs error {res.worst.max_abs:.3g})"))
-        except BaseException:
-            self.close()
-            raise
-
-    def time(self, budget: float | None = None, labels: tuple[str, ...] | None = None):
-        """Rows ``(label, graph, schedule, median_s or None, error or None)``: the rejected options,
-        then the equivalent ones (those in ``labels``, when given) timed interleaved."""
-        timed = [t for t in self.timed if labels is None or t[0] in labels]
-        runs = self.cfg.timing_runs
-        if budget is not None and timed:
-            start = time.perf_counter()
-            for *_, ex in timed:
-                ex.run(self.feeds)
-            one_round = time.perf_counter() - start
-            runs = max(5, min(runs, int(budget / max(one_round, 1e-6))))
-        timings = interleaved([(lbl, (lambda ex=ex: ex.run(self.feeds))) for lbl, _, _, ex in timed], runs, 3)
-        return self.rejected + [(lbl, g, s, t.median, None) for (lbl, g, s, _), t in zip(timed, timings)]
-
-    def close(self) -> None:
-        for ex in self.executors:
-            ex.close()
-        self.executors = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timing_budget: float,
+                  cost_fn) -> tuple[Option, list[Outcome], str]:
+    """Verify and time a piece's options on the values that reach it; the pick, every outcome,
+    and a note when the piece could not be tried."""
+    if len(options) < 2:
+        return options[0], [], ""
+    try:
+        with Trial(piece.graph, options, feeds, cfg.tolerance) as trial:
+            outcomes = trial.time(cfg.timing_runs, timing_budget)
+    except ReferenceError_ as e:
+        return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
+    best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: _estimate(o, cost_fn))
+    return best.option, outcomes, ""
 
 
-def _verify_and_time(reference: Graph, options: list[tuple[str, Graph, Schedule | None]], cfg: OptimizeConfig,
-                     budget: float | None = None):
-    """Equivalence of each option against ``reference``, then one interleaved timing of the
-    equivalent ones (see :class:`_Trial`)."""
-    with _Trial(reference, options, cfg) as trial:
-        return trial.time(budget)
+def _estimate(option: Option, cost_fn) -> float:
+    """The option's estimated cost (infinite when the cost model cannot read its graph)."""
+    if option.estimated_s is not None:
+        return option.estimated_s
+    try:
+        return cost_fn(option.graph, option.schedule)
+    except (GspoError, KeyError, TypeError, ValueError):
+        return float("inf")
 
 
-def _pick(rows, baseline_label: str, cfg: OptimizeConfig, estimate: Callable, margin: float | None = None):
-    """The best equivalent option: by measured median (it must beat the baseline by ``margin``,
-    ``cfg.margin`` unless given), or by estimated cost when ``cfg.select == "estimated"``."""
-    margin = cfg.margin if margin is None else margin
-    ok = [r for r in rows if r[3] is not None]
-    base = next(r for r in ok if r[0] == baseline_label)
-    if cfg.select == "estimated":
-        return min(ok, key=lambda r: (estimate(r[1], r[2]), r[0] != baseline_label))
-    best = min(ok, key=lambda r: r[3])
-    return best if best[3] < base[3] * (1 - margin) else base
+def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
+    _, packed, expanded, generated, seconds, invalid = searched
+    return {
+        "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
+        "estimated_unmodified_s": packed[0][4], "chosen": chosen.label, "note": note,
+        "invalid_rewrites": dict(invalid),
+        "candidates": [{"label": o.label, "measured_s": o.median_s, "rejected": o.rejected,
+                        "estimated_s": o.option.estimated_s if o.label.startswith("candidate") and
+                        not o.label.endswith("1stream") else None,
+                        "rules": list(dict.fromkeys(o.option.rules))} for o in outcomes],
+    }
 
 
-# ----------------------------------------------------------------- optimize
-def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None, **options) -> OptimizeResult:
-    """Optimize a model (a path or a :class:`~gspo.ir.Graph`); options are :class:`OptimizeConfig` fields.
-
-    Returns:
-        :class:`OptimizeResult` with the optimized graph, its schedule (``None``: one stream)
-        and a report (the same as ``gspo optimize --report``).
-
-    Raises:
-        OptimizeError: the optimized model's outputs differ from the original's.
-        GspoError: bad input (model, profile, options).
-    """
-    cfg = OptimizeConfig(**options)
-    cfg.validate()
-    t0 = time.perf_counter()
-    original = model if isinstance(model, Graph) else load(model)
-    runtime = runtime_version()
-    device = device_description("cpu")
-    explicit = cfg.profile is not None
-    profile = load_profile(cfg.profile or "cpu", device, runtime, force=cfg.force_profile or not explicit)
-    cost_model = CostModel(profile)
-    cores = os.cpu_count() or 1
-    max_streams = cfg.max_streams or cores
-    jobs = cfg.jobs or cores
-    parts = partition(original, cfg.threshold, rules=cfg.rules)
+def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_streams, cost_fn, deadline,
+                     progress) -> tuple[list[Option], list[dict]]:
+    """Each piece's chosen option and its report, sharing what is left of the time budget."""
     pieces = parts.pieces
-    deadline = None if cfg.time_budget is None else t0 + cfg.time_budget
-    search_time = None
-    if cfg.time_budget is not None:
-        search_time = SEARCH_SHARE * cfg.time_budget * max(1, jobs) / max(1, len(pieces))
-
-    def cost_fn(g, s):
-        return cost_model.cost(g, s)
-
-    show = (lambda d, t: progress("search", d, t)) if progress else None
-    searched = _run_pool(pieces, cost_fn, cfg, max_streams, search_time, jobs, show)
-    t_search = time.perf_counter() - t0
-
+    names = [v.name for p in pieces for v in p.graph.inputs]
+    boundary = [capture_values(prepared.work, f, names) for f in prepared.feeds]
     allowed = {r.name for r in cfg.rules}
-    chosen_graphs, piece_reports, applied = [], [], Counter()
-    greedy_counts: dict[str, int] = {}
-    caught = 0
-    final_budget = cfg.final_timing_budget
-    if cfg.time_budget is not None:
-        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
+    chosen, reports = [], []
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
-    for k, (piece, (_, packed, expanded, generated, seconds)) in enumerate(zip(pieces, searched)):
-        cands = [_rebuild(piece.graph, p) for p in packed]
-        start, improving = cands[0], cands[1:]
-        options = [("unmodified", piece.graph, None)]
-        if cfg.use_rules:
-            greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
-            if greedy.key != piece.graph.key:
-                options.append(("greedy", greedy, None))
-                greedy_counts = counts
-        for i, c in enumerate(improving):
-            options.append((f"candidate{i}", c.graph, c.schedule))
-        for i, c in enumerate(improving):
-            if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
-                options.append((f"candidate{i}-1stream", c.graph, None))
-        if cfg.use_streams:
-            s = assign_streams(piece.graph, max_streams=max_streams)
-            if s.num_streams > 1:
-                options.append(("unmodified+streams", piece.graph, s))
-        options = _distinct(options)
+    for k, piece in enumerate(pieces):
+        cands = [_rebuild(piece.graph, p) for p in searched[k][1]]
+        options = _piece_options(piece, cands, cfg, max_streams, allowed)
         timing_budget = cfg.piece_timing_budget
         if deadline is not None:
             # Anytime: share what is left (less the final comparison's reserve) among the pieces
@@ -339,104 +360,242 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
             share = (deadline - time.perf_counter() - FINAL_SHARE * cfg.time_budget) / (len(pieces) - k)
             timing_budget = min(timing_budget, max(0.0, share) / 2)
             options = options[:max(1, int(share / seconds_per_option))]
-        chosen = options[0]
-        rows = []
-        if len(options) > 1:
-            began = time.perf_counter()
-            rows = _verify_and_time(piece.graph, options, cfg, timing_budget)
+        feeds = [{v.name: b[v.name] for v in piece.graph.inputs} for b in boundary]
+        began = time.perf_counter()
+        best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_budget, cost_fn)
+        if outcomes:
             seconds_per_option = max(0.05, (time.perf_counter() - began - timing_budget) / len(options))
-            caught += sum(1 for r in rows if r[4] is not None)
-            chosen = _pick(rows, "unmodified", cfg, cost_fn)[:3]
-        label = chosen[0]
-        cand = next((c for i, c in enumerate(improving) if label.split("-")[0] == f"candidate{i}"), None)
-        if cand is not None:
-            applied.update(cand.applied)
-        if label == "greedy":
-            applied.update(greedy_counts)
-        chosen_graphs.append(chosen[1])
-        piece_reports.append({
-            "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
-            "estimated_unmodified_s": start.cost, "chosen": label,
-            "candidates": [{"label": r[0], "measured_s": r[3], "rejected": r[4],
-                            "estimated_s": next((c.cost for i, c in enumerate(improving) if r[0] == f"candidate{i}"), None),
-                            "rules": list(next((c.applied for i, c in enumerate(improving)
-                                                if r[0].split("-")[0] == f"candidate{i}"), ()))}
-                           for r in rows],
-        })
+        chosen.append(best)
+        reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
         if progress:
-            progress("verify", k + 1, len(pieces))
+            progress(k + 1, len(pieces))
+    return chosen, reports
 
-    merged = parts.merge(chosen_graphs)
-    final_options = [("optimized", merged, None)]
-    streams_skipped = None
+
+# ---------------------------------------------------------------- whole model
+def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
+                   allowed) -> tuple[list[Option], dict | None]:
+    """The original, the merged result (and on streams, unless clearly slower by estimate), and
+    the whole model rewritten greedily when something can be batched across pieces."""
+    original, work = prepared.original, prepared.work
+    options = [Option("original", original, None, (), cost_model.cost(work))]
+    # No piece changed: what the front end alone did (folded constants) is no optimization,
+    # so streams, if any, go on the original as given.
+    base = original if merged.key == work.key else merged
+    if base.key != original.key:
+        options.append(Option("optimized", merged, None, rules, cost_model.cost(merged)))
+    skipped = None
     if cfg.use_streams:
-        s = assign_streams(merged, max_streams=max_streams)
+        s = assign_streams(base, max_streams=max_streams)
         if s.num_streams > 1:
             # Measured only when the cost model does not call it clearly slower: a whole large
             # model on streams costs seconds to build and time (NASNet-A Large: ~0.8 s a run
             # against ~0.53 s on one stream), and "clearly" is beyond the parallel model's mean
-            # error (about 20%, data/profiles/cpu.evaluation.json).
-            est_streams, est_one = cost_model.cost(merged, s), cost_model.cost(merged)
-            if est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
-                final_options.append(("optimized+streams", merged, s))
+            # error (about 20%, the profile's evaluation report).
+            est_streams, est_one = _cost(cost_model, base, s), _cost(cost_model, base, None)
+            if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
+                options.append(Option("optimized+streams", base, s, rules if base is merged else (), est_streams))
             else:
-                streams_skipped = {"estimated_ms": est_streams * 1e3, "estimated_one_stream_ms": est_one * 1e3}
-    if merged.key != original.key:
-        final_options.insert(0, ("original", original, None))
-    else:
-        final_options[0] = ("original", original, None)
-    whole_counts: dict[str, int] = {}
+                skipped = {"estimated_ms": est_streams * 1e3, "estimated_one_stream_ms": est_one * 1e3}
     batching = WHOLE_MODEL_RULES[0]
     # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
     # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
-    if cfg.use_rules and batching.name in allowed and next(iter(batching.match(original)), None) is not None:
-        whole, whole_counts = apply_greedily(original, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
+    if cfg.use_rules and batching.name in allowed and next(iter(batching.match(work)), None) is not None:
+        whole, counts = apply_greedily(work, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
         if whole.key not in (original.key, merged.key):
-            final_options.append(("greedy-whole-model", whole, None))
-    with _Trial(original, final_options, cfg) as trial:
-        if trial.rejected:
-            raise OptimizeError(f"the optimized model differs from the original: {trial.rejected[0][4]}; nothing written")
-        rows = trial.time(final_budget)
-        best = _pick(rows, "original", cfg, cost_fn, cfg.final_margin)
-        if best[0] != "original" and cfg.select == "measured":
+            options.append(Option("greedy-whole-model", whole, None, tuple(Counter(counts).elements()),
+                                  cost_model.cost(whole)))
+    return distinct(options), skipped
+
+
+def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> float | None:
+    """The estimate, or ``None`` for a graph the cost model cannot read (an exported graph
+    before the front end, with shapes unknown)."""
+    try:
+        return cost_model.cost(graph, schedule)
+    except (GspoError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _choose_final(prepared: _Prepared, options: list[Option], cfg, budget, cost_fn) -> tuple[Outcome, list[Outcome]]:
+    """Verify the whole-model options against the original and pick one (confirmed by a second
+    timing when it is not the original).
+
+    Raises:
+        OptimizeError: the merged model's outputs differ from the original's.
+    """
+    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance) as trial:
+        differs = [o for o in trial.rejected if o.label == "optimized" and o.diffs]
+        if differs:
+            raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
+        outcomes = trial.time(cfg.timing_runs, budget)
+        estimate = lambda o: _estimate(o, cost_fn)  # noqa: E731
+        best = pick(outcomes, "original", cfg.final_margin, cfg.select, estimate)
+        if best.label != "original" and cfg.select == "measured":
             # Confirm against the original in a second timing of the same sessions: this
             # machine's speed drifts, and one lucky set of runs must not replace the input with
             # something slower.
-            confirm = trial.time(final_budget, labels=("original", best[0]))
-            if _pick(confirm, "original", cfg, cost_fn, cfg.final_margin)[0] == "original":
-                best = next(r for r in rows if r[0] == "original")
-    measured = {r[0]: r[3] for r in rows}
-    if best[0] == "greedy-whole-model":  # its substitutions, not the pieces' search results
-        applied = Counter(whole_counts)
-    result_graph, schedule = best[1], best[2]
-    if schedule is not None:
-        result_graph = apply_schedule(result_graph, schedule)
-    t_total = time.perf_counter() - t0
-    before, after = measured["original"], measured[best[0]]
-    report = {
-        "model": original.name,
-        "device": profile.device,
+            confirm = trial.time(cfg.timing_runs, budget, labels=("original", best.label))
+            if pick(confirm, "original", cfg.final_margin).label == "original":
+                best = next(o for o in outcomes if o.label == "original")
+    return best, outcomes
+
+
+def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:
+    """Random inputs for ``graph`` with the dynamic dimensions ``dims`` ((input, axis) -> size)."""
+    resized = tuple(dataclasses.replace(v, shape=tuple(dims.get((v.name, i), d) for i, d in enumerate(v.shape)))
+                    for v in graph.inputs)
+    return random_inputs(dataclasses.replace(graph, inputs=resized), seed)
+
+
+def _keeps_dynamic(prepared: _Prepared, graph: Graph, schedule: Schedule | None, cfg) -> tuple[bool, str]:
+    """Whether the result can be saved with the input's dynamic dimensions: it must compute the
+    same as the original at other sizes too (batch 2; other dimensions halved)."""
+    defaulted = prepared.original.extras.defaulted
+    if not defaulted:
+        return False, ""
+    if graph.key == prepared.original.key:
+        return True, "kept"
+    if not graph.extras.dynamic_io:
+        return False, "fixed: the model's shape arithmetic depends on its dynamic dimensions"
+    sizes = [{(d.input, d.axis): (2 if d.value == 1 else max(1, d.value // 2)) for d in defaulted}]
+    try:
+        ref = make_session(serialize(prepared.original, keep_dynamic=True))
+        got = make_session(serialize(graph, schedule.to_json() if schedule else None, keep_dynamic=True))
+        for dims in sizes:
+            feeds = _feeds_at(prepared.work, dims, cfg.seed)
+            try:
+                want = run(ref, feeds)
+            except GspoError:
+                continue  # the original does not run at this size either: nothing to compare
+            t = cfg.tolerance
+            res = compare_outputs(want, run(got, feeds), t.rtol, t.atol, t.ntol)
+            if not res.equivalent:
+                return False, f"fixed: at other sizes the result differs ({res.worst.name})"
+    except GspoError as e:
+        return False, f"fixed: at other sizes the result does not run ({e})"
+    return True, "kept"
+
+
+# --------------------------------------------------------------------- report
+def _speed_verdict(outcomes: list[Outcome], best: Outcome) -> tuple[float, float, str]:
+    """Speedup of the pick over the original, the timings' relative spread, and the verdict."""
+    base = next(o for o in outcomes if o.label == "original")
+    speedup = base.median_s / best.median_s
+    noise = max(spread(base.timing), spread(best.timing))
+    if best.label == "original":
+        return speedup, noise, "unchanged"
+    return speedup, noise, ("faster" if speedup - 1 > noise else "no measurable change")
+
+
+def _report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
+            skipped, cost_model, dynamic_note) -> dict:
+    speedup, noise, verdict = _speed_verdict(outcomes, best)
+    base = next(o for o in outcomes if o.label == "original")
+    rules = Counter(best.option.rules) if best.label != "original" else Counter()
+    return {
+        "model": prepared.original.name,
+        "machine": device_description("cpu"),
         "profile": cfg.profile or "cpu",
-        "pieces": len(pieces),
+        "profile_device": profile.device,
+        "pieces": len(parts.pieces),
         "threshold": cfg.threshold,
         "cut_weight": parts.cut_weight,
+        "frontend": {"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
+                     "used": prepared.work is not prepared.original},
+        "notes": prepared.notes,
+        "dynamic_dims": dynamic_note or None,
         "search_seconds": t_search,
         "total_seconds": t_total,
-        "latency_before_ms": before * 1e3,
-        "latency_after_ms": after * 1e3,
-        "speedup": before / after,
-        "estimated_before_ms": cost_model.cost(original) * 1e3,
-        "estimated_after_ms": cost_model.cost(best[1], best[2]) * 1e3,
-        "chosen": best[0],
+        "latency_before_ms": base.median_s * 1e3,
+        "latency_after_ms": best.median_s * 1e3,
+        "speedup": speedup,
+        "timing_spread": noise,
+        "verdict": verdict,
+        "estimated_before_ms": base.option.estimated_s * 1e3,
+        "estimated_after_ms": _estimate(best.option, cost_model.cost) * 1e3,
+        "chosen": best.label,
         "select": cfg.select,
-        "unchanged": best[0] == "original",
-        "substitutions": dict(sorted(applied.items())) if best[0] != "original" else {},
-        "streams": schedule.num_streams if schedule else 1,
-        "syncs": len(schedule.events) if schedule else 0,
-        "candidates_rejected_by_verification": caught,
-        "final_candidates": [{"label": r[0], "measured_ms": r[3] * 1e3} for r in rows],
-        "final_streams_skipped": streams_skipped,
-        "pieces_detail": piece_reports,
+        "unchanged": best.label == "original",
+        "substitutions": dict(sorted(rules.items())),
+        "streams": best.option.schedule.num_streams if best.option.schedule else 1,
+        "syncs": len(best.option.schedule.events) if best.option.schedule else 0,
+        "equivalence": {d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
+                        for d in best.diffs},
+        "max_rel_err": max((d.norm_rel for d in best.diffs), default=0.0),
+        "candidates_rejected_by_verification": sum(1 for p in pieces_detail for c in p["candidates"] if c["rejected"])
+        + sum(1 for o in outcomes if o.rejected),
+        "rejected": [{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
+                     for p in pieces_detail for c in p["candidates"] if c["rejected"]]
+        + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected],
+        "invalid_rewrites": dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
+        "final_candidates": [{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
+                              "rejected": o.rejected} for o in outcomes],
+        "final_streams_skipped": skipped,
+        "pieces_detail": pieces_detail,
         "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
     }
-    return OptimizeResult(original, result_graph, schedule, report)
+
+
+# ----------------------------------------------------------------- optimize
+def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None,
+             input_shapes: Mapping[str, Sequence[int]] | None = None,
+             inputs: Mapping[str, np.ndarray] | None = None, **options) -> OptimizeResult:
+    """Optimize a model (a path or a :class:`~gspo.ir.Graph`); options are :class:`OptimizeConfig` fields.
+
+    Args:
+        model: the ``.onnx`` path (its dynamic dimensions get defaults unless ``input_shapes``
+            pins them; the result keeps them dynamic when it computes the same at other sizes),
+            or a loaded graph.
+        progress: called with ``(phase, done, total)`` on long work.
+        input_shapes: static shapes for graph inputs (``--input-shape``).
+        inputs: feeds to verify and time with (``--inputs``); valid random ones otherwise.
+
+    Returns:
+        :class:`OptimizeResult` with the optimized graph, its schedule (``None``: one stream)
+        and a report (the same as ``gspo optimize --report``).
+
+    Raises:
+        OptimizeError: the optimized model's outputs differ from the original's.
+        GspoError: bad input (model, profile, options), or a model onnxruntime cannot run.
+    """
+    cfg = OptimizeConfig(**options)
+    cfg.validate()
+    t0 = time.perf_counter()
+    profile = load_profile(cfg.profile or "cpu", device_description("cpu"), runtime_version(),
+                           force=cfg.force_profile or cfg.profile is None)
+    cost_model = CostModel(profile)
+    prepared = _prepare(model, input_shapes, inputs, cfg)
+    cores = os.cpu_count() or 1
+    max_streams = cfg.max_streams or cores
+    jobs = cfg.jobs or cores
+    parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
+    deadline = None if cfg.time_budget is None else t0 + cfg.time_budget
+    search_time = None
+    if cfg.time_budget is not None:
+        search_time = SEARCH_SHARE * cfg.time_budget * max(1, jobs) / max(1, len(parts.pieces))
+
+    def cost_fn(g, s):
+        return cost_model.cost(g, s)
+
+    show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
+    searched = _search_pieces(parts.pieces, cost_fn, cfg, max_streams, search_time, jobs, show("search"))
+    t_search = time.perf_counter() - t0
+    chosen, pieces_detail = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
+                                             show("verify"))
+    merged = parts.merge([o.graph for o in chosen])
+    rules = tuple(r for o in chosen for r in o.rules)
+    allowed = {r.name for r in cfg.rules}
+    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed)
+    final_budget = cfg.final_timing_budget
+    if cfg.time_budget is not None:
+        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
+    best, outcomes = _choose_final(prepared, final, cfg, final_budget, cost_fn)
+    graph, schedule = best.option.graph, best.option.schedule
+    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg)
+    if schedule is not None:
+        graph = apply_schedule(graph, schedule)
+    report = _report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
+                     pieces_detail, skipped, cost_model, dynamic_note)
+    report["inputs"] = "given" if inputs is not None else "random"
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic)

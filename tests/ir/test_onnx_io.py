@@ -80,16 +80,18 @@ def test_unsupported_old_opset(tmp_path):
         ir.load(_write(tmp_path, relu_model(opset=6, ir_version=3)))
 
 
-def test_dynamic_dims_need_input_shape(tmp_path):
-    p = _write(tmp_path, relu_model(shape=("batch", 3)))
-    with pytest.raises(InputShapeError, match=r"input 'x' has dynamic dimension 0 \('batch'\)"):
-        ir.load(p)
+def test_dynamic_dims_get_defaults_unless_pinned(tmp_path):
+    p = _write(tmp_path, relu_model(shape=("batch", "seq")))
+    g = ir.load(p)
+    assert g.inputs[0].shape == (1, 128) and g.outputs[0].shape == (1, 128)
+    assert [(d.input, d.axis, d.symbol, d.value) for d in g.extras.defaulted] == [("x", 0, "batch", 1), ("x", 1, "seq", 128)]
     g = ir.load(p, {"x": (4, 3)})
     assert g.inputs[0].shape == (4, 3) and g.outputs[0].shape == (4, 3)
+    assert g.extras.defaulted == ()
 
 
 def test_input_shape_naming_an_unknown_input(tmp_path):
-    with pytest.raises(InputShapeError, match="'y', which is not an input"):
+    with pytest.raises(InputShapeError, match="'y', which is not a graph input"):
         ir.load(_write(tmp_path, relu_model()), {"y": (2, 3)})
 
 

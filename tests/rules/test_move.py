@@ -46,7 +46,7 @@ def test_push_add_with_a_sliced_constant():
 
 def test_push_refuses_a_widening_constant():
     g = concat_then("Mul", const_shape=(3, 2, 5, 4))
-    assert "the constant broadcasts the output to a larger shape" in reasons(PushThroughConcat(), g)
+    assert "the constant broadcasts the variable operand to a larger shape" in reasons(PushThroughConcat(), g)
 
 
 @settings(max_examples=30, deadline=None)
@@ -200,3 +200,46 @@ def test_swap_nested_splits_reasons():
 def test_swap_nested_splits_property(outer, inner, opset, axes):
     g = nested_splits(tuple(outer), tuple(inner), axes[0], axes[1], opset)
     assert_equivalent(g, apply_first(SwapNestedSplits(), g), runs=1)
+
+
+def _broadcast_case(x_shape, c_shape, axis, pieces, split_first):
+    """``Split(Add(x, c))`` or ``Concat(Add(x_i, c))`` with ``x`` and ``c`` of any broadcasting ranks."""
+    b = GraphBuilder(seed=1)
+    c = b.weight("c", c_shape, loc=1.0, scale=0.5)
+    out_shape = np.broadcast_shapes(x_shape, c_shape)
+    if split_first:
+        x = b.op("Neg", [b.input("x", x_shape)])
+        y = b.op("Add", [x, c])
+        ys = b.op("Split", [y], n_outputs=pieces, axis=axis)
+        outs = [b.op("Identity", [v]) for v in ys]
+    else:
+        xs = [b.op("Neg", [b.input(f"x{i}", x_shape)]) for i in range(pieces)]
+        adds = [b.op("Add", [x, c]) for x in xs]
+        outs = [b.op("Identity", [b.op("Concat", adds, axis=axis)])]
+    for o in outs:
+        b.output(o)
+    return b.build(), out_shape
+
+
+@settings(max_examples=60, deadline=None)
+@given(x_rank=st.integers(1, 3), c_rank=st.integers(0, 3), data=st.data(), split_first=st.booleans())
+def test_moves_over_broadcasting_ranks_are_exact_or_refused(x_rank, c_rank, data, split_first):
+    """A constant may broadcast the variable operand to more dimensions or a larger size
+    (``Split(Add(x[3,4], c[2,3,4]), axis=1)``): every move rule either refuses or stays exact."""
+    dims = (2, 4, 6)
+    x_shape = tuple(data.draw(st.sampled_from([1, d])) for d in dims[3 - x_rank:])
+    c_shape = tuple(data.draw(st.sampled_from([1, d])) for d in dims[3 - c_rank:]) if c_rank else ()
+    out_rank = max(x_rank, c_rank)
+    axis = data.draw(st.integers(0, out_rank - 1))
+    if split_first and np.broadcast_shapes(x_shape, c_shape)[axis] % 2:
+        return  # two equal pieces need an even size
+    g, _ = _broadcast_case(x_shape, c_shape, axis, 2, split_first)
+    rules = (PushThroughSplit(), PullThroughSplit()) if split_first else (PushThroughConcat(), PullThroughConcat())
+    for rule in rules:
+        for m in [m for m in rule.match(g)]:
+            assert_equivalent(g, rule.apply(g, m).check(), runs=1)
+
+
+def test_push_through_split_refuses_a_rank_raising_constant():
+    g, _ = _broadcast_case((4, 6), (2, 4, 6), 1, 2, split_first=True)
+    assert "the constant broadcasts the variable operand to a larger shape" in reasons(PushThroughSplit(), g)

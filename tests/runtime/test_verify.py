@@ -34,7 +34,7 @@ def test_tolerance_is_respected():
     g = branchy()
     h = _perturbed(g, 1 + 1e-6)
     assert verify(g, h, rtol=1e-3, atol=1e-4).equivalent
-    assert not verify(g, h, rtol=0, atol=0).equivalent
+    assert not verify(g, h, rtol=0, atol=0, ntol=0).equivalent
 
 
 def test_nan_positions_must_match():
@@ -71,3 +71,49 @@ def test_random_inputs_are_deterministic():
     g = branchy()
     np.testing.assert_array_equal(random_inputs(g, 5)["x"], random_inputs(g, 5)["x"])
     assert not np.array_equal(random_inputs(g, 5)["x"], random_inputs(g, 6)["x"])
+
+
+def _big(scale, seed=0):
+    return np.random.default_rng(seed).standard_normal(1000) * scale
+
+
+def test_rounding_that_grows_with_the_output_scale_is_accepted():
+    """Outputs of magnitude ~1e12 (a random-weight Inception-v3): an exact rewrite moves them by
+    ~3e5, relative 2e-7 of the scale, and by far more than 1e-3 relative at elements near zero."""
+    a = _big(1e12)
+    a[0] = 1.0  # an element near zero, where fp32 reordering keeps no relative precision
+    b = a + _big(3e5, seed=1)
+    res = compare_outputs({"y": a.astype(np.float32)}, {"y": b.astype(np.float32)})
+    assert res.equivalent and res.outputs[0].norm_rel < 1e-5
+    assert not compare_outputs({"y": a.astype(np.float32)}, {"y": b.astype(np.float32)}, ntol=0).equivalent
+
+
+def test_a_real_bug_is_still_caught_at_any_scale():
+    for scale in (1.0, 1e3, 1e12):  # (below ~atol, atol decides, as in any elementwise test)
+        a = _big(scale).astype(np.float32)
+        b = a.copy()
+        b[17] = a[17] * 1.01 + 0.01 * scale  # one element off by a percent of the scale
+        res = compare_outputs({"y": a}, {"y": b})
+        assert not res.equivalent and res.worst.reason.startswith("max abs error"), scale
+
+
+def test_integers_and_bools_must_be_equal():
+    a = {"i": np.array([1, 2, 3], np.int64), "b": np.array([True, False])}
+    assert compare_outputs(a, {"i": np.array([1, 2, 3], np.int64), "b": np.array([True, False])}).equivalent
+    res = compare_outputs(a, {"i": np.array([1, 2, 4], np.int64), "b": np.array([True, False])}, rtol=1, atol=1)
+    assert not res.equivalent and res.worst.name == "i"
+    assert not compare_outputs(a, {"i": a["i"], "b": np.array([True, True])}).equivalent
+
+
+def test_infinities_must_match_in_place_and_sign():
+    a = {"y": np.array([1.0, np.inf, -np.inf], np.float32)}
+    assert compare_outputs(a, {"y": np.array([1.0, np.inf, -np.inf], np.float32)}).equivalent
+    assert not compare_outputs(a, {"y": np.array([1.0, -np.inf, -np.inf], np.float32)}).equivalent
+    assert not compare_outputs(a, {"y": np.array([1.0, np.inf, 5.0], np.float32)}).equivalent
+
+
+def test_half_precision_outputs_get_half_precision_tolerances():
+    a = np.linspace(-4, 4, 101).astype(np.float16)
+    b = (a.astype(np.float32) * (1 + 2e-3)).astype(np.float16)  # a few fp16 rounding units
+    assert compare_outputs({"y": a}, {"y": b}).equivalent
+    assert not compare_outputs({"y": a.astype(np.float32)}, {"y": b.astype(np.float32)}).equivalent

@@ -94,28 +94,6 @@ def test_no_streams_writes_no_schedule_and_no_rules_changes_only_the_schedule(tm
     assert stripped.key == g.key
 
 
-def test_a_trial_builds_each_session_once(monkeypatch):
-    """The reference's own graph shares its session, and a second timing (the confirmation of a
-    final choice) reuses the sessions instead of building them again."""
-    opt = sys.modules["gspo.search.optimize"]
-    built = []
-    real_runner = opt._runner
-    monkeypatch.setattr(opt, "_runner", lambda g, s: built.append(g.key) or real_runner(g, s))
-    b = ir.builder.GraphBuilder()
-    x = b.input("x", (1, 4))
-    plain = b.output(b.op("Relu", [x], out="y")).build()
-    b2 = ir.builder.GraphBuilder()
-    x2 = b2.input("x", (1, 4))
-    twice = b2.output(b2.op("Relu", [b2.op("Relu", [x2])], out="y")).build()
-    cfg = opt.OptimizeConfig(timing_runs=5)
-    with opt._Trial(plain, [("original", plain, None), ("twice", twice, None)], cfg) as trial:
-        first = trial.time()
-        again = trial.time(labels=("twice",))
-    assert len(built) == 2  # the reference (shared by "original") and "twice"
-    assert [r[0] for r in first] == ["original", "twice"] and all(r[3] > 0 for r in first)
-    assert [r[0] for r in again] == ["twice"]
-
-
 def test_whole_model_streams_are_measured_only_when_not_estimated_clearly_slower(monkeypatch):
     opt = sys.modules["gspo.search.optimize"]
     g = build("nasnet_mobile", "tiny")

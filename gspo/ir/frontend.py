@@ -1,0 +1,219 @@
+"""The front end: exported graphs made plain before partition and search.
+
+Exporters write shape arithmetic into the graph (``Shape -> Gather -> Concat -> Reshape``,
+``ConstantOfShape``, ``Range``), hold weights in ``Constant`` nodes, and wrap ops in local
+functions. :func:`fold` runs onnxscript's constant folding and onnx-ir's clean-up passes:
+functions are inlined, constants folded, ``Constant`` nodes lifted to initializers and unused
+nodes removed, so that shape arithmetic becomes constants and rewrite rules see weights.
+Operators it does not know (custom domains) pass through untouched.
+
+:func:`default_pins` gives dynamic input dimensions a stated value (batch 1, other symbolic
+dimensions 128) so that every value gets a static shape; :func:`plain` folds the model with
+its dynamic dimensions left symbolic where that is enough for static shapes once pinned (the
+result then still runs at other sizes), else with them pinned.
+
+Notes:
+    onnxscript keeps ``ConstantOfShape`` and ops on large constants unfolded to keep models
+    small; here a small ``ConstantOfShape`` is folded (exporters build pads and shapes with it),
+    and so is a layout op (Cast, Transpose, Reshape, ...) on a weight that nothing else reads,
+    which does not grow the model.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from gspo.errors import first_line
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_EXTENT", "DefaultedDim", "default_pins", "describe_defaults", "fold",
+           "pin_inputs", "pinned_value_info", "plain"]
+
+log = logging.getLogger(__name__)
+
+#: The value given to a dynamic first dimension (the batch) when the user pins nothing.
+DEFAULT_BATCH = 1
+#: The value given to any other dynamic dimension (a sequence length, as a rule).
+DEFAULT_EXTENT = 128
+#: Largest ConstantOfShape folded into a constant (elements).
+_FOLD_FILL_LIMIT = 1 << 16
+#: Folding passes at most (a fold can expose another).
+_FOLD_ROUNDS = 3
+#: Layout ops folded on a constant however large, when nothing else reads that constant.
+_WEIGHT_LAYOUT_OPS = frozenset({"Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+@dataclass(frozen=True)
+class DefaultedDim:
+    """A dynamic dimension of a graph input that was given a default value."""
+
+    input: str
+    axis: int
+    symbol: str
+    value: int
+
+
+def _dims(vi: onnx.ValueInfoProto):
+    return list(vi.type.tensor_type.shape.dim)
+
+
+def default_pins(
+    inputs: Sequence[onnx.ValueInfoProto], explicit: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, tuple[int, ...]], tuple[DefaultedDim, ...]]:
+    """Static shapes for the inputs ``explicit`` leaves dynamic, and the dimensions defaulted.
+
+    A symbolic dimension gets :data:`DEFAULT_BATCH` if it is the first dimension of some input
+    and :data:`DEFAULT_EXTENT` otherwise; one symbol gets one value wherever it appears (the
+    exporters name equal dimensions alike). Inputs without a shape are left out.
+    """
+    first = {d.dim_param for vi in inputs if vi.name not in explicit
+             for d in _dims(vi)[:1] if not d.HasField("dim_value") and d.dim_param}
+    pins: dict[str, tuple[int, ...]] = {}
+    defaulted: list[DefaultedDim] = []
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        if vi.name in explicit or not tt.HasField("shape"):
+            continue
+        dims = []
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+                continue
+            batch = axis == 0 or (d.dim_param and d.dim_param in first)
+            value = DEFAULT_BATCH if batch else DEFAULT_EXTENT
+            dims.append(value)
+            defaulted.append(DefaultedDim(vi.name, axis, d.dim_param or "?", value))
+        if any(x.input == vi.name for x in defaulted):
+            pins[vi.name] = tuple(dims)
+    return pins, tuple(defaulted)
+
+
+def describe_defaults(defaulted: Iterable[DefaultedDim], pins: Mapping[str, Sequence[int]]) -> str:
+    """One line saying which dynamic dimensions got which value, and the flag that pins them."""
+    defaulted = list(defaulted)
+    names = list(dict.fromkeys(d.input for d in defaulted))
+    symbols = dict.fromkeys(f"{d.symbol}={d.value}" for d in defaulted if d.symbol != "?")
+    flags = " ".join(f"--input-shape {n}={','.join(map(str, pins[n]))}" for n in names)
+    what = f" ({', '.join(symbols)})" if symbols else ""
+    return f"dynamic dimensions set to their defaults{what}; to choose, pass {flags}"
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
+    shape = vi.type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+def pinned_value_info(vi: onnx.ValueInfoProto, dims: Sequence[int] | None) -> onnx.ValueInfoProto:
+    """A copy of ``vi``, with the static shape ``dims`` when given."""
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi)
+    if dims is not None:
+        _set_dims(out, dims)
+    return out
+
+
+def pin_inputs(model: onnx.ModelProto, pins: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of ``model`` whose named graph inputs have the given static shapes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in pins:
+            _set_dims(vi, pins[vi.name])
+    return out
+
+
+def _should_fold(node) -> bool | None:
+    """onnxscript's folding policy, widened for small fills and weight layout ops."""
+    if node.domain not in ("", "ai.onnx"):
+        return None
+    if node.op_type == "ConstantOfShape":
+        shape = node.inputs[0].const_value if node.inputs and node.inputs[0] is not None else None
+        if shape is not None and int(np.prod(shape.numpy(), dtype=np.int64)) <= _FOLD_FILL_LIMIT:
+            return True
+        return None
+    if node.op_type in _WEIGHT_LAYOUT_OPS:
+        ins = [v for v in node.inputs if v is not None]
+        if ins and all(v.const_value is not None for v in ins) and len(ins[0].uses()) == 1 \
+                and not ins[0].is_graph_input():
+            return True
+    return None
+
+
+def _fold_passes(m, label: str) -> None:
+    """onnxscript's constant folding and onnx-ir's clean-up passes, in place on ``m``."""
+    import onnx_ir.passes.common as passes
+    from onnxscript.optimizer import fold_constants_ir, inline
+
+    inline(m)
+    for _ in range(_FOLD_ROUNDS):
+        folded = fold_constants_ir(m, onnx_shape_inference=True, should_fold=_should_fold)
+        passes.RemoveUnusedNodesPass()(m)
+        if not folded.modified:
+            break
+    passes.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(m)
+    passes.RemoveUnusedNodesPass()(m)
+    passes.OutputFixPass()(m)
+    passes.NameFixPass()(m)
+
+
+def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
+    """``model`` made plain (see the module docstring): functions inlined, constants and shape
+    arithmetic folded, ``Constant`` nodes lifted to initializers, unused nodes removed. No other
+    rewrite: operators are optimized by gspo's own rules, which the search weighs.
+
+    On a failure inside the folding the model is returned as it was, with a warning: folding
+    is a convenience, never a reason to refuse a model that onnxruntime runs.
+    """
+    import onnx_ir as oir
+
+    try:
+        m = oir.from_proto(model)
+        _fold_passes(m, label)
+        out = oir.to_proto(m)
+    except Exception as e:  # the library's own bug or limit: go on with the model as given
+        log.warning("%s: constant folding failed (%s); using the graph as exported", label, first_line(e))
+        return model
+    out.ir_version = model.ir_version
+    return out
+
+
+def _unknown_outputs(model: onnx.ModelProto) -> int:
+    """How many outputs of standard-domain nodes have no static shape after shape inference."""
+    from gspo.ir.onnx_io import _infer_values
+
+    values = _infer_values(model, "<front end>")
+    count = 0
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        for o in n.output:
+            shape = values.get(o, (0, None))[1] if o else ()
+            if shape is None or any(not isinstance(d, int) for d in shape):
+                count += 1
+    return count
+
+
+def plain(
+    model: onnx.ModelProto, pins: Mapping[str, Sequence[int]], dynamic: bool, label: str = "<model>"
+) -> tuple[onnx.ModelProto, bool]:
+    """The folded model with ``pins`` applied, and whether it still runs at other input sizes.
+
+    With ``dynamic`` (some input dimensions were defaulted, not pinned by the user) the model is
+    first folded with those dimensions symbolic: if every value then gets a static shape once
+    pinned, that version is kept (its graph computes shapes from the inputs, so the dimensions
+    can be left dynamic when it is saved). Otherwise it is folded with the dimensions pinned,
+    which turns shape arithmetic on them into constants.
+    """
+    if dynamic:
+        generic = pin_inputs(fold(model, label), pins)
+        if _unknown_outputs(generic) == 0:
+            return generic, True
+        static = fold(pin_inputs(model, pins), label)
+        return static, False
+    return fold(pin_inputs(model, pins), label), False

@@ -1,0 +1,186 @@
+"""On-board verification: run options against a reference, reject what differs or fails, time
+the rest interleaved, and pick the winner.
+
+An *option* is a graph (and a schedule) that could replace the reference. A :class:`Trial`
+builds each option into an executor once, checks its outputs against the reference's on the
+same inputs (the scale-aware criterion of :mod:`gspo.runtime.verify`), and rejects, with the
+reason, every option that onnxruntime refuses to load or run or whose outputs differ. The
+equivalent options can then be timed any number of times (the confirmation of a final choice
+reuses the sessions, which on a large model take longer to build than to time).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved
+from gspo.runtime.verify import OutputDiff, Tolerance
+from gspo.streams import Schedule
+
+__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "distinct", "pick", "spread"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A graph (with a schedule, or ``None`` for one stream) that could replace the reference.
+
+    ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate.
+    """
+
+    label: str
+    graph: Graph
+    schedule: Schedule | None = None
+    rules: tuple[str, ...] = ()
+    estimated_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the board said of an option: its timing, or why it was rejected."""
+
+    option: Option
+    timing: Timing | None = None
+    rejected: str | None = None
+    diffs: tuple[OutputDiff, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.option.label
+
+    @property
+    def median_s(self) -> float | None:
+        return self.timing.median if self.timing is not None else None
+
+
+class ReferenceError_(GspoError):
+    """The reference itself cannot be run (so nothing can be verified against it)."""
+
+
+def distinct(options: Sequence[Option]) -> list[Option]:
+    """Options without repeats (the greedy variant and a candidate are often the same graph)."""
+    seen, out = set(), []
+    for o in options:
+        if (o.graph.key, o.schedule) not in seen:
+            seen.add((o.graph.key, o.schedule))
+            out.append(o)
+    return out
+
+
+def _executor(graph: Graph, schedule: Schedule | None) -> CpuExecutor:
+    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None)
+
+
+class Trial:
+    """A reference and its options, verified on ``feeds`` (one or more input sets); see the
+    module docstring. Use as a context manager: it closes the executors.
+
+    Raises:
+        ReferenceError_: onnxruntime cannot load or run the reference.
+    """
+
+    def __init__(self, reference: Graph, options: Sequence[Option], feeds: Sequence[Mapping[str, np.ndarray]],
+                 tolerance: Tolerance = Tolerance()):
+        self.feeds = list(feeds)
+        self.tolerance = tolerance
+        self.executors: list[CpuExecutor] = []
+        self.rejected: list[Outcome] = []
+        self._ok: list[tuple[Option, CpuExecutor, tuple[OutputDiff, ...]]] = []
+        try:
+            try:
+                ref = _executor(reference, None)
+                self.executors.append(ref)
+                expected = [ref.run(f) for f in self.feeds]
+            except GspoError as e:
+                raise ReferenceError_(str(e)) from None
+            for option in options:
+                if option.schedule is None and option.graph.key == reference.key:
+                    self._ok.append((option, ref, ()))
+                    continue
+                self._add(option, expected)
+        except BaseException:
+            self.close()
+            raise
+
+    def _add(self, option: Option, expected: list[dict]) -> None:
+        try:
+            ex = _executor(option.graph, option.schedule)
+        except GspoError as e:
+            self.rejected.append(Outcome(option, rejected=f"onnxruntime refused it: {e}"))
+            return
+        self.executors.append(ex)
+        worst: dict[str, OutputDiff] = {}
+        try:
+            for feeds, want in zip(self.feeds, expected):
+                t = self.tolerance
+                res = compare_outputs(want, ex.run(feeds), t.rtol, t.atol, t.ntol)
+                for d in res.outputs:  # per output, the worst over the input sets
+                    old = worst.get(d.name)
+                    if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):
+                        worst[d.name] = d
+        except GspoError as e:
+            self.rejected.append(Outcome(option, rejected=f"onnxruntime failed to run it: {e}"))
+            return
+        diffs = tuple(worst.values())
+        bad = next((d for d in diffs if not d.ok), None)
+        if bad is not None:
+            self.rejected.append(Outcome(option, rejected=f"output {bad.name} differs ({bad.reason})", diffs=diffs))
+            return
+        self._ok.append((option, ex, diffs))
+
+    @property
+    def equivalent(self) -> list[Option]:
+        """The options that passed verification, in the order given."""
+        return [o for o, _, _ in self._ok]
+
+    def time(self, runs: int, budget: float | None = None, labels: Sequence[str] | None = None) -> list[Outcome]:
+        """The rejected options, then the equivalent ones (those in ``labels``, when given)
+        timed interleaved: ``runs`` rounds, fewer (at least 5) when a ``budget`` in seconds
+        cannot hold them."""
+        chosen = [(o, ex, d) for o, ex, d in self._ok if labels is None or o.label in labels]
+        feeds = self.feeds[0]
+        if budget is not None and chosen:
+            start = time.perf_counter()
+            for _, ex, _ in chosen:
+                ex.run(feeds)
+            one_round = time.perf_counter() - start
+            runs = max(5, min(runs, int(budget / max(one_round, 1e-6))))
+        timings = interleaved([(o.label, (lambda ex=ex: ex.run(feeds))) for o, ex, _ in chosen], runs, 3)
+        return self.rejected + [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
+
+    def close(self) -> None:
+        for ex in self.executors:
+            ex.close()
+        self.executors = []
+
+    def __enter__(self) -> Trial:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def spread(timing: Timing) -> float:
+    """The relative spread of a timing: its interquartile range over its median."""
+    if len(timing.seconds) < 4:
+        return 0.0
+    q = statistics.quantiles(timing.seconds, n=4)
+    return (q[2] - q[0]) / timing.median
+
+
+def pick(outcomes: Sequence[Outcome], baseline: str, margin: float, select: str = "measured",
+         estimate: Callable[[Option], float] | None = None) -> Outcome:
+    """The best equivalent option: by measured median, which must beat ``baseline``'s by
+    ``margin``; or, with ``select == "estimated"``, by ``estimate`` (ties to the baseline)."""
+    ok = [o for o in outcomes if o.timing is not None]
+    base = next(o for o in ok if o.label == baseline)
+    if select == "estimated":
+        return min(ok, key=lambda o: (estimate(o.option), o.label != baseline))
+    best = min(ok, key=lambda o: o.median_s)
+    return best if best.median_s < base.median_s * (1 - margin) else base

@@ -1,0 +1,60 @@
+"""The range each integer input accepts, read off its consumers."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from gspo.ir.builder import GraphBuilder
+from gspo.ir.ranges import DEFAULT_INT_RANGE, input_ranges
+
+INT64 = TensorProto.INT64
+
+
+def test_a_gathered_index_stays_below_the_table_size():
+    b = GraphBuilder()
+    ids = b.input("ids", (1, 8), INT64)
+    b.output(b.op("Gather", [b.weight("table", (5, 4)), ids]))
+    assert input_ranges(b.build()) == {"ids": (0, 5)}
+
+
+def test_the_tightest_of_several_tables_through_value_keeping_ops():
+    b = GraphBuilder()
+    ids = b.input("token_type_ids", (1, 8), INT64)
+    flat = b.op("Reshape", [ids, b.const("shape", np.array([8], np.int64))])
+    b.output(b.op("Gather", [b.weight("types", (2, 4)), flat]))
+    b.output(b.op("Gather", [b.weight("words", (100, 4)), ids]))
+    cast = b.op("Cast", [ids], to=TensorProto.INT32)
+    b.output(b.op("Gather", [b.weight("cols", (3, 7)), cast], axis=1))
+    assert input_ranges(b.build()) == {"token_type_ids": (0, 2)}
+
+
+def test_the_gathered_axis_counts():
+    b = GraphBuilder()
+    ids = b.input("ids", (2,), INT64)
+    b.output(b.op("Gather", [b.weight("t", (100, 6)), ids], axis=-1))
+    assert input_ranges(b.build()) == {"ids": (0, 6)}
+
+
+def test_a_mask_read_as_a_condition_is_zero_or_one():
+    b = GraphBuilder()
+    m = b.input("m", (1, 8), INT64)
+    cond = b.op("Cast", [m], to=TensorProto.BOOL)
+    x = b.input("x", (1, 8))
+    b.output(b.op("Where", [cond, x, b.op("Neg", [x])]))
+    assert input_ranges(b.build()) == {"m": (0, 2)}
+
+
+def test_a_mask_by_name_feeding_arithmetic_is_zero_or_one():
+    b = GraphBuilder()
+    m = b.input("attention_mask", (1, 8), INT64)
+    b.output(b.op("Mul", [b.op("Cast", [m], to=TensorProto.FLOAT), b.input("x", (1, 8))]))
+    assert input_ranges(b.build()) == {"attention_mask": (0, 2)}
+
+
+def test_an_unconstrained_integer_gets_the_default_and_floats_are_left_out():
+    b = GraphBuilder()
+    n = b.input("n", (1,), INT64)
+    b.output(b.op("Add", [n, n]))
+    b.output(b.op("Relu", [b.input("x", (1, 2))]))
+    assert input_ranges(b.build()) == {"n": DEFAULT_INT_RANGE}

@@ -1,0 +1,56 @@
+"""Valid random inputs, the user's inputs, and the values that reach each piece."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto
+
+from gspo.errors import GspoError
+from gspo.ir.builder import GraphBuilder
+from gspo.runtime import capture_values, make_session, random_inputs, run
+from gspo.runtime.inputs import check_inputs
+
+
+def _bert_like():
+    """Token ids (8000 rows), token types (2 rows) and a mask, as a BERT export reads them."""
+    b = GraphBuilder()
+    ids = b.input("input_ids", (1, 16), TensorProto.INT64)
+    types = b.input("token_type_ids", (1, 16), TensorProto.INT64)
+    mask = b.input("attention_mask", (1, 16), TensorProto.INT64)
+    emb = b.op("Add", [b.op("Gather", [b.weight("words", (8000, 4)), ids]),
+                       b.op("Gather", [b.weight("types", (2, 4)), types])])
+    keep = b.op("Unsqueeze", [b.op("Cast", [mask], to=TensorProto.FLOAT), b.const("axes", np.array([2], np.int64))])
+    b.output(b.op("Mul", [emb, keep], out="y"))
+    return b.build()
+
+
+def test_random_integer_inputs_are_valid_for_the_model():
+    g = _bert_like()
+    feeds = random_inputs(g, 3)
+    assert feeds["token_type_ids"].max() <= 1 and feeds["input_ids"].max() < 8000
+    assert feeds["input_ids"].max() >= 16  # not capped at a small default
+    assert set(np.unique(feeds["attention_mask"])) <= {0, 1}
+    run(make_session(g), feeds)  # onnxruntime accepts them
+
+
+def test_user_inputs_are_checked_by_name_shape_and_type():
+    g = _bert_like()
+    feeds = random_inputs(g, 0)
+    assert check_inputs(feeds, g).keys() == feeds.keys()
+    with pytest.raises(GspoError, match="missing: \\['token_type_ids'\\]"):
+        check_inputs({k: v for k, v in feeds.items() if k != "token_type_ids"}, g)
+    with pytest.raises(GspoError, match="the model wants int64\\[1, 16\\]"):
+        check_inputs({**feeds, "input_ids": feeds["input_ids"].astype(np.int32)}, g)
+
+
+def test_capture_values_gives_the_intermediate_values_a_piece_receives():
+    b = GraphBuilder()
+    x = b.input("x", (1, 4))
+    mid = b.op("Relu", [x], out="mid")
+    b.output(b.op("Neg", [mid], out="y"))
+    g = b.build()
+    feeds = {"x": np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)}
+    got = capture_values(g, feeds, ["x", "mid"])
+    np.testing.assert_array_equal(got["mid"], [[0, 2, 0, 4]])
+    np.testing.assert_array_equal(got["x"], feeds["x"])

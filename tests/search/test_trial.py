@@ -1,0 +1,89 @@
+"""On-board verification of options: rejected with a reason when refused or different, timed otherwise."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from gspo import ir
+from gspo.ir import Attr
+from gspo.runtime import random_inputs
+from gspo.search.trial import Option, ReferenceError_, Trial, pick
+
+
+def _relu(times: int = 1):
+    b = ir.builder.GraphBuilder()
+    x = b.input("x", (1, 4))
+    for _ in range(times - 1):
+        x = b.op("Relu", [x])
+    return b.output(b.op("Relu", [x], out="y")).build()
+
+
+def test_a_trial_builds_each_session_once(monkeypatch):
+    """The reference's own graph shares its session, and a second timing (the confirmation of a
+    final choice) reuses the sessions instead of building them again."""
+    trial_mod = sys.modules["gspo.search.trial"]
+    built = []
+    real = trial_mod._executor
+    monkeypatch.setattr(trial_mod, "_executor", lambda g, s: built.append(g.key) or real(g, s))
+    plain, twice = _relu(1), _relu(2)
+    feeds = [random_inputs(plain, 0)]
+    with Trial(plain, [Option("original", plain), Option("twice", twice)], feeds) as trial:
+        first = trial.time(runs=5)
+        again = trial.time(runs=5, labels=("twice",))
+    assert len(built) == 2  # the reference (shared by "original") and "twice"
+    assert [o.label for o in first] == ["original", "twice"] and all(o.median_s > 0 for o in first)
+    assert [o.label for o in again] == ["twice"]
+
+
+def test_an_option_onnxruntime_refuses_is_rejected_with_its_reason():
+    g = _relu(1)
+    relu = g.nodes[0]
+    broken = g.replace_nodes([relu], [relu.replace(op_type="NoSuchOp")])
+    with Trial(g, [Option("original", g), Option("broken", broken)], [random_inputs(g, 0)]) as trial:
+        out = trial.time(runs=5)
+    rejected = [o for o in out if o.rejected]
+    assert [o.label for o in rejected] == ["broken"]
+    assert rejected[0].rejected.startswith("onnxruntime refused it")
+    assert [o.label for o in out if o.timing] == ["original"]
+
+
+def test_an_option_that_fails_at_run_time_is_rejected():
+    b = ir.builder.GraphBuilder()
+    x = b.input("x", (2, 6))
+    g = b.output(b.op("Reshape", [x, b.const("shape", np.array([3, 4], np.int64))], out="y")).build()
+    node = g.nodes[0]
+    wrong = ir.Literal.from_array(np.array([5, 4], np.int64))  # 12 elements cannot become 20
+    bad = g.replace_nodes(weights={node.inputs[1]: wrong})
+    with Trial(g, [Option("original", g), Option("bad", bad)], [random_inputs(g, 0)]) as trial:
+        out = trial.time(runs=5)
+    (rej,) = [o for o in out if o.rejected]
+    assert rej.label == "bad" and "onnxruntime" in rej.rejected
+
+
+def test_an_option_with_different_outputs_is_rejected_and_says_which():
+    g = _relu(1)
+    sig = g.replace_nodes([g.nodes[0]], [g.nodes[0].replace(op_type="Sigmoid")])
+    with Trial(g, [Option("original", g), Option("sigmoid", sig)], [random_inputs(g, 0)]) as trial:
+        out = trial.time(runs=5)
+    (rej,) = [o for o in out if o.rejected]
+    assert rej.rejected.startswith("output y differs") and rej.diffs and not rej.diffs[0].ok
+
+
+def test_a_reference_that_cannot_run_is_an_error():
+    g = _relu(1)
+    broken = g.replace_nodes([g.nodes[0]], [g.nodes[0].replace(attrs=(Attr("alpha", 1, 0.5),), op_type="Relu")])
+    with pytest.raises(ReferenceError_):
+        Trial(broken, [Option("original", broken)], [random_inputs(g, 0)])
+
+
+def test_pick_needs_the_margin_and_estimated_selection_ignores_timings():
+    g = _relu(1)
+    with Trial(g, [Option("original", g), Option("same", _relu(2))], [random_inputs(g, 0)]) as trial:
+        out = trial.time(runs=5)
+    by = {o.label: o for o in out}
+    assert pick(out, "original", margin=0.99).label == "original"  # nothing is 100x faster
+    chosen = pick(out, "original", 0.0, "estimated", lambda o: 1.0 if o.label == "same" else 2.0)
+    assert chosen is by["same"]
