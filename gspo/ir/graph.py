@@ -153,6 +153,8 @@ class ModelExtras:
     #: The graph inputs' and outputs' ``ValueInfoProto`` with their dynamic dimensions, when the
     #: graph still computes at other sizes (see ``to_model(..., keep_dynamic=True)``).
     dynamic_io: tuple[bytes, ...] = ()
+    #: The model's weights were read from files beside it (external data).
+    external_data: bool = False
 
 
 @dataclass(frozen=True, eq=False)

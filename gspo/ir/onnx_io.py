@@ -8,6 +8,7 @@ IR version the installed onnxruntime accepts.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,6 +35,8 @@ __all__ = [
     "parse_input_shapes",
     "node_op_types",
     "check_graph",
+    "save_bytes",
+    "uses_external_data",
     "MAX_IR_VERSION",
     "MIN_OPSET",
     "STREAM_KEY",
@@ -127,8 +130,11 @@ def load_bytes(
     if not data or not model.HasField("graph") or not model.opset_import:
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
-    _load_external_data(model, base_dir, label)
-    return from_model(model, input_shapes, label=label, plain=plain)
+    external = _load_external_data(model, base_dir, label)
+    graph = from_model(model, input_shapes, label=label, plain=plain)
+    if external:
+        graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
+    return graph
 
 
 def _check_text(model: onnx.ModelProto, label: str) -> None:
@@ -148,12 +154,13 @@ def _check_text(model: onnx.ModelProto, label: str) -> None:
         raise ModelLoadError(f"{label}: not an ONNX model (a name or text field is not valid UTF-8)")
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> None:
+def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
+    """Read the weights kept in files beside the model into it; whether there were any."""
     from onnx import external_data_helper as edh
 
     tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
     if not tensors:
-        return
+        return False
     if base_dir is None:
         raise ModelLoadError(f"{label}: the model has external data but no directory to read it from")
     root = os.path.realpath(base_dir)
@@ -172,6 +179,7 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str
         edh.load_external_data_for_model(model, root)
     except Exception as e:
         raise ModelLoadError(f"{label}: cannot read external data: {_first_line(e)}") from None
+    return True
 
 
 def from_model(
@@ -568,6 +576,26 @@ def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool 
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000
+
+
+def uses_external_data(graph: Graph) -> bool:
+    """Whether the model ``graph`` was loaded from keeps weights in files beside it."""
+    return graph.extras.external_data
+
+
+def save_bytes(data: bytes, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write serialized model bytes as they are (refusing to overwrite unless asked)."""
+    p = Path(path)
+    if p.exists() and not overwrite:
+        raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
+    if p.is_dir():
+        raise ModelLoadError(f"{p}: is a directory")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+    except OSError as e:
+        raise ModelLoadError(f"{p}: cannot write: {e.strerror or e}") from None
+    return p
 
 
 def save(

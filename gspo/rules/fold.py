@@ -18,6 +18,7 @@ from gspo.rules.base import (
     bypass,
     bypass_check,
     constant,
+    conv_params,
     int64s,
     producer,
     single_consumer,
@@ -29,6 +30,7 @@ __all__ = [
     "FoldAddIntoLinear",
     "MatMulAddToGemm",
     "RemoveIdentity",
+    "FoldPadIntoConv",
     "CollapseTransposes",
     "CollapseReshapes",
     "FoldChannelSlice",
@@ -250,13 +252,53 @@ class MatMulAddToGemm(Rule):
         return e.commit()
 
 
+def _small_ints(graph: Graph, name: str) -> list[int] | Fail:
+    """A small constant integer input as a list."""
+    w = constant(graph, name)
+    if isinstance(w, Fail):
+        return w
+    return [int(v) for v in array(graph, w).reshape(-1)]
+
+
+def _same_value(graph: Graph, node: Node) -> Fail | None:
+    """Why ``node`` may change its first input, or ``None`` when it provably passes it through
+    unchanged (same shape, same type, same elements in the same order)."""
+    x, y = graph.values.get(node.inputs[0]), graph.values.get(node.outputs[0].name)
+    if x is None or y is None or not x.is_static or not y.is_static:
+        return Fail("unknown shapes")
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return Fail(f"{node.op_type} changes the shape or type")
+    op = node.op_type
+    if op in ("Reshape", "Expand", "Cast", "Flatten"):
+        return None
+    if op == "Transpose":
+        perm = node.attr("perm")
+        identity = list(perm) == sorted(perm) if perm is not None else len(x.shape) < 2
+        return None if identity else Fail("the permutation moves axes")
+    if op in ("Concat", "Split"):
+        return None if len(node.inputs) == 1 and len(node.outputs) == 1 else Fail(f"{op} of several pieces")
+    if op == "Slice":
+        steps = _small_ints(graph, node.inputs[4]) if len(node.inputs) > 4 and node.inputs[4] else [1]
+        if isinstance(steps, Fail) or any(s != 1 for s in steps):
+            return Fail("Slice steps are not constant ones")
+        return None  # step 1 and the same extent on every axis: the whole tensor
+    if op == "Pad":
+        pads = node.attr("pads") if graph.opset < 11 else (
+            _small_ints(graph, node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else Fail("no pads"))
+        return None if not isinstance(pads, Fail) and not any(pads) else Fail("Pad adds elements")
+    return Fail(f"{op} is not a pass-through")
+
+
 class RemoveIdentity(Rule):
-    """``Identity(x)`` -> ``x`` (also ``Dropout`` at inference)."""
+    """``Identity(x)`` -> ``x`` (also inference ``Dropout``, and a Slice, Reshape, Expand, Cast,
+    Flatten, Transpose, Pad, Concat or Split that provably returns its input unchanged)."""
 
     pattern = ("Identity",)
-    pattern_ops = (frozenset(["Identity", "Dropout"]),)
+    pattern_ops = (frozenset(["Identity", "Dropout", "Slice", "Reshape", "Expand", "Cast", "Flatten", "Transpose",
+                              "Pad", "Concat", "Split"]),)
 
-    anchors = ("Identity", "Dropout")
+    anchors = ("Identity", "Dropout", "Slice", "Reshape", "Expand", "Cast", "Flatten", "Transpose", "Pad", "Concat",
+               "Split")
 
     def check(self, graph, site):
         node = site[0]
@@ -265,6 +307,10 @@ class RemoveIdentity(Rule):
                 return Fail("Dropout may be in training mode")
             if any(v.name for v in node.outputs[1:]):
                 return Fail("Dropout mask is used")
+        elif node.op_type != "Identity":
+            fail = _same_value(graph, node)
+            if fail:
+                return fail
         fail = bypass_check(graph, node.outputs[0].name, node.inputs[0], [node])
         return fail or self._match([node])
 
@@ -273,6 +319,79 @@ class RemoveIdentity(Rule):
         e = Edit(graph)
         bypass(e, node.outputs[0].name, node.inputs[0], [node])
         return e.commit()
+
+
+class FoldPadIntoConv(Rule):
+    """``Conv(Pad(x, p))`` -> ``Conv(x)`` with its pads grown by ``p`` (zero padding of spatial axes)."""
+
+    pattern = ("Conv", "Pad")
+    anchors = ("Conv",)
+
+    def check(self, graph, site):
+        conv = site[0]
+        pad = producer(graph, conv.inputs[0], ("Pad",))
+        if isinstance(pad, Fail):
+            return pad
+        users = single_consumer(graph, pad.outputs[0].name)
+        if isinstance(users, Fail):
+            return users
+        extra = _zero_pads(graph, pad)
+        if isinstance(extra, Fail):
+            return extra
+        p = conv_params(graph, conv)
+        if isinstance(p, Fail):
+            return p
+        if conv.attr("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+            return Fail("Conv pads automatically")
+        rank = len(extra) // 2
+        if any(extra[i] or extra[rank + i] for i in (0, 1)):
+            return Fail("Pad pads the batch or channel axis")
+        n = rank - 2
+        pads = [p.pads[i] + extra[2 + i] for i in range(n)] + [p.pads[n + i] + extra[rank + 2 + i] for i in range(n)]
+        return self._match([conv, pad], pads=tuple(pads))
+
+    def apply(self, graph, match):
+        conv, pad = match.nodes
+        e = Edit(graph).drop(conv, pad)
+        attrs = attrs_with(conv, pads=list(match["pads"]), auto_pad=None)
+        e.node("Conv", [pad.inputs[0], *conv.inputs[1:]], attrs, outputs=[conv.outputs[0].name], like=conv)
+        return e.commit()
+
+
+def _zero_pads(graph: Graph, pad: Node) -> list[int] | Fail:
+    """The pads of a constant-zero, non-negative Pad over every axis, or why it is not one."""
+    mode = pad.attr("mode", b"constant")
+    if mode not in (b"constant", "constant"):
+        return Fail("Pad is not constant padding")
+    x = graph.values.get(pad.inputs[0])
+    if x is None or x.shape is None:
+        return Fail("unknown shapes")
+    if graph.opset < 11:
+        pads, value = list(pad.attr("pads", ())), pad.attr("value", 0.0)
+    else:
+        pads = _small_ints(graph, pad.inputs[1]) if len(pad.inputs) > 1 and pad.inputs[1] else Fail("no pads")
+        if isinstance(pads, Fail):
+            return pads
+        value = 0.0
+        if len(pad.inputs) > 2 and pad.inputs[2]:
+            v = constant(graph, pad.inputs[2])
+            if isinstance(v, Fail):
+                return v
+            value = float(array(graph, v).reshape(-1)[0]) if v.size else 0.0
+        if len(pad.inputs) > 3 and pad.inputs[3]:
+            axes = _small_ints(graph, pad.inputs[3])
+            if isinstance(axes, Fail):
+                return axes
+            rank, full = len(x.shape), [0] * (2 * len(x.shape))
+            for i, a in enumerate(axes):
+                a = a + rank if a < 0 else a
+                full[a], full[rank + a] = pads[i], pads[len(axes) + i]
+            pads = full
+    if value != 0.0:
+        return Fail("Pad fills with a non-zero value")
+    if any(v < 0 for v in pads):
+        return Fail("Pad crops")
+    return pads
 
 
 class CollapseTransposes(Rule):
@@ -427,6 +546,7 @@ RULES = [
     FoldAddIntoLinear(),
     MatMulAddToGemm(),
     RemoveIdentity(),
+    FoldPadIntoConv(),
     CollapseTransposes(),
     CollapseReshapes(),
     FoldChannelSlice(),

@@ -12,13 +12,25 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from gspo.ir import Graph, Literal, Node, concat
+from gspo.ir import Graph, Literal, Node, Pad, concat
 from gspo.ir.builder import make_attr
 from gspo.ir.dag import reachability
 from gspo.ir.weights import np_dtype
-from gspo.rules.base import Edit, Fail, Rule, constant, conv_params, nodes_of, split_node
+from gspo.rules.base import (
+    Edit,
+    Fail,
+    Rule,
+    attrs_with,
+    constant,
+    conv_params,
+    nodes_of,
+    producer,
+    single_consumer,
+    split_node,
+)
 
-__all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "RULES", "readers_by_input"]
+__all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "MergeSplitConvs", "RULES",
+           "readers_by_input"]
 
 import numpy as np
 
@@ -203,5 +215,109 @@ class BatchSharedWeightMatMuls(Rule):
         return e.commit()
 
 
-RULES = [MergeParallelConvs(), MergeParallelMatMuls(), BatchSharedWeightMatMuls()]
+def _split_pieces(graph: Graph, cat: Node) -> tuple[Node, list[Node]] | Fail:
+    """The Split whose every piece goes through one Conv into ``cat``, in order, and those Convs."""
+    convs = []
+    for name in cat.inputs:
+        conv = producer(graph, name, ("Conv",))
+        if isinstance(conv, Fail):
+            return Fail("a concatenated piece is not a Conv's output")
+        users = single_consumer(graph, name)
+        if isinstance(users, Fail):
+            return users
+        convs.append(conv)
+    split = producer(graph, convs[0].inputs[0], ("Split",))
+    if isinstance(split, Fail):
+        return Fail("the Convs do not read the pieces of a Split")
+    if [c.inputs[0] for c in convs] != list(split.output_names):
+        return Fail("the Convs do not read the Split's pieces in order")
+    for c in convs:
+        if isinstance(single_consumer(graph, c.inputs[0]), Fail):
+            return Fail("a piece of the Split is read by more than its Conv")
+    return split, convs
+
+
+def _embedded_pads(p, kernel) -> tuple[int, ...] | Fail:
+    """Pads of a Conv whose kernel is zero-padded, centred, to ``kernel``."""
+    n = len(p.kernel)
+    if any((k - pk) % 2 for k, pk in zip(kernel, p.kernel)):
+        return Fail("kernel sizes differ by an odd amount")
+    grow = [(k - pk) // 2 * d for k, pk, d in zip(kernel, p.kernel, p.dilations)]
+    return tuple(p.pads[i] + grow[i] for i in range(n)) + tuple(p.pads[n + i] + grow[i] for i in range(n))
+
+
+class MergeSplitConvs(Rule):
+    """``Concat(Conv_i(Split(x)_i))`` -> ``Conv(x)`` with the groups side by side (kernels zero-padded to the largest).
+
+    A mixed depthwise convolution (MixNet: channel groups with 3x3, 5x5, 7x7 kernels) becomes one
+    depthwise convolution; pieces convolved alike become one grouped convolution. Each piece's
+    groups must read and write as many channels as the others' (so the merged Conv's groups are
+    exactly the pieces' groups), with the same strides and dilations, and pads that stay aligned
+    once the kernels are centred in the largest.
+    """
+
+    pattern = ("Concat", "Conv", "Split")
+    merges = True
+    anchors = ("Concat",)
+
+    def check(self, graph, site):
+        cat = site[0]
+        if not _static(graph, cat.outputs[0].name) or _channel_axis(graph, cat) != 1:
+            return Fail("not a Concat of channels")
+        found = _split_pieces(graph, cat)
+        if isinstance(found, Fail):
+            return found
+        split, convs = found
+        if _channel_axis(graph, split) != 1:
+            return Fail("the Split is not along channels")
+        params = [conv_params(graph, c) for c in convs]
+        for c, p in zip(convs, params):
+            if isinstance(p, Fail):
+                return p
+            for name in c.inputs[1:3]:
+                if name and isinstance(constant(graph, name), Fail):
+                    return constant(graph, name)
+        if len({(p.strides, p.dilations) for p in params}) != 1:
+            return Fail("strides or dilations differ")
+        if len({(p.cin, p.cout // p.group) for p in params}) != 1:
+            return Fail("the groups differ in channels")
+        kernel = tuple(max(k) for k in zip(*(p.kernel for p in params)))
+        pads = {_embedded_pads(p, kernel) for p in params}
+        if any(isinstance(x, Fail) for x in pads):
+            return next(x for x in pads if isinstance(x, Fail))
+        if len(pads) != 1:
+            return Fail("pads would not line up")
+        return self._match([cat, split, *convs], kernel=kernel, pads=next(iter(pads)))
+
+    def apply(self, graph, match):
+        cat, split, *convs = match.nodes
+        kernel = match["kernel"]
+        e = Edit(graph).drop(cat, split, *convs)
+        weights = []
+        for c in convs:
+            w = graph.weights[c.inputs[1]]
+            grow = tuple(((k - pk) // 2,) * 2 for k, pk in zip(kernel, w.shape[2:]))
+            weights.append(Pad(w, ((0, 0), (0, 0)) + grow) if any(g != (0, 0) for g in grow) else w)
+        inputs = [split.inputs[0], e.weight("w", concat(weights, 0))]
+        if any(len(c.inputs) > 2 and c.inputs[2] for c in convs):
+            inputs.append(e.weight("b", concat([_bias(graph, c, w.shape[0]) for c, w in zip(convs, weights)], 0)))
+        group = sum(conv_params(graph, c).group for c in convs)
+        attrs = attrs_with(convs[0], kernel_shape=list(kernel), pads=list(match["pads"]), group=group, auto_pad=None)
+        e.node("Conv", inputs, attrs, outputs=[cat.outputs[0].name], like=convs[0])
+        return e.commit()
+
+
+def _static(graph: Graph, name: str) -> bool:
+    v = graph.values.get(name)
+    return v is not None and v.is_static
+
+
+def _channel_axis(graph: Graph, node: Node) -> int:
+    """The axis attribute of a Concat or Split, made non-negative (4-D and up)."""
+    v = graph.values[node.inputs[0]]
+    axis = node.attr("axis", 0)
+    return axis + len(v.shape) if axis < 0 else axis
+
+
+RULES = [MergeParallelConvs(), MergeParallelMatMuls(), BatchSharedWeightMatMuls(), MergeSplitConvs()]
 

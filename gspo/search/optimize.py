@@ -34,7 +34,7 @@ from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
 from gspo.ir.frontend import describe_defaults
-from gspo.ir.onnx_io import from_model, serialize, to_model
+from gspo.ir.onnx_io import from_model, save_bytes, serialize, to_model, uses_external_data
 from gspo.partition import DEFAULT_THRESHOLD, Partition, partition
 from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge, move
 from gspo.runtime import (
@@ -178,13 +178,19 @@ class OptimizeResult:
     schedule: Schedule | None
     report: dict
     keep_dynamic: bool = False
+    #: The file the model came from, when its bytes are the result as they are (nothing changed
+    #: and no input shape pinned): saving then copies it.
+    source: Path | None = None
 
     @property
     def unchanged(self) -> bool:
         return self.graph.key == self.original.key and self.schedule is None
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the optimized model (its schedule, if any, in the model's metadata)."""
+        """Write the optimized model (its schedule, if any, in the model's metadata); an
+        unchanged model read from a file is written as the same bytes."""
+        if self.unchanged and self.source is not None:
+            return save_bytes(self.source.read_bytes(), path, overwrite)
         return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
                     keep_dynamic=self.keep_dynamic)
 
@@ -598,4 +604,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     report = _report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
                      pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
-    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic)
+    source = None
+    if not isinstance(model, Graph) and not input_shapes and not uses_external_data(prepared.original):
+        source = Path(model)
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source)

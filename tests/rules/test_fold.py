@@ -12,6 +12,7 @@ from gspo.rules.fold import (
     FoldBatchNorm,
     FoldChannelSlice,
     FoldMulIntoLinear,
+    FoldPadIntoConv,
     MatMulAddToGemm,
     RemoveIdentity,
 )
@@ -150,6 +151,72 @@ def test_remove_identity_before_a_graph_output_renames_the_producer():
     h = apply_first(RemoveIdentity(), g)
     assert ops(h) == ["Relu"] and h.nodes[0].outputs[0].name == "y"
     assert_equivalent(g, h)
+
+
+def _through(op, *consts, shape=(2, 6, 4, 4), **attrs):
+    """``Neg -> op -> Relu`` with ``op``'s extra inputs as constants."""
+    b = GraphBuilder()
+    x = b.op("Neg", [b.input("x", shape)])
+    ins = [x] + [b.const(f"c{i}", np.asarray(c)) if c is not None else "" for i, c in enumerate(consts)]
+    return b.output(b.op("Relu", [b.op(op, ins, **attrs)])).build()
+
+
+def test_remove_ops_that_pass_their_input_through():
+    """GhostNet's ``cat([x1, x2])[:, :oup]`` slices all the channels when ``oup`` is even."""
+    cases = [
+        _through("Slice", [0, 0], [2, 6], [0, 1]),
+        _through("Slice", [0], [10**9], [1], [1]),
+        _through("Reshape", [2, 6, 4, 4]),
+        _through("Cast", to=1),
+        _through("Transpose", perm=[0, 1, 2, 3]),
+        _through("Pad", [0] * 8),
+        _through("Concat", axis=1),
+    ]
+    for g in cases:
+        h = apply_first(RemoveIdentity(), g)
+        assert ops(h) == ["Neg", "Relu"], ops(g)
+        assert_equivalent(g, h)
+
+
+def test_keep_ops_that_change_their_input():
+    assert "the permutation moves axes" in reasons(RemoveIdentity(), _through("Transpose", perm=[0, 1, 3, 2], shape=(1, 2, 3, 3)))
+    assert "Slice steps are not constant ones" in reasons(RemoveIdentity(), _through("Slice", [-1], [-10**9], [2], [-1]))
+    assert "Pad adds elements" in reasons(RemoveIdentity(), _through("Pad", [0, 0, 1, 0, 0, 0, -1, 0]))
+    assert "Slice changes the shape or type" in reasons(RemoveIdentity(), _through("Slice", [0], [3], [1]))
+
+
+def pad_conv(pads, value=None, mode="constant", conv_pads=(1, 1, 1, 1), k=3, seed=0):
+    b = GraphBuilder(seed=seed)
+    x = b.op("Relu", [b.input("x", (1, 4, 9, 9))])
+    ins = [x, b.const("pads", np.array(pads, np.int64))]
+    if value is not None:
+        ins.append(b.const("value", np.array(value, np.float32)))
+    y = b.op("Pad", ins, mode=mode)
+    w = b.weight("w", (4, 1, k, k))
+    return b.output(b.op("Conv", [y, w], kernel_shape=[k, k], pads=list(conv_pads), group=4)).build()
+
+
+def test_fold_asymmetric_pad_into_a_depthwise_conv():
+    """NASNet exports TensorFlow's SAME padding as a Pad before each strided depthwise Conv."""
+    g = pad_conv([0, 0, 0, 0, 0, 0, 1, 1], conv_pads=(0, 0, 0, 0))
+    h = apply_first(FoldPadIntoConv(), g)
+    assert ops(h) == ["Relu", "Conv"] and list(h.nodes[1].attr("pads")) == [0, 0, 1, 1]
+    assert_equivalent(g, h)
+
+
+def test_fold_pad_reasons():
+    assert reasons(FoldPadIntoConv(), pad_conv([0, 0, 1, 1, 0, 0, 1, 1], value=1.0)) == ["Pad fills with a non-zero value"]
+    assert reasons(FoldPadIntoConv(), pad_conv([0, 0, 1, 1, 0, 0, 1, 1], mode="reflect")) == ["Pad is not constant padding"]
+    assert reasons(FoldPadIntoConv(), pad_conv([0, 1, 0, 0, 0, 0, 0, 0])) == ["Pad pads the batch or channel axis"]
+    assert reasons(FoldPadIntoConv(), pad_conv([0, 0, -1, 0, 0, 0, 0, 0])) == ["Pad crops"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(pads=st.lists(st.integers(0, 2), min_size=4, max_size=4), conv_pads=st.lists(st.integers(0, 1), min_size=4, max_size=4),
+       k=st.sampled_from([1, 3]))
+def test_fold_pad_into_conv_property(pads, conv_pads, k):
+    g = pad_conv([0, 0, pads[0], pads[1], 0, 0, pads[2], pads[3]], conv_pads=tuple(conv_pads), k=k)
+    assert_equivalent(g, apply_first(FoldPadIntoConv(), g), runs=1)
 
 
 @settings(max_examples=20, deadline=None)

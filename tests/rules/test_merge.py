@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gspo.ir.builder import GraphBuilder
-from gspo.rules.merge import BatchSharedWeightMatMuls, MergeParallelConvs, MergeParallelMatMuls
+from gspo.rules.merge import BatchSharedWeightMatMuls, MergeParallelConvs, MergeParallelMatMuls, MergeSplitConvs
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
 
@@ -142,3 +142,55 @@ def test_batch_shared_weight_takes_the_independent_ones_and_batches_the_nasrnn_i
 def test_batch_shared_weight_property(rows, k, n):
     g = shared_weight(tuple(rows), k, n)
     assert_equivalent(g, apply_first(BatchSharedWeightMatMuls(), g), runs=1)
+
+
+def mixed_conv(pieces, cin_total=None, hw=8, stride=1, seed=0, bias=True, pads=None):
+    """``Concat(Conv_i(Split(x)_i))``: pieces are (channels, cout, kernel, group)."""
+    b = GraphBuilder(seed=seed)
+    cin = cin_total or sum(p[0] for p in pieces)
+    x = b.op("Relu", [b.input("x", (1, cin, hw, hw))])
+    parts = b.op("Split", [x, b.const("split", [p[0] for p in pieces])], n_outputs=len(pieces), axis=1)
+    outs = []
+    for i, ((c, cout, k, group), part) in enumerate(zip(pieces, parts)):
+        pad = (k // 2,) * 4 if pads is None else pads[i]
+        ins = [part, b.weight("w", (cout, c // group, k, k))] + ([b.weight("b", (cout,))] if bias else [])
+        outs.append(b.op("Conv", ins, kernel_shape=[k, k], pads=list(pad), strides=[stride, stride], group=group))
+    return b.output(b.op("Relu", [b.op("Concat", outs, axis=1)])).build()
+
+
+def test_merge_a_mixed_depthwise_conv():
+    """MixNet: channel groups with 3x3, 5x5, 7x7 depthwise kernels become one 7x7 depthwise Conv."""
+    g = mixed_conv([(4, 4, 3, 4), (4, 4, 5, 4), (8, 8, 7, 8)])
+    h = apply_first(MergeSplitConvs(), g)
+    assert ops(h) == ["Relu", "Conv", "Relu"]
+    conv = h.nodes[1]
+    assert conv.attr("group") == 16 and list(conv.attr("kernel_shape")) == [7, 7] and list(conv.attr("pads")) == [3] * 4
+    assert_equivalent(g, h)
+
+
+def test_merge_alike_pieces_into_a_grouped_conv():
+    g = mixed_conv([(6, 10, 1, 1), (6, 10, 1, 1)], bias=False)
+    h = apply_first(MergeSplitConvs(), g)
+    assert ops(h) == ["Relu", "Conv", "Relu"] and h.nodes[1].attr("group") == 2
+    assert_equivalent(g, h)
+
+
+def test_merge_split_convs_reasons():
+    assert reasons(MergeSplitConvs(), mixed_conv([(4, 8, 1, 1), (6, 8, 1, 1)])) == ["the groups differ in channels"]
+    assert reasons(MergeSplitConvs(), mixed_conv([(4, 4, 3, 4), (4, 4, 4, 4)], pads=[(1,) * 4, (1, 1, 2, 2)])) == [
+        "kernel sizes differ by an odd amount"]
+    assert reasons(MergeSplitConvs(), mixed_conv([(4, 4, 3, 4), (4, 4, 5, 4)], pads=[(1,) * 4, (1,) * 4])) == [
+        "pads would not line up"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 4), c=st.sampled_from([1, 2, 3]), mult=st.sampled_from([1, 2]),
+       kernels=st.lists(st.sampled_from([1, 3, 5]), min_size=4, max_size=4), stride=st.sampled_from([1, 2]),
+       depthwise=st.booleans())
+def test_merge_split_convs_property(n, c, mult, kernels, stride, depthwise):
+    group = c if depthwise else 1
+    pieces = [(c, c * mult, k, group) for k in kernels[:n]]
+    g = mixed_conv(pieces, hw=7, stride=stride)
+    found = [m for m in MergeSplitConvs().match(g)]
+    if found:
+        assert_equivalent(g, MergeSplitConvs().apply(g, found[0]).check(), runs=1)

@@ -114,6 +114,15 @@ def test_when_nothing_beats_the_input_the_output_is_the_input():
     assert r.unchanged and r.report["unchanged"] and r.graph.key == g.key
 
 
+def test_an_unchanged_model_file_is_written_back_byte_for_byte(tmp_path):
+    b = ir.builder.GraphBuilder()
+    g = b.output(b.op("Relu", [b.input("x", (1, 4))])).build()
+    src = ir.save(g, tmp_path / "in.onnx")
+    r = optimize(src, **FAST)
+    assert r.unchanged
+    assert r.save(tmp_path / "out.onnx").read_bytes() == src.read_bytes()
+
+
 class BreakConvs(Rule):
     """Test-only rule: scales a Conv weight by 2 (changes the outputs)."""
 
