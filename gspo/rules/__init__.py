@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gspo.ir import Graph
-from gspo.rules import combine, cse, enlarge, fold, merge, move, split
+from gspo.rules import canon, combine, cse, enlarge, fold, merge, move, split
 from gspo.rules.base import Fail, Match, Rule
 
 __all__ = ["DEFAULT_RULES", "MERGE_RULES", "Fail", "Match", "Rule", "apply_greedily", "rule_by_name"]
 
 DEFAULT_RULES: tuple[Rule, ...] = tuple(
-    fold.RULES + cse.RULES + enlarge.RULES + merge.RULES + combine.RULES + split.RULES + move.RULES
+    fold.RULES + canon.RULES + cse.RULES + enlarge.RULES + merge.RULES + combine.RULES + split.RULES + move.RULES
 )
 MERGE_RULES: tuple[Rule, ...] = tuple(r for r in DEFAULT_RULES if r.merges)
 

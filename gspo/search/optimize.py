@@ -36,7 +36,18 @@ from gspo.ir import Graph, load, save
 from gspo.ir.frontend import describe_defaults
 from gspo.ir.onnx_io import from_model, save_bytes, serialize, to_model, uses_external_data
 from gspo.partition import DEFAULT_THRESHOLD, Partition, partition
-from gspo.rules import DEFAULT_RULES, Rule, apply_greedily, combine, cse, enlarge, fold, merge, move
+from gspo.rules import (
+    DEFAULT_RULES,
+    Rule,
+    apply_greedily,
+    canon,
+    combine,
+    cse,
+    enlarge,
+    fold,
+    merge,
+    move,
+)
 from gspo.runtime import (
     capture_values,
     compare_outputs,
@@ -55,10 +66,11 @@ __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
 
 log = logging.getLogger(__name__)
 
-#: The TASO-like greedy variant every piece also gets verified with: folds, CSE, enlargement and
-#: merges applied wherever they match (no splits or moves, which only the search explores, except
-#: swapping nested Splits, which only ever removes Splits).
-GREEDY_RULES = tuple(fold.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES) + (move.SwapNestedSplits(),)
+#: The TASO-like greedy variant every piece also gets verified with: folds, canonical forms, CSE,
+#: enlargement and merges applied wherever they match (no splits or moves, which only the search
+#: explores, except swapping nested Splits, which only ever removes Splits).
+GREEDY_RULES = tuple(fold.RULES + canon.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES) + (
+    move.SwapNestedSplits(),)
 #: The same over the whole model, batching first: merges across pieces (an unrolled RNN's input
 #: projections sit in different pieces, one per step) need the whole graph, and batching them
 #: must come before the per-step merges that would use up their MatMuls.
@@ -380,9 +392,10 @@ def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_s
 
 # ---------------------------------------------------------------- whole model
 def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
-                   allowed) -> tuple[list[Option], dict | None]:
-    """The original, the merged result (and on streams, unless clearly slower by estimate), and
-    the whole model rewritten greedily when something can be batched across pieces."""
+                   allowed, deadline: float | None = None) -> tuple[list[Option], dict | None]:
+    """The original, the merged result (and on streams, unless clearly slower by estimate or
+    the time budget is spent), and the whole model rewritten greedily when something can be
+    batched across pieces."""
     original, work = prepared.original, prepared.work
     options = [Option("original", original, None, (), cost_model.cost(work))]
     # No piece changed: what the front end alone did (folded constants) is no optimization,
@@ -391,7 +404,9 @@ def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], c
     if base.key != original.key:
         options.append(Option("optimized", merged, None, rules, cost_model.cost(merged)))
     skipped = None
-    if cfg.use_streams:
+    if cfg.use_streams and deadline is not None and time.perf_counter() > deadline:
+        skipped = {"reason": "the time budget was spent"}
+    elif cfg.use_streams:
         s = assign_streams(base, max_streams=max_streams)
         if s.num_streams > 1:
             # Measured only when the cost model does not call it clearly slower: a whole large
@@ -592,7 +607,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     merged = parts.merge([o.graph for o in chosen])
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
-    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed)
+    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
     final_budget = cfg.final_timing_budget
     if cfg.time_budget is not None:
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
