@@ -228,6 +228,19 @@ class Graph:
         return MappingProxyType({k: tuple(v) for k, v in out.items()})
 
     @cached_property
+    def nodes_by_op(self) -> Mapping[str, tuple[Node, ...]]:
+        """Op type -> its nodes, in graph order (what rules anchored on an op type scan)."""
+        out: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            out.setdefault(n.op_type, []).append(n)
+        return MappingProxyType({k: tuple(v) for k, v in out.items()})
+
+    @cached_property
+    def position(self) -> Mapping[Node, int]:
+        """Node -> its index in graph order."""
+        return MappingProxyType({n: i for i, n in enumerate(self.nodes)})
+
+    @cached_property
     def values(self) -> Mapping[str, Value]:
         """Every named value: graph inputs, weights and node outputs."""
         out: dict[str, Value] = {v.name: v for v in self.inputs}

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -25,11 +25,16 @@ from gspo.ir.shapes import _pads as resolve_pads
 
 __all__ = [
     "Fail",
+    "Mismatch",
+    "need",
+    "require",
     "Match",
     "Rule",
     "Edit",
     "ConvParams",
     "conv_params",
+    "plain_conv",
+    "constant_params",
     "attrs_with",
     "constant",
     "single_consumer",
@@ -38,6 +43,7 @@ __all__ = [
 ]
 
 _CONST_LIMIT = 1 << 16
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -46,6 +52,28 @@ class Fail:
 
     reason: str
     nodes: tuple[str, ...] = ()
+
+
+class Mismatch(Exception):
+    """Raised inside :meth:`Rule.check` (through :func:`need` and :func:`require`): the site does
+    not match, and why. :meth:`Rule.match` turns it into a :class:`Fail`."""
+
+    def __init__(self, reason: str, nodes: tuple[str, ...] = ()):
+        super().__init__(reason)
+        self.fail = Fail(reason, nodes)
+
+
+def need(value: T | Fail) -> T:
+    """``value``, or a :class:`Mismatch` with its reason when it is a :class:`Fail`."""
+    if isinstance(value, Fail):
+        raise Mismatch(value.reason, value.nodes)
+    return value
+
+
+def require(condition: bool, reason: str) -> None:
+    """A :class:`Mismatch` with ``reason`` unless ``condition`` holds."""
+    if not condition:
+        raise Mismatch(reason)
 
 
 @dataclass(frozen=True)
@@ -111,7 +139,10 @@ class Rule:
                 if explain:
                     yield Fail("opaque node", tuple(n.name for n in site))
                 continue
-            result = self.check(graph, site)
+            try:
+                result = self.check(graph, site)
+            except Mismatch as e:
+                result = e.fail
             if isinstance(result, Match):
                 yield dataclasses.replace(result, site=tuple(site))
             elif explain:
@@ -126,7 +157,14 @@ class Rule:
 
 # --------------------------------------------------------------------- helpers
 def nodes_of(graph: Graph, *op_types: str) -> Iterator[Node]:
-    return (n for n in graph.nodes if n.op_type in op_types and not n.is_opaque and n.domain in ("", "ai.onnx"))
+    """The interpreted standard-domain nodes of the given op types, in graph order (through the
+    graph's index by op type: a rule anchored on Conv looks at Convs only)."""
+    index = graph.nodes_by_op
+    if len(op_types) == 1:
+        picked = index.get(op_types[0], ())
+    else:
+        picked = sorted((n for op in dict.fromkeys(op_types) for n in index.get(op, ())), key=graph.position.__getitem__)
+    return (n for n in picked if not n.is_opaque and n.domain in ("", "ai.onnx"))
 
 
 def producer(graph: Graph, value: str, ops: tuple[str, ...] | None = None) -> Node | Fail:
@@ -215,6 +253,22 @@ def conv_params(graph: Graph, node: Node) -> ConvParams | Fail:
     dil = tuple(attrs.get("dilations", (1,) * n))
     pads = tuple(resolve_pads(attrs, x.shape[2:], kernel, strides, dil))
     return ConvParams(kernel, strides, dil, pads, attrs.get("group", 1), w.shape[0], w.shape[1])
+
+
+def constant_params(graph: Graph, node: Node, first: int = 1) -> None:
+    """Require every input of ``node`` from position ``first`` on (weights, bias) to be a
+    constant initializer (skipped optional inputs aside)."""
+    for name in node.inputs[first:]:
+        if name:
+            need(constant(graph, name))
+
+
+def plain_conv(graph: Graph, node: Node) -> ConvParams:
+    """The parameters of an ungrouped Conv with constant weights (and bias), or a Mismatch."""
+    p = need(conv_params(graph, node))
+    require(p.group == 1, "group is not 1")
+    constant_params(graph, node)
+    return p
 
 
 class Edit:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from gspo.ir import slice_weight
 from gspo.ir.builder import make_attr
-from gspo.rules.base import Edit, Fail, Rule, constant, conv_params
+from gspo.rules.base import Edit, Rule, constant, need, plain_conv, require
 
 __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 
@@ -21,18 +21,7 @@ class SplitConv(Rule):
 
     def check(self, graph, site):
         conv = site[0]
-        p = conv_params(graph, conv)
-        if isinstance(p, Fail):
-            return p
-        if p.group != 1:
-            return Fail("group is not 1")
-        w = constant(graph, conv.inputs[1])
-        if isinstance(w, Fail):
-            return w
-        if len(conv.inputs) > 2 and conv.inputs[2] and isinstance(constant(graph, conv.inputs[2]), Fail):
-            return Fail("bias is not a constant initializer")
-        if p.cout < 2:
-            return Fail("fewer than 2 output channels")
+        require(plain_conv(graph, conv).cout >= 2, "fewer than 2 output channels")
         return self._match([conv])
 
     def apply(self, graph, match):
@@ -60,16 +49,11 @@ class SplitMatMul(Rule):
 
     def check(self, graph, site):
         mm = site[0]
-        b = constant(graph, mm.inputs[1])
-        if isinstance(b, Fail):
-            return b
-        if len(b.shape) != 2:
-            return Fail("right operand is not 2-D")
-        if b.shape[1] < 2:
-            return Fail("fewer than 2 output columns")
+        b = need(constant(graph, mm.inputs[1]))
+        require(len(b.shape) == 2, "right operand is not 2-D")
+        require(b.shape[1] >= 2, "fewer than 2 output columns")
         out = graph.values.get(mm.outputs[0].name)
-        if out is None or not out.is_static:
-            return Fail("unknown shapes")
+        require(out is not None and out.is_static, "unknown shapes")
         return self._match([mm])
 
     def apply(self, graph, match):
