@@ -9,14 +9,17 @@ from gspo.ir.graph import Graph, ModelExtras
 __all__ = ["extract"]
 
 
-def extract(graph: Graph, ops: Sequence[int], name: str | None = None, also_export: Iterable[str] = ()) -> tuple[Graph, tuple[str, ...]]:
+def extract(graph: Graph, ops: Sequence[int], name: str | None = None, also_export: Iterable[str] = (),
+            copies: Iterable[int] = ()) -> tuple[Graph, tuple[str, ...]]:
     """The nodes at ``ops`` as a graph, and the names of its *virtual* inputs.
 
     Its inputs are the original graph inputs it reads, then the values other nodes produce
     (virtual inputs, shape and dtype kept); its outputs are the values it produces that other
-    nodes read or that are graph outputs (plus ``also_export``).
+    nodes read or that are graph outputs (plus ``also_export``). ``copies`` are nodes computed
+    again inside the piece (constants it reads) whose outputs it never exports.
     """
-    chosen = sorted(ops)
+    copied = set(copies) - set(ops)
+    chosen = sorted(set(ops) | copied)
     mine = set(chosen)
     nodes = [graph.nodes[i] for i in chosen]
     produced = {v.name for n in nodes for v in n.outputs if v.name}
@@ -32,7 +35,7 @@ def extract(graph: Graph, ops: Sequence[int], name: str | None = None, also_expo
     for i, n in enumerate(graph.nodes):
         if i not in mine:
             outside.update(n.reads())
-    outputs = [v for n in nodes for v in n.outputs if v.name and v.name in outside]
+    outputs = [v for i, n in zip(chosen, nodes) if i not in copied for v in n.outputs if v.name and v.name in outside]
     sub = Graph(
         inputs=tuple(inputs),
         outputs=tuple(outputs),

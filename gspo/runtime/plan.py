@@ -49,13 +49,53 @@ class Plan:
         return len(self.streams)
 
 
+#: Ops that compute shape arithmetic on constants: a segment computes them again for itself
+#: rather than receiving their values from another stream (onnxruntime must see a Resize's
+#: sizes or a Slice's bounds as constants to load the segment).
+_CONSTANT_OPS = frozenset({"Constant", "ConstantOfShape", "Cast", "Concat", "Unsqueeze", "Squeeze", "Reshape",
+                           "Gather", "Slice", "Add", "Sub", "Mul", "Div", "Range", "Equal", "Where", "Expand"})
+
+
+def constant_nodes(graph: Graph) -> set[int]:
+    """Indices of the nodes that compute small constants (shape arithmetic on weights)."""
+    const: set[int] = set()
+    values: set[str] = set(graph.weights)
+    for i, n in enumerate(graph.nodes):
+        if n.is_opaque or n.op_type not in _CONSTANT_OPS or not all(r in values for r in n.reads()):
+            continue
+        const.add(i)
+        values.update(v.name for v in n.outputs if v.name)
+    return const
+
+
+def _constants_read(graph: Graph, ops: tuple[int, ...], const: set[int]) -> set[int]:
+    """The constant nodes outside ``ops`` (and their constant ancestors) whose values ``ops`` read."""
+    producer = {v.name: i for i, n in enumerate(graph.nodes) for v in n.outputs if v.name}
+    todo = [r for i in ops for r in graph.nodes[i].reads()]
+    found: set[int] = set()
+    while todo:
+        i = producer.get(todo.pop())
+        if i is not None and i in const and i not in ops and i not in found:
+            found.add(i)
+            todo.extend(graph.nodes[i].reads())
+    return found
+
+
 def make_plan(graph: Graph, schedule: Schedule) -> Plan:
-    """Cut each stream into segments at sync points (the schedule is checked first)."""
+    """Cut each stream into segments at sync points (the schedule is checked first).
+
+    Nodes that compute constants (:func:`constant_nodes`) belong to no segment: each segment
+    computes the constants it reads itself, and events from or to them are dropped.
+    """
     check_schedule(graph, schedule)
     index = {node_id(n): i for i, n in enumerate(graph.nodes)}
-    runs = segment_runs(schedule)
+    outputs = set(graph.output_names())
+    const = {i for i in constant_nodes(graph) if not any(v.name in outputs for v in graph.nodes[i].outputs)}
+    runs = [(s, [op for op in ops if index[op] not in const]) for s, ops in segment_runs(schedule)]
+    runs = [(s, ops) for s, ops in runs if ops]
     seg_of = {op: k for k, (_, ops) in enumerate(runs) for op in ops}
-    pairs = sorted({(seg_of[a], seg_of[b]) for a, b in schedule.events})
+    pairs = sorted({(seg_of[a], seg_of[b]) for a, b in schedule.events
+                    if a in seg_of and b in seg_of and seg_of[a] != seg_of[b]})
     waits = {k: [] for k in range(len(runs))}
     signals = {k: [] for k in range(len(runs))}
     for e, (a, b) in enumerate(pairs):
@@ -67,7 +107,8 @@ def make_plan(graph: Graph, schedule: Schedule) -> Plan:
     for old in order:
         s, ops = runs[old]
         idx = tuple(sorted(index[op] for op in ops))
-        sub, _ = extract(graph, idx, name=f"{graph.name}/s{s}.{renumber[old]}")
+        sub, _ = extract(graph, idx, name=f"{graph.name}/s{s}.{renumber[old]}",
+                         copies=_constants_read(graph, idx, const))
         segments.append(Segment(renumber[old], s, idx, sub, tuple(waits[old]), tuple(signals[old])))
     streams = tuple(
         tuple(seg.index for seg in segments if seg.stream == s) for s in range(schedule.num_streams)

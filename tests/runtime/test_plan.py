@@ -1,0 +1,56 @@
+"""Execution plans: segments per stream, and the constants each computes for itself."""
+
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from gspo import ir
+from gspo.runtime import CpuExecutor, make_plan, make_session, run
+from gspo.streams import Schedule
+from tests.helpers import onnx_model
+
+
+def _resize_model():
+    """``Resize(x + y, sizes=Concat(Slice(Shape(x + y), 0, 2), [16, 16]))`` with the Slice's
+    bounds in Constant nodes, as the TorchScript exporter writes F.interpolate(size=...)."""
+    c = lambda name, v: helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.int64)))  # noqa: E731
+    nodes = [
+        c("zero", [0]), c("two", [2]), c("hw", [16, 16]),
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Neg", ["y"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["s"]),
+        helper.make_node("Shape", ["s"], ["shape"]),
+        helper.make_node("Slice", ["shape", "zero", "two"], ["nc"]),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        helper.make_node("Resize", ["s", "", "", "sizes"], ["out"], mode="nearest"),
+    ]
+    f = TensorProto.FLOAT
+    return onnx_model(nodes, [helper.make_tensor_value_info(n, f, [1, 2, 8, 8]) for n in "xy"],
+                      [helper.make_tensor_value_info("out", f, [1, 2, 16, 16])])
+
+
+def test_a_segment_computes_the_constants_another_stream_made():
+    """The Constant nodes run on stream 0, the Resize that needs their values on stream 1: the
+    segment on stream 1 gets its own copies (as inputs, onnxruntime refused to load it:
+    ``Number of elements of input 'sizes' (0) must be same as rank of input 'X' (4)``)."""
+    g = ir.load_bytes(_resize_model().SerializeToString())
+    schedule = Schedule((("zero", "two", "hw", "a"), ("b", "s", "shape", "nc", "sizes", "out")), (("a", "s"),))
+    plan = make_plan(g, schedule)
+    late = next(seg for seg in plan.segments if "out" in seg.outputs)
+    assert not {"zero", "two", "hw"} & set(late.inputs)
+    feeds = {n: np.random.default_rng(0).standard_normal((1, 2, 8, 8)).astype(np.float32) for n in "xy"}
+    with CpuExecutor(g, schedule) as ex:
+        got = ex.run(feeds)["out"]
+    np.testing.assert_allclose(got, run(make_session(g), feeds)["out"])
+
+
+def test_a_stream_of_constants_alone_gets_no_segment():
+    """A segment of Constant nodes alone made onnxruntime fail to load it (SaveInitializedTensors)."""
+    g = ir.load_bytes(_resize_model().SerializeToString())
+    schedule = Schedule((("zero", "two", "hw"), ("a", "b", "s", "shape", "nc", "sizes", "out")), (("hw", "nc"),))
+    plan = make_plan(g, schedule)
+    assert {seg.stream for seg in plan.segments} == {1} and plan.num_events == 0
+    feeds = {n: np.ones((1, 2, 8, 8), np.float32) for n in "xy"}
+    with CpuExecutor(g, schedule) as ex:
+        np.testing.assert_allclose(ex.run(feeds)["out"], run(make_session(g), feeds)["out"])
