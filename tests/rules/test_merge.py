@@ -4,7 +4,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gspo.ir.builder import GraphBuilder
-from gspo.rules.merge import BatchSharedWeightMatMuls, MergeParallelConvs, MergeParallelMatMuls, MergeSplitConvs
+from gspo.rules.merge import (
+    BatchSharedWeightMatMuls,
+    MergeParallelConvs,
+    MergeParallelMatMuls,
+    MergeSplitConvs,
+)
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
 
