@@ -184,18 +184,18 @@ def main(argv=None) -> int:
         return 2
     results_path = HERE / "results.json"
     old = {r["model"]: r for r in json.loads(results_path.read_text())} if results_path.exists() and args.models else {}
+    meta = {"date": datetime.date.today().isoformat(), "machine": f"{device_description('cpu')} ({platform.machine()})",
+            "onnxruntime": runtime_version(), "gspo": gspo.__version__,
+            "command": ".venv/bin/python benchmarks/realworld/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             row = run_model(name, manifest[name], args, Path(tmp))
             old[name] = row
             sp = f"x{row['speedup']:.3f}" if row["speedup"] else "-"
             print(f"{name:<24} {row['status'][:80]:<10} equivalent={row['equivalent']} {sp} {row['rules']}", flush=True)
-    rows = [old[n] for n in sorted(old)]
-    results_path.write_text(json.dumps(rows, indent=1) + "\n")
-    meta = {"date": datetime.date.today().isoformat(), "machine": f"{device_description('cpu')} ({platform.machine()})",
-            "onnxruntime": runtime_version(), "gspo": gspo.__version__,
-            "command": ".venv/bin/python benchmarks/realworld/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
-    (HERE / "RESULTS.md").write_text(write_markdown(rows, meta))
+            rows = [old[n] for n in sorted(old)]  # written after every model: an interrupted run keeps what it measured
+            results_path.write_text(json.dumps(rows, indent=1) + "\n")
+            (HERE / "RESULTS.md").write_text(write_markdown(rows, meta))
     return 0
 
 
