@@ -392,8 +392,8 @@ def partition_cmd(model, threshold, balance, input_shapes, as_json):
 def streams_option(fn):
     return click.option(
         "--streams", default="auto", show_default=True, metavar="N|auto",
-        help="Streams: 'auto' uses the model's saved schedule, else Nimble's assignment capped at "
-             "the device's parallelism (CPU cores); N caps it at N (1 = one plain session).",
+        help="Streams: 'auto' uses the schedule gspo optimize saved in the model, else one stream; "
+             "N: Nimble's assignment capped at N streams (1 = one plain session).",
     )(fn)
 
 
@@ -443,7 +443,9 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
         seconds = time.perf_counter() - start
     finally:
         executor.close()
-    click.echo(f"ran {graph.name} on {executor.num_streams} stream(s), {device}: {seconds * 1e3:.2f} ms "
+    placement = getattr(executor, "placement", None)
+    where = ", ".join(f"{n} ops on {b}" for b, n in placement.counts(graph).items()) if placement else device
+    click.echo(f"ran {graph.name} on {executor.num_streams} stream(s), {where}: {seconds * 1e3:.2f} ms "
                "(one cold run; use gspo bench to time)")
     for name, arr in outputs.items():
         click.echo(f"  {name}: {arr.dtype}{list(arr.shape)} mean {float(np.mean(arr)):.6g}")
@@ -565,11 +567,13 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
               help="Pick verified candidates by measured latency, or by the cost model (reproducible bytes).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
 @inputs_option
+@click.option("--backends", metavar="LIST", default=None,
+              help="Backends to place the model or its pieces on, e.g. 'ort,openvino' [default: every one installed].")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT; accept a profile made for another device.")
 @input_shape_option
 @handle_errors
 def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, threshold, max_streams, jobs,
-                 no_streams, no_rules, seed, select, report, inputs_file, force, input_shapes):
+                 no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
 
     Folds the exporter's constants and shape arithmetic, partitions the model, searches each
@@ -580,10 +584,15 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
     dimensions get defaults (1 for a batch, 128 otherwise) unless pinned with --input-shape; the
     output keeps them dynamic when it computes the same at another size.
 
+    With OpenVINO installed (pip install 'gspo[openvino]'), the whole model and each piece are
+    also timed on it; when a placement off onnxruntime wins, it is saved in the model and
+    gspo run / gspo bench follow it.
+
     \b
     Example:
         gspo optimize model.onnx -o fast.onnx --report report.json
         gspo optimize nasrnn.onnx -o fast.onnx --no-streams --time-budget 60
+        gspo optimize resnet50.onnx -o fast.onnx --backends ort,openvino
         gspo optimize bert.onnx -o fast.onnx --input-shape input_ids=1,64 --inputs feeds.npz
     """
     from gspo import ir
@@ -598,13 +607,18 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
     shapes = ir.parse_input_shapes(input_shapes)
     feeds = read_npz(inputs_file) if inputs_file else None
+    chosen_backends = None
+    if backends is not None:
+        from gspo.runtime.backends import check_backends
+
+        chosen_backends = check_backends(backends.split(","))
     bar = _progress_printer("optimizing")
     try:
         result = optimize(
             model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
             profile=profile, force_profile=force, alpha=alpha, budget=budget, time_budget=time_budget,
             threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
-            use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select,
+            use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select, backends=chosen_backends,
         )
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
@@ -637,6 +651,10 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
         click.echo(f"equivalent to the input: largest difference {r['max_rel_err']:.2g} of an output's magnitude")
     if r["dynamic_dims"]:
         click.echo(f"dynamic dimensions: {r['dynamic_dims']}")
+    placed = {b: n for b, n in r["placement"]["chosen"].items() if b != "ort"}
+    if placed:
+        ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
+        click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
     if r["candidates_rejected_by_verification"]:
         click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
                    "(onnxruntime refused them or their outputs differed; reasons in --report)")

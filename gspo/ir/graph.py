@@ -147,6 +147,8 @@ class ModelExtras:
     input_order: tuple[str, ...] = ()
     #: The ``gspo.schedule`` JSON the model was saved with ("" if none).
     schedule: str = ""
+    #: The ``gspo.placement`` JSON (backend per op) the model was saved with ("" if none).
+    placement: str = ""
     sparse_initializers: tuple[bytes, ...] = ()
     #: Dynamic input dimensions given default values at load (``frontend.DefaultedDim``).
     defaulted: tuple = ()

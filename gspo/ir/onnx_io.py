@@ -41,6 +41,7 @@ __all__ = [
     "MIN_OPSET",
     "STREAM_KEY",
     "SCHEDULE_KEY",
+    "PLACEMENT_KEY",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ MAX_IR_VERSION = 13
 MIN_OPSET = 7
 STREAM_KEY = "gspo.stream"
 SCHEDULE_KEY = "gspo.schedule"
+PLACEMENT_KEY = "gspo.placement"
 _SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 _PROTO_ATTRS = {
     AttributeProto.TENSOR: ("t", TensorProto),
@@ -249,12 +251,13 @@ def from_model(
         model_version=int(model.model_version),
         doc_string=model.doc_string,
         graph_doc_string=g.doc_string,
-        metadata=tuple((p.key, p.value) for p in model.metadata_props if p.key != SCHEDULE_KEY),
+        metadata=tuple((p.key, p.value) for p in model.metadata_props if p.key not in (SCHEDULE_KEY, PLACEMENT_KEY)),
         functions=tuple(f.SerializeToString() for f in model.functions),
         value_info=tuple(vi.SerializeToString() for vi in g.value_info),
         weight_inputs=tuple(vi.name for vi in g.input if vi.name in weight_names),
         input_order=tuple(vi.name for vi in g.input),
         schedule=next((p.value for p in model.metadata_props if p.key == SCHEDULE_KEY), ""),
+        placement=next((p.value for p in model.metadata_props if p.key == PLACEMENT_KEY), ""),
         sparse_initializers=tuple(s.SerializeToString() for s in g.sparse_initializer),
         defaulted=defaulted,
         dynamic_io=dynamic_io,
@@ -502,7 +505,7 @@ def _ir_version(graph: Graph, opsets) -> int:
 
 
 def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-             light: bool = False) -> onnx.ModelProto:
+             light: bool = False, placement: Mapping | None = None) -> onnx.ModelProto:
     """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded).
 
     With ``keep_dynamic``, graph inputs and outputs keep the dynamic dimensions they were loaded
@@ -567,12 +570,15 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
         model.metadata_props.add(key=k, value=v)
     if schedule is not None:
         model.metadata_props.add(key=SCHEDULE_KEY, value=json.dumps(schedule, sort_keys=True))
+    if placement is not None:
+        model.metadata_props.add(key=PLACEMENT_KEY, value=json.dumps(placement, sort_keys=True))
     return model
 
 
-def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False) -> bytes:
+def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
+              placement: Mapping | None = None) -> bytes:
     """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`."""
-    return to_model(graph, schedule, keep_dynamic).SerializeToString()
+    return to_model(graph, schedule, keep_dynamic, placement=placement).SerializeToString()
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000
@@ -604,6 +610,7 @@ def save(
     schedule: Mapping | None = None,
     overwrite: bool = False,
     keep_dynamic: bool = False,
+    placement: Mapping | None = None,
 ) -> Path:
     """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it.
 
@@ -617,7 +624,7 @@ def save(
         raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    model = to_model(graph, schedule, keep_dynamic)
+    model = to_model(graph, schedule, keep_dynamic, placement=placement)
     weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

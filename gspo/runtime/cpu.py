@@ -20,9 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspo.ir import Graph, serialize
+from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
 from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
-from gspo.streams import Schedule
+from gspo.streams import Placement, Schedule
 
 __all__ = ["CpuExecutor", "TraceEvent"]
 
@@ -50,19 +51,27 @@ class CpuExecutor:
         schedule: stream assignment; ``None`` or one stream = a single plain session.
         config: session settings for every segment (``intra_op_threads`` 0: onnxruntime's
             default, all cores, for each stream).
+        placement: the backend of each op (``None``: onnxruntime for all). A stream's run of ops
+            is cut where the backend changes; with one stream the pieces run on the calling
+            thread, one after another.
     """
 
-    def __init__(self, graph: Graph, schedule: Schedule | None = None, config: SessionConfig = SessionConfig()):
+    def __init__(self, graph: Graph, schedule: Schedule | None = None, config: SessionConfig = SessionConfig(),
+                 placement: Placement | None = None):
         self.graph = graph
         self.outputs = graph.output_names()
         self.schedule = schedule
+        self.placement = placement if placement is not None and not placement.is_default else None
         self.plan: Plan | None = None
         self._workers: list[threading.Thread] = []
-        if schedule is None or schedule.num_streams <= 1:
+        single = schedule is None or schedule.num_streams <= 1
+        if single and self.placement is None:
             self._session = make_session(serialize(graph), config)
             return
-        self.plan = make_plan(graph, schedule)
-        self._sessions = [make_session(serialize(seg.graph), config) for seg in self.plan.segments]
+        self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
+        self._sessions = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
+        if single:
+            return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
         self._done: queue.Queue = queue.Queue()
         for s in range(self.plan.num_streams):
@@ -73,6 +82,22 @@ class CpuExecutor:
     @property
     def num_streams(self) -> int:
         return self.plan.num_streams if self.plan else 1
+
+    def _run_inline(self, feeds: Mapping[str, np.ndarray], trace: list | None) -> dict[str, np.ndarray]:
+        """One stream of pieces on several backends: each after the other, on this thread."""
+        values = dict(feeds)
+        for k, seg in enumerate(self.plan.segments):
+            start = time.perf_counter()
+            try:
+                outs = self._sessions[k].run(list(seg.outputs), {name: values[name] for name in seg.inputs})
+            except RuntimeError_:
+                raise
+            except Exception as e:
+                raise RuntimeError_(f"{seg.backend} failed to run a piece: {str(e).splitlines()[0][:300]}") from None
+            values.update(zip(seg.outputs, outs))
+            if trace is not None:
+                trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
+        return {name: values[name] for name in self.outputs}
 
     def run(self, feeds: Mapping[str, np.ndarray], trace: list | None = None) -> dict[str, np.ndarray]:
         """Run once; outputs by name. ``trace`` (a list) receives :class:`TraceEvent` rows."""
@@ -85,6 +110,8 @@ class CpuExecutor:
             if trace is not None:
                 trace.append(TraceEvent(0, 0, 0.0, 0.0, 0.0))
             return dict(zip(names, outs))
+        if self.plan.num_streams == 1:
+            return self._run_inline(feeds, trace)
         if not self._workers:
             raise RuntimeError_("the executor is closed")
         job = _Job(self.plan.num_events, dict(feeds), trace)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-import os
-
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime.cpu import CpuExecutor
 from gspo.runtime.session import SessionConfig
-from gspo.streams import Schedule, ScheduleError, assign_streams, check_schedule
+from gspo.streams import (
+    Placement,
+    PlacementError,
+    Schedule,
+    ScheduleError,
+    assign_streams,
+    check_schedule,
+)
 
-__all__ = ["parse_streams", "saved_schedule", "choose_schedule", "make_executor"]
+__all__ = ["parse_streams", "saved_schedule", "saved_placement", "choose_schedule", "make_executor"]
 
 
 def parse_streams(text: str | int) -> int | None:
@@ -38,22 +43,33 @@ def saved_schedule(graph: Graph) -> Schedule | None:
     return schedule
 
 
+def saved_placement(graph: Graph) -> Placement | None:
+    """The placement (backend per op) stored in the model's metadata, checked (or ``None``)."""
+    if not graph.extras.placement:
+        return None
+    try:
+        placement = Placement.from_json(graph.extras.placement)
+        placement.check(graph)
+    except PlacementError as e:
+        raise PlacementError(f"the placement saved in the model is invalid: {e}") from None
+    return placement
+
+
 def choose_schedule(graph: Graph, streams: int | None, device: str = "cpu") -> Schedule:
-    """``streams`` None (auto): the saved schedule, else Nimble's capped at what the device runs
-    at once (the CPU's cores); an integer: Nimble's capped at that many streams (1 = one session)."""
+    """``streams`` None (auto): the schedule saved by ``gspo optimize``, else one stream (streams
+    pay only where the optimizer measured them paying); an integer: Nimble's assignment capped
+    at that many streams (1 = one session)."""
     if streams is None:
         saved = saved_schedule(graph)
-        if saved is not None:
-            return saved
-        cap = (os.cpu_count() or 1) if device == "cpu" else None
-        return assign_streams(graph, max_streams=cap)
+        return saved if saved is not None else Schedule.single(graph)
     if streams == 1:
         return Schedule.single(graph)
     return assign_streams(graph, max_streams=streams)
 
 
 def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu", config: SessionConfig = SessionConfig()):
-    """An executor (``.run(feeds)``, ``.close()``) for ``graph`` on ``device``."""
+    """An executor (``.run(feeds)``, ``.close()``) for ``graph`` on ``device``, with the model's
+    saved placement (backend per op) on the CPU."""
     if device == "cuda":
         from gspo.runtime.cuda import CudaExecutor, require_gpu
 
@@ -61,4 +77,4 @@ def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
         return CudaExecutor(graph, choose_schedule(graph, streams, device))
     if device != "cpu":
         raise GspoError(f"unknown device {device!r} (use cpu or cuda)")
-    return CpuExecutor(graph, choose_schedule(graph, streams, device), config)
+    return CpuExecutor(graph, choose_schedule(graph, streams, device), config, saved_placement(graph))

@@ -12,19 +12,22 @@ from dataclasses import dataclass
 
 from gspo.ir import Graph
 from gspo.ir.subgraph import extract
-from gspo.streams import Schedule, check_schedule, node_id, segment_runs
+from gspo.streams import Placement, Schedule, check_schedule, node_id, segment_runs, split_runs
 
 __all__ = ["Segment", "Plan", "make_plan"]
 
 
 @dataclass(frozen=True)
 class Segment:
+    """A run of ops on one stream and one backend, between sync points, as a standalone graph."""
+
     index: int
     stream: int
     ops: tuple[int, ...]
     graph: Graph
     waits: tuple[int, ...]
     signals: tuple[int, ...]
+    backend: str = "ort"
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -81,19 +84,23 @@ def _constants_read(graph: Graph, ops: tuple[int, ...], const: set[int]) -> set[
     return found
 
 
-def make_plan(graph: Graph, schedule: Schedule) -> Plan:
-    """Cut each stream into segments at sync points (the schedule is checked first).
+def make_plan(graph: Graph, schedule: Schedule, placement: Placement | None = None) -> Plan:
+    """Cut each stream into segments at sync points and where the backend changes (the
+    schedule and the placement are checked first).
 
     Nodes that compute constants (:func:`constant_nodes`) belong to no segment: each segment
     computes the constants it reads itself, and events from or to them are dropped.
     """
     check_schedule(graph, schedule)
+    if placement is not None:
+        placement.check(graph)
     index = {node_id(n): i for i, n in enumerate(graph.nodes)}
     outputs = set(graph.output_names())
     const = {i for i in constant_nodes(graph) if not any(v.name in outputs for v in graph.nodes[i].outputs)}
-    runs = [(s, [op for op in ops if index[op] not in const]) for s, ops in segment_runs(schedule)]
-    runs = [(s, ops) for s, ops in runs if ops]
-    seg_of = {op: k for k, (_, ops) in enumerate(runs) for op in ops}
+    cut = split_runs(segment_runs(schedule), placement)
+    runs = [(s, [op for op in ops if index[op] not in const], b) for s, ops, b in cut]
+    runs = [(s, ops, b) for s, ops, b in runs if ops]
+    seg_of = {op: k for k, (_, ops, _) in enumerate(runs) for op in ops}
     pairs = sorted({(seg_of[a], seg_of[b]) for a, b in schedule.events
                     if a in seg_of and b in seg_of and seg_of[a] != seg_of[b]})
     waits = {k: [] for k in range(len(runs))}
@@ -105,11 +112,11 @@ def make_plan(graph: Graph, schedule: Schedule) -> Plan:
     renumber = {old: new for new, old in enumerate(order)}
     segments = []
     for old in order:
-        s, ops = runs[old]
+        s, ops, backend = runs[old]
         idx = tuple(sorted(index[op] for op in ops))
         sub, _ = extract(graph, idx, name=f"{graph.name}/s{s}.{renumber[old]}",
                          copies=_constants_read(graph, idx, const))
-        segments.append(Segment(renumber[old], s, idx, sub, tuple(waits[old]), tuple(signals[old])))
+        segments.append(Segment(renumber[old], s, idx, sub, tuple(waits[old]), tuple(signals[old]), backend))
     streams = tuple(
         tuple(seg.index for seg in segments if seg.stream == s) for s in range(schedule.num_streams)
     )

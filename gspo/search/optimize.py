@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from gspo.costmodel import CostModel, device_description, load_profile
+from gspo.costmodel.db import CalibrationDB
 from gspo.errors import GspoError
 from gspo.ir import Graph, load, save
 from gspo.ir.frontend import describe_defaults
@@ -56,11 +57,18 @@ from gspo.runtime import (
     run,
     runtime_version,
 )
+from gspo.runtime.backends import (
+    DEFAULT_BACKEND,
+    available_backends,
+    backend_versions,
+    check_backends,
+)
 from gspo.runtime.inputs import check_inputs
 from gspo.runtime.verify import DEFAULT_ATOL, DEFAULT_NTOL, DEFAULT_RTOL, Tolerance
 from gspo.search.backtrack import Candidate, SearchConfig, search
+from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
 from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick, spread
-from gspo.streams import Schedule, apply_schedule, assign_streams
+from gspo.streams import Placement, Schedule, apply_schedule, assign_streams
 
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
 
@@ -133,6 +141,10 @@ class OptimizeConfig:
     select: str = "measured"
     #: Pass the model through the front end (constant folding, shape arithmetic as constants).
     frontend: bool = True
+    #: Backends to place the model or its pieces on (``None``: every one installed here).
+    backends: tuple[str, ...] | None = None
+    #: Calibration database caching piece timings per backend (``None``: the user's cache).
+    db_path: str | None = None
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
 
     def validate(self) -> None:
@@ -193,18 +205,20 @@ class OptimizeResult:
     #: The file the model came from, when its bytes are the result as they are (nothing changed
     #: and no input shape pinned): saving then copies it.
     source: Path | None = None
+    #: The backend of each op, when not onnxruntime for all (``gspo run`` follows it).
+    placement: Placement | None = None
 
     @property
     def unchanged(self) -> bool:
-        return self.graph.key == self.original.key and self.schedule is None
+        return self.graph.key == self.original.key and self.schedule is None and self.placement is None
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the optimized model (its schedule, if any, in the model's metadata); an
-        unchanged model read from a file is written as the same bytes."""
+        """Write the optimized model (its schedule and placement, if any, in the model's
+        metadata); an unchanged model read from a file is written as the same bytes."""
         if self.unchanged and self.source is not None:
             return save_bytes(self.source.read_bytes(), path, overwrite)
         return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
-                    keep_dynamic=self.keep_dynamic)
+                    keep_dynamic=self.keep_dynamic, placement=self.placement.to_json() if self.placement else None)
 
 
 # ------------------------------------------------------------------ preparing
@@ -360,8 +374,9 @@ def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], n
 
 
 def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_streams, cost_fn, deadline,
-                     progress) -> tuple[list[Option], list[dict]]:
-    """Each piece's chosen option and its report, sharing what is left of the time budget."""
+                     progress) -> tuple[list[Option], list[dict], list[dict]]:
+    """Each piece's chosen option and its report, sharing what is left of the time budget; and
+    the values that cross between pieces (per input set)."""
     pieces = parts.pieces
     names = [v.name for p in pieces for v in p.graph.inputs]
     boundary = [capture_values(prepared.work, f, names) for f in prepared.feeds]
@@ -387,7 +402,7 @@ def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_s
         reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
         if progress:
             progress(k + 1, len(pieces))
-    return chosen, reports
+    return chosen, reports, boundary
 
 
 # ---------------------------------------------------------------- whole model
@@ -427,6 +442,38 @@ def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], c
             options.append(Option("greedy-whole-model", whole, None, tuple(Counter(counts).elements()),
                                   cost_model.cost(whole)))
     return distinct(options), skipped
+
+
+def _backend_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], pieces: list[Graph],
+                     boundary: list[dict], cfg: OptimizeConfig, cost_model, deadline) -> tuple[list[Option], dict]:
+    """The original and the optimized model each whole on every other backend, and the
+    optimized model with each piece on its fastest backend when that is estimated to pay (see
+    :mod:`gspo.search.placement`); and what was measured, for the report."""
+    backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
+    others = [b for b in backends if b != DEFAULT_BACKEND]
+    report = {"backends": list(backends)}
+    if not others:
+        return [], report
+    options = []
+    changed = merged.key != prepared.work.key  # what the front end alone did is no optimization
+    for b in others:
+        options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b)))
+        if changed:
+            options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b)))
+    db = CalibrationDB(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
+    try:
+        feeds = [[{v.name: b[v.name] for v in g.inputs} for b in boundary] for g in pieces]
+        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, deadline=deadline)
+        fixed, bandwidth = measure_crossing(backends, db)
+    finally:
+        db.close()
+    mixed, estimate = mixed_placement(pieces, times, fixed, bandwidth, backends)
+    report.update(estimate, crossing_fixed_s=fixed,
+                  refused=[{"piece": k, "backend": b, "reason": why} for k, t in enumerate(times) for b, why in t.refused.items()],
+                  pieces_cached=sum(t.cached for t in times))
+    if mixed is not None:
+        options.append(Option("optimized@mixed", merged, None, rules, placement=mixed))
+    return options, report
 
 
 def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> float | None:
@@ -602,24 +649,28 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
     searched = _search_pieces(parts.pieces, cost_fn, cfg, max_streams, search_time, jobs, show("search"))
     t_search = time.perf_counter() - t0
-    chosen, pieces_detail = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
-                                             show("verify"))
+    chosen, pieces_detail, boundary = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
+                                                       show("verify"))
     merged = parts.merge([o.graph for o in chosen])
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
     final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
+    placed, placement_report = _backend_options(prepared, merged, rules, [o.graph for o in chosen], boundary, cfg,
+                                                cost_model, deadline)
+    final = distinct(final + placed)
     final_budget = cfg.final_timing_budget
     if cfg.time_budget is not None:
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
     best, outcomes = _choose_final(prepared, final, cfg, final_budget, cost_fn)
-    graph, schedule = best.option.graph, best.option.schedule
+    graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
     keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     report = _report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
                      pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
+    report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
     source = None
     if not isinstance(model, Graph) and not input_shapes and not uses_external_data(prepared.original):
         source = Path(model)
-    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source)
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)

@@ -22,7 +22,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved
 from gspo.runtime.verify import OutputDiff, Tolerance
-from gspo.streams import Schedule
+from gspo.streams import Placement, Schedule
 
 __all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "distinct", "pick", "spread"]
 
@@ -31,7 +31,8 @@ __all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "distinct", "pick", 
 class Option:
     """A graph (with a schedule, or ``None`` for one stream) that could replace the reference.
 
-    ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate.
+    ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate;
+    ``placement`` the backend of each op (``None``: onnxruntime for all).
     """
 
     label: str
@@ -39,6 +40,7 @@ class Option:
     schedule: Schedule | None = None
     rules: tuple[str, ...] = ()
     estimated_s: float | None = None
+    placement: Placement | None = None
 
 
 @dataclass(frozen=True)
@@ -67,14 +69,14 @@ def distinct(options: Sequence[Option]) -> list[Option]:
     """Options without repeats (the greedy variant and a candidate are often the same graph)."""
     seen, out = set(), []
     for o in options:
-        if (o.graph.key, o.schedule) not in seen:
-            seen.add((o.graph.key, o.schedule))
+        if (o.graph.key, o.schedule, o.placement) not in seen:
+            seen.add((o.graph.key, o.schedule, o.placement))
             out.append(o)
     return out
 
 
-def _executor(graph: Graph, schedule: Schedule | None) -> CpuExecutor:
-    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None)
+def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None) -> CpuExecutor:
+    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None, placement=placement)
 
 
 class Trial:
@@ -100,7 +102,7 @@ class Trial:
             except GspoError as e:
                 raise ReferenceError_(str(e)) from None
             for option in options:
-                if option.schedule is None and option.graph.key == reference.key:
+                if option.schedule is None and option.placement is None and option.graph.key == reference.key:
                     self._ok.append((option, ref, ()))
                     continue
                 self._add(option, expected)
@@ -110,9 +112,10 @@ class Trial:
 
     def _add(self, option: Option, expected: list[dict]) -> None:
         try:
-            ex = _executor(option.graph, option.schedule)
+            ex = _executor(option.graph, option.schedule, option.placement)
         except GspoError as e:
-            self.rejected.append(Outcome(option, rejected=f"onnxruntime refused it: {e}"))
+            backend = "onnxruntime" if option.placement is None else "the backend"
+            self.rejected.append(Outcome(option, rejected=f"{backend} refused it: {e}"))
             return
         self.executors.append(ex)
         worst: dict[str, OutputDiff] = {}

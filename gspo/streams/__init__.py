@@ -1,6 +1,7 @@
 """Stream assignment (JOCG_P): pure graph algorithms, no I/O, no onnxruntime."""
 
 from gspo.streams.assign import assign_streams, chain_cover, make_events
+from gspo.streams.placement import Placement, PlacementError, split_runs
 from gspo.streams.schedule import (
     Schedule,
     ScheduleError,
@@ -12,6 +13,9 @@ from gspo.streams.schedule import (
 )
 
 __all__ = [
+    "Placement",
+    "PlacementError",
+    "split_runs",
     "Schedule",
     "ScheduleError",
     "apply_schedule",

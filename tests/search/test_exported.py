@@ -23,7 +23,7 @@ from gspo.search import optimize
 from tests.helpers import onnx_model
 from tests.ir.test_frontend import shape_arithmetic_model
 
-FAST = dict(budget=4, timing_runs=5, jobs=1, time_budget=60)
+FAST = dict(budget=4, timing_runs=5, jobs=1, time_budget=60, backends=("ort",))
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from gspo.runtime import verify
 from gspo.search import OptimizeError, SearchConfig, optimize, search
 from gspo.zoo import build
 
-FAST = dict(budget=6, timing_runs=5, jobs=1)
+FAST = dict(budget=6, timing_runs=5, jobs=1, backends=("ort",))
 
 
 def test_search_finds_the_nasrnn_gate_merges():

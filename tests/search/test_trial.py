@@ -27,7 +27,7 @@ def test_a_trial_builds_each_session_once(monkeypatch):
     trial_mod = sys.modules["gspo.search.trial"]
     built = []
     real = trial_mod._executor
-    monkeypatch.setattr(trial_mod, "_executor", lambda g, s: built.append(g.key) or real(g, s))
+    monkeypatch.setattr(trial_mod, "_executor", lambda g, s, p=None: built.append(g.key) or real(g, s, p))
     plain, twice = _relu(1), _relu(2)
     feeds = [random_inputs(plain, 0)]
     with Trial(plain, [Option("original", plain), Option("twice", twice)], feeds) as trial:

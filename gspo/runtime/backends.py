@@ -1,0 +1,146 @@
+"""Backends: the runtimes a model, or a piece of one, can run on.
+
+Every backend loads serialized ONNX bytes into a *runner* with onnxruntime's call shape,
+``runner.run(output_names, feeds) -> list of arrays``, so the executors treat them alike:
+
+* ``ort``: onnxruntime's CPU provider (all graph optimizations, no spinning threads);
+* ``openvino``: OpenVINO's CPU plugin (``pip install 'gspo[openvino]'``), compiled for latency
+  at f32 precision (no bf16 or f16 arithmetic, so results stay equivalent).
+
+No backend is imported before it is asked for; a missing one is a one-line error naming the
+package to install.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gspo.errors import GspoError
+from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
+
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
+           "backend_versions"]
+
+#: Every backend gspo knows, in the order they are preferred on a tie.
+BACKENDS = ("ort", "openvino")
+DEFAULT_BACKEND = "ort"
+_INSTALL = {"openvino": "pip install 'gspo[openvino]' (the openvino package)"}
+_core_lock = threading.Lock()
+_core = None
+
+
+def _openvino():
+    import openvino
+
+    return openvino
+
+
+def backend_status(name: str) -> tuple[bool, str]:
+    """Whether backend ``name`` can run here, and if not, why not."""
+    if name == "ort":
+        return True, "onnxruntime CPU"
+    if name == "openvino":
+        try:
+            ov = _openvino()
+        except ImportError:
+            return False, f"OpenVINO is not installed: {_INSTALL['openvino']}"
+        return True, f"OpenVINO {ov.__version__.split('-')[0]} CPU"
+    return False, f"unknown backend {name!r} (known: {', '.join(BACKENDS)})"
+
+
+def available_backends() -> tuple[str, ...]:
+    """The backends that can run here, in :data:`BACKENDS` order."""
+    return tuple(b for b in BACKENDS if backend_status(b)[0])
+
+
+def check_backends(names: Sequence[str]) -> tuple[str, ...]:
+    """``names`` without repeats, each checked; ``ort`` always first.
+
+    Raises:
+        GspoError: one line naming a backend that cannot run here, and why.
+    """
+    out = []
+    for name in dict.fromkeys(n.strip().lower() for n in names if n.strip()):
+        ok, why = backend_status(name)
+        if not ok:
+            raise GspoError(f"backend {name!r} cannot run here: {why}")
+        out.append(name)
+    if DEFAULT_BACKEND not in out:
+        out.insert(0, DEFAULT_BACKEND)
+    return tuple(sorted(out, key=BACKENDS.index))
+
+
+def backend_versions(names: Sequence[str]) -> str:
+    """A key for measurements made with these backends (their versions)."""
+    from gspo.runtime.session import runtime_version
+
+    parts = []
+    for name in names:
+        if name == "ort":
+            parts.append(f"ort-{runtime_version()}")
+        elif name == "openvino":
+            parts.append(f"openvino-{_openvino().__version__.split('-')[0]}")
+    return "+".join(parts)
+
+
+class _OpenVinoRunner:
+    """An OpenVINO compiled model behind onnxruntime's ``run(names, feeds)``."""
+
+    def __init__(self, compiled):
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._outputs = {name: port for port in compiled.outputs for name in port.get_names()}
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        try:
+            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+        except Exception as e:
+            raise RuntimeError_(f"OpenVINO failed to run the model: {_reason(e)}") from None
+        return [np.array(result[self._outputs[n]]) for n in names]
+
+
+def _reason(e: Exception) -> str:
+    """The telling line of an OpenVINO exception (its first lines name source files)."""
+    lines = [line.strip(" -") for line in str(e).splitlines() if line.strip()]
+    telling = [line for line in lines if "No conversion rule" in line or "not supported" in line.lower()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check ", "To facilitate"))]
+    return (telling or useful or [type(e).__name__])[0][:300]
+
+
+def _openvino_core():
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = _openvino().Core()
+        return _core
+
+
+def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
+    core = _openvino_core()
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    try:
+        compiled = core.compile_model(core.read_model(io.BytesIO(model)), "CPU", config)
+    except Exception as e:
+        raise RuntimeError_(f"OpenVINO cannot compile the model: {_reason(e)}") from None
+    return _OpenVinoRunner(compiled)
+
+
+def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()):
+    """A runner of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
+
+    Raises:
+        RuntimeError_: the backend refuses the model (the reason in one line).
+        GspoError: the backend cannot run here.
+    """
+    if name == "ort":
+        return make_session(model, config)
+    ok, why = backend_status(name)
+    if not ok:
+        raise GspoError(f"backend {name!r} cannot run here: {why}")
+    return _load_openvino(model, config.intra_op_threads)

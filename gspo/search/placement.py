@@ -1,0 +1,191 @@
+"""Backend placement (Collage): each piece of the model on the backend that runs it fastest.
+
+The pieces the search optimized are each timed on every backend, on the values that really
+reach them, and checked against onnxruntime's outputs there; a piece a backend cannot compile,
+or computes differently, is not placed on it (with the reason). Timings are cached in the
+calibration database, keyed by device, backend versions and the piece's structural key, so a
+second run of the same model measures nothing again.
+
+A mixed placement is proposed only when the per-piece bests, plus the cost of every crossing
+between backends (measured here: a fixed cost per crossing and the copy of the values that
+cross), beat the best single backend for the whole model by more than :data:`MIXED_MARGIN`;
+the whole model on each backend is always a candidate of its own, so the result is never
+slower than the best single backend as measured.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.runtime import SessionConfig, interleaved, make_session, run
+from gspo.runtime.backends import DEFAULT_BACKEND, load_runner
+from gspo.runtime.verify import Tolerance, compare_outputs
+from gspo.streams import Placement, node_id
+
+__all__ = ["PieceTimes", "MIXED_MARGIN", "default_db_path", "time_pieces", "mixed_placement", "crossing_cost"]
+
+#: How much faster than the best single backend a mixed placement must be estimated to be tried.
+MIXED_MARGIN = 0.03
+
+
+def default_db_path() -> Path:
+    """The calibration database in the user's cache (``$XDG_CACHE_HOME/gspo/calibration.sqlite``)."""
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gspo" / "calibration.sqlite"
+
+
+@dataclass
+class PieceTimes:
+    """One piece's median seconds per backend, and why a backend was not usable for it."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    refused: dict[str, str] = field(default_factory=dict)
+    cached: bool = False
+
+    def best(self) -> str:
+        """The fastest backend for the piece (onnxruntime on a tie or with no timing)."""
+        if not self.seconds:
+            return DEFAULT_BACKEND
+        return min(self.seconds, key=lambda b: (self.seconds[b], b != DEFAULT_BACKEND))
+
+
+def _signature(graph: Graph, backend: str, threads: int) -> str:
+    return f"placement:{backend}:t{threads}:{graph.key.hex()}"
+
+
+def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], config: SessionConfig,
+             tolerance: Tolerance, runs: int) -> PieceTimes:
+    """Time ``graph`` on every backend (checked against onnxruntime's outputs first)."""
+    out = PieceTimes()
+    data = make_session(graph, config)  # the reference
+    expected = [run(data, f) for f in feeds]
+    runners = []
+    for b in backends:
+        try:
+            runner = data if b == DEFAULT_BACKEND else load_runner(b, _bytes(graph), config)
+            names = list(expected[0])
+            for f, want in zip(feeds, expected):
+                res = compare_outputs(want, dict(zip(names, runner.run(names, dict(f)))),
+                                      tolerance.rtol, tolerance.atol, tolerance.ntol)
+                if not res.equivalent:
+                    raise GspoError(f"output {res.worst.name} differs ({res.worst.reason})")
+        except GspoError as e:
+            out.refused[b] = str(e)
+            continue
+        runners.append((b, runner, names))
+    feed = dict(feeds[0])
+    timings = interleaved([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
+    out.seconds = {t.label: t.median for t in timings}
+    return out
+
+
+def _bytes(graph: Graph) -> bytes:
+    from gspo.ir import serialize
+
+    return serialize(graph)
+
+
+def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, np.ndarray]]], backends: Sequence[str],
+                db=None, config: SessionConfig = SessionConfig(), tolerance: Tolerance = Tolerance(),
+                runs: int = 10, deadline: float | None = None) -> list[PieceTimes]:
+    """Each piece's time on each backend: from ``db`` when measured before, else measured (and
+    stored). Past ``deadline`` a piece not yet known is left to onnxruntime."""
+    results = []
+    for graph, piece_feeds in zip(pieces, feeds):
+        known = {b: db.get(_signature(graph, b, config.intra_op_threads)) for b in backends} if db else {}
+        if known and all(v is not None for v in known.values()):
+            t = PieceTimes(cached=True)
+            for b, v in known.items():
+                if v.get("refused"):
+                    t.refused[b] = v["refused"]
+                else:
+                    t.seconds[b] = v["seconds"]
+            results.append(t)
+            continue
+        if deadline is not None and time.perf_counter() > deadline:
+            results.append(PieceTimes())
+            continue
+        t = _measure(graph, piece_feeds, backends, config, tolerance, runs)
+        if db is not None:
+            for b in backends:
+                data = {"refused": t.refused[b]} if b in t.refused else {"seconds": t.seconds.get(b)}
+                db.put(_signature(graph, b, config.intra_op_threads), "placement", data)
+        results.append(t)
+    return results
+
+
+def crossing_cost(nbytes: int, fixed: float, bandwidth: float) -> float:
+    """Seconds to cross between backends with ``nbytes`` of values: a fixed cost plus a copy."""
+    return fixed + nbytes / bandwidth
+
+
+def _crossings(pieces: Sequence[Graph], choice: Sequence[str]) -> list[int]:
+    """Bytes of the values each piece receives from a piece on another backend."""
+    made_by: dict[str, int] = {}
+    out = []
+    for k, g in enumerate(pieces):
+        crossing = 0
+        for v in g.inputs:
+            src = made_by.get(v.name)
+            if src is not None and choice[src] != choice[k] and v.is_static:
+                crossing += int(np.prod(v.shape, dtype=np.int64)) * 4
+        out.append(crossing)
+        for n in g.nodes:
+            for v in n.outputs:
+                made_by[v.name] = k
+    return out
+
+
+def mixed_placement(pieces: Sequence[Graph], times: Sequence[PieceTimes], fixed: float, bandwidth: float,
+                    backends: Sequence[str]) -> tuple[Placement | None, dict]:
+    """The per-piece best placement, when its estimate (crossings included) beats every single
+    backend by :data:`MIXED_MARGIN`; else ``None``. Also the estimates, for the report."""
+    choice = [t.best() for t in times]
+    whole = {b: sum(t.seconds.get(b, float("inf")) for t in times) for b in backends}
+    crossings = _crossings(pieces, choice)
+    mixed = sum(t.seconds.get(c, 0.0) for t, c in zip(times, choice))
+    mixed += sum(crossing_cost(nb, fixed, bandwidth) for nb in crossings if nb)
+    estimate = {"mixed_s": mixed, "whole_s": whole, "crossings": sum(1 for nb in crossings if nb),
+                "pieces": {b: choice.count(b) for b in backends}}
+    if len(set(choice)) < 2 or mixed >= min(whole.values()) * (1 - MIXED_MARGIN):
+        return None, estimate
+    where = {node_id(n): c for g, c in zip(pieces, choice) for n in g.nodes}
+    return Placement.of(where), estimate
+
+
+def measure_crossing(backends: Sequence[str], db=None, config: SessionConfig = SessionConfig()) -> tuple[float, float]:
+    """The fixed seconds of a crossing between backends, and the copy bandwidth (bytes/s): a
+    two-piece model whose second piece runs on another backend, against both on one; cached."""
+    other = next((b for b in backends if b != DEFAULT_BACKEND), None)
+    if other is None:
+        return 0.0, float("inf")
+    signature = f"placement-crossing:{other}:t{config.intra_op_threads}"
+    cached = db.get(signature) if db else None
+    if cached:
+        return cached["fixed_s"], cached["bandwidth"]
+    from gspo.ir.builder import GraphBuilder
+    from gspo.runtime import CpuExecutor
+
+    b = GraphBuilder()
+    y = b.op("Sigmoid", [b.op("Relu", [b.input("x", (1, 64))], out="mid")], out="y")
+    g = b.output(y).build()
+    feeds = {"x": np.ones((1, 64), np.float32)}
+    split = Placement.of({node_id(g.nodes[1]): other})
+    with CpuExecutor(g, None, config) as one, CpuExecutor(g, None, config, split) as two:
+        t = interleaved([("one", lambda: one.run(feeds)), ("two", lambda: two.run(feeds))], 30, 5)
+    fixed = max(0.0, t[1].median - t[0].median)
+    a = np.ones(1 << 20, np.float32)
+    start = time.perf_counter()
+    for _ in range(10):
+        a.copy()
+    bandwidth = 10 * a.nbytes / max(time.perf_counter() - start, 1e-9)
+    if db is not None:
+        db.put(signature, "placement", {"fixed_s": fixed, "bandwidth": bandwidth})
+    return fixed, bandwidth
