@@ -1,0 +1,154 @@
+"""Backend placement against each single backend: onnxruntime, OpenVINO and gspo's placement.
+
+Usage (OpenVINO installed: ``.venv/bin/pip install -c constraints.txt openvino``)::
+
+    .venv/bin/python benchmarks/placement/run.py                      # zoo (full) + real-world corpus
+    .venv/bin/python benchmarks/placement/run.py --models mixnet_s bert --time-budget 60
+
+Per model, in one process: ``gspo.optimize`` with backends onnxruntime and OpenVINO; then,
+interleaved (rotating order, warm-up, medians): the model in plain onnxruntime at 1 and 2
+intra-op threads, in OpenVINO (latency hint, f32) at 1 and 2 threads, and gspo's result run by
+gspo's executor as ``gspo run`` runs it (its placement and schedule). ``ort_ms`` and
+``openvino_ms`` are each backend at its better thread setting. gspo's outputs are compared
+with onnxruntime's on fresh inputs. Writes ``results.json`` and ``RESULTS.md`` beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gspo.costmodel import device_description
+from gspo.errors import first_line
+from gspo.ir import load, save
+from gspo.runtime import SessionConfig, interleaved, make_executor, random_inputs, runtime_version
+from gspo.runtime.backends import backend_status, load_runner
+from gspo.runtime.verify import compare_outputs
+from gspo.search import optimize
+from gspo.zoo import MODELS, build
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent / "realworld" / "models"
+THREADS = (1, 2)
+
+
+def _models(only):
+    """(name, source, path) of the zoo's full models and the real-world corpus."""
+    out = [(f"zoo:{m}", "gspo zoo (full)", None) for m in MODELS]
+    manifest = CORPUS / "manifest.json"
+    if manifest.exists():
+        for name, entry in sorted(json.loads(manifest.read_text()).items()):
+            out.append((name, f"{entry['source']} ({entry['exporter']})", CORPUS / entry["file"]))
+    return [m for m in out if not only or m[0] in only or m[0].removeprefix("zoo:") in only]
+
+
+def _time(path: Path, result_path: Path, runs: int) -> dict:
+    g = load(path)
+    feeds = random_inputs(g, seed=7)
+    data = path.read_bytes()
+    runners, closers = [], []
+    for t in THREADS:
+        ort = load_runner("ort", data, SessionConfig(intra_op_threads=t))
+        ov = load_runner("openvino", data, SessionConfig(intra_op_threads=t))
+        names = [v.name for v in g.outputs]
+        runners += [(f"ort@{t}", lambda r=ort, n=names: r.run(n, feeds)), (f"openvino@{t}", lambda r=ov, n=names: r.run(n, feeds))]
+    placed = make_executor(load(result_path))
+    closers.append(placed)
+    runners.append(("gspo", lambda: placed.run(feeds)))
+    want = dict(zip([v.name for v in g.outputs], runners[0][1]()))
+    check = compare_outputs(want, placed.run(random_inputs(g, seed=7)))
+    try:
+        timings = {t.label: t.median * 1e3 for t in interleaved(runners, runs, 3)}
+    finally:
+        for c in closers:
+            c.close()
+    best = lambda prefix: min(v for k, v in timings.items() if k.startswith(prefix + "@"))  # noqa: E731
+    return {"ort_ms": best("ort"), "openvino_ms": best("openvino"), "gspo_ms": timings["gspo"],
+            "equivalent": check.equivalent, "max_rel_err": check.max_norm_rel,
+            "timings_ms": {k: round(v, 3) for k, v in timings.items()}}
+
+
+def run_model(name, source, path, args, tmp: Path) -> dict:
+    row = {"model": name, "source": source, "status": "ok", "ort_ms": None, "openvino_ms": None, "gspo_ms": None,
+           "placement": {}, "equivalent": False, "chosen": None, "ratio_to_best": None}
+    try:
+        if path is None:
+            path = save(build(name.removeprefix("zoo:"), "full"), tmp / f"{name.removeprefix('zoo:')}.onnx", overwrite=True)
+        start = time.perf_counter()
+        result = optimize(path, time_budget=args.time_budget, jobs=2, backends=("ort", "openvino"))
+        out = result.save(tmp / f"{path.stem}.gspo.onnx", overwrite=True)
+        row.update(chosen=result.report["chosen"], placement=result.report["placement"]["chosen"],
+                   estimate=result.report["placement"].get("mixed_s"), optimize_s=round(time.perf_counter() - start, 1),
+                   refused=len(result.report["placement"].get("refused", [])),
+                   rules=result.report["substitutions"])
+        row.update(_time(path, out, args.runs))
+    except Exception as e:  # the model's status, one line
+        row["status"] = f"{type(e).__name__}: {first_line(e)}"
+        return row
+    row["ratio_to_best"] = row["gspo_ms"] / min(row["ort_ms"], row["openvino_ms"])
+    return row
+
+
+def markdown(rows, meta) -> str:
+    ok = [r for r in rows if r["status"] == "ok"]
+    within = [r for r in ok if r["ratio_to_best"] <= 1.02]
+    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")  # noqa: E731
+    lines = [
+        "# Backend placement: gspo against onnxruntime and OpenVINO", "",
+        f"Measured {meta['date']} on `{meta['machine']}`, onnxruntime {meta['ort']}, {meta['openvino']}.",
+        f"Command: `{meta['command']}`.", "",
+        f"**{len(ok)} of {len(rows)} models measured; gspo within 2% of the faster single backend (or faster) on "
+        f"{len(within)}; equivalent on {sum(r['equivalent'] for r in ok)}.** Geometric means: gspo / onnxruntime "
+        f"{geo([r['gspo_ms'] / r['ort_ms'] for r in ok]):.3f}, gspo / OpenVINO {geo([r['gspo_ms'] / r['openvino_ms'] for r in ok]):.3f}, "
+        f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster).", "",
+        "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
+        "gspo's result runs in gspo's executor with the placement it chose (`placement`: ops per backend).", "",
+        "| model | ort ms | openvino ms | gspo ms | gspo / best | chosen | placement | equivalent |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r["status"] != "ok":
+            lines.append(f"| {r['model']} | - | - | - | - | FAILED: {r['status'][:80]} | - | - |")
+            continue
+        pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
+        lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {r['gspo_ms']:.2f} | "
+                     f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {'yes' if r['equivalent'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", help="Only these (zoo names or corpus names).")
+    ap.add_argument("--time-budget", type=float, default=90.0)
+    ap.add_argument("--runs", type=int, default=20)
+    args = ap.parse_args(argv)
+    ok, why = backend_status("openvino")
+    if not ok:
+        print(f"placement/run.py: {why}", file=sys.stderr)
+        return 2
+    results_path = HERE / "results.json"
+    old = {r["model"]: r for r in json.loads(results_path.read_text())} if results_path.exists() and args.models else {}
+    meta = {"date": datetime.date.today().isoformat(), "machine": device_description("cpu"), "ort": runtime_version(),
+            "openvino": backend_status("openvino")[1],
+            "command": ".venv/bin/python benchmarks/placement/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+    with tempfile.TemporaryDirectory() as d:
+        for name, source, path in _models(args.models):
+            row = run_model(name, source, path, args, Path(d))
+            old[name] = row
+            ratio = f"{row['ratio_to_best']:.3f}" if row["ratio_to_best"] else "-"
+            print(f"{name:<24} {row['status'][:60]:<6} gspo/best {ratio} {row['placement']} {row['chosen']}", flush=True)
+            rows = [old[n] for n in sorted(old)]
+            results_path.write_text(json.dumps(rows, indent=1) + "\n")
+            (HERE / "RESULTS.md").write_text(markdown(rows, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
