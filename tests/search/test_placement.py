@@ -24,7 +24,7 @@ needs_openvino = pytest.mark.skipif(not backend_status("openvino")[0], reason="O
 def _chain(n=3, size=16):
     b = GraphBuilder(seed=1)
     x = b.input("x", (1, 4, size, size))
-    for i in range(n):
+    for _ in range(n):
         x = b.op("Relu", [b.op("Conv", [x, b.weight("w", (4, 4, 3, 3))], kernel_shape=[3, 3], pads=[1] * 4)])
     return b.output(x).build()
 
