@@ -564,7 +564,8 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
 @click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random verification inputs.")
 @click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
-              help="Pick verified candidates by measured latency, or by the cost model (reproducible bytes).")
+              help="Pick verified candidates by measured latency, or by the cost model (the same bytes for "
+                   "the same input, seed and profile, as long as the time budget does not cut the search).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
 @inputs_option
 @click.option("--backends", metavar="LIST", default=None,

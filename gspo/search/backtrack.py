@@ -83,6 +83,12 @@ class SearchResult:
     invalid_reasons: tuple[tuple[str, int], ...] = ()
 
 
+def _check_rewrite(before: Graph, after: Graph) -> str | None:
+    """Why onnx's checker refuses the nodes a rewrite added (``None`` when it accepts them)."""
+    old = {n.key for n in before.nodes}
+    return check_graph(after, [i for i, n in enumerate(after.nodes) if n.key not in old])
+
+
 def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None, float]:
     """JOCG_P: the cheaper of one stream and Nimble's streams, by the cost model; also the
     one-stream cost on its own."""
@@ -137,7 +143,7 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
                 if rewritten.key in seen:
                     continue
                 seen.add(rewritten.key)
-                why = check_graph(rewritten) if config.validate else None
+                why = _check_rewrite(current.graph, rewritten) if config.validate else None
                 if why is not None:
                     log.warning("%s produced a graph onnx refuses (%s); skipped", rule.name, why)
                     invalid += 1

@@ -1,0 +1,63 @@
+"""optimize's steps: the process pool, the confirmation of a final choice, the anytime budget."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from gspo.search import optimize
+from gspo.search.trial import Outcome
+from gspo.zoo import build
+
+FAST = dict(budget=4, timing_runs=5, backends=("ort",))
+opt = sys.modules["gspo.search.optimize"]
+
+
+def test_the_process_pool_finds_what_one_process_finds():
+    """Pieces searched in a pool of two processes come back in piece order with the same
+    candidates as searched one by one (the search is deterministic under a budget count)."""
+    g = build("inception_v3", "tiny")
+    one = optimize(g, jobs=1, select="estimated", time_budget=None, **FAST)
+    two = optimize(g, jobs=2, select="estimated", time_budget=None, **FAST)
+    assert one.report["pieces"] == two.report["pieces"] > 1
+    assert [p["generated"] for p in one.report["pieces_detail"]] == [p["generated"] for p in two.report["pieces_detail"]]
+    assert one.graph.key == two.graph.key
+
+
+def _faster_then(second: float):
+    """A Trial.time that makes 'optimized' 2x faster the first time, ``second`` x the original's
+    median the second time (the confirmation)."""
+    real = opt.Trial.time
+    calls = []
+
+    def time(self, runs, budget=None, labels=None):
+        out = real(self, runs, budget, labels)
+        base = next((o.timing for o in out if o.label == "original"), None)
+        if base is None:  # a piece's trial, not the whole model's
+            return out
+        calls.append(labels)
+        factor = 0.5 if len(calls) == 1 else second
+        return [Outcome(o.option, type(base)(o.label, tuple(t * factor for t in base.seconds)), o.rejected, o.diffs)
+                if o.label == "optimized" and o.timing else o for o in out]
+
+    return time, calls
+
+
+@pytest.mark.parametrize("second, kept", [(1.5, "original"), (0.5, "optimized")])
+def test_a_final_choice_must_hold_in_a_second_timing(monkeypatch, second, kept):
+    time, calls = _faster_then(second)
+    monkeypatch.setattr(opt.Trial, "time", time)
+    r = optimize(build("inception_v3", "tiny"), jobs=1, use_streams=False, **FAST)
+    assert calls[-1] == ("original", "optimized")  # the confirmation timed just these two
+    assert r.report["chosen"] == kept
+
+
+def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypatch):
+    """With no time left for verification, each piece keeps only its first option (the
+    unmodified piece): nothing is measured beyond it, and the result is the input."""
+    monkeypatch.setattr(opt, "FINAL_SHARE", 0.99)  # the whole budget reserved for the final step
+    r = optimize(build("inception_v3", "tiny"), jobs=1, time_budget=5, **FAST)
+    assert r.report["pieces"] > 1
+    assert all(len(p["candidates"]) == 0 for p in r.report["pieces_detail"])
+    assert r.unchanged
