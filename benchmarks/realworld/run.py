@@ -98,7 +98,8 @@ def run_model(name: str, entry: dict, args, out_dir: Path) -> dict:
     out = out_dir / f"{name}.gspo.onnx"
     start = time.perf_counter()
     try:
-        result = optimize(path, time_budget=args.time_budget, jobs=args.jobs, seed=0)
+        result = optimize(path, time_budget=args.time_budget, jobs=args.jobs, seed=0,
+                          backends=tuple(args.backends.split(",")))
         result.save(out, overwrite=True)
     except Exception as e:  # the model's status: one line
         row["status"] = f"{type(e).__name__}: {first_line(e)}"
@@ -171,6 +172,9 @@ def main(argv=None) -> int:
     ap.add_argument("--time-budget", type=float, default=90.0, help="gspo optimize --time-budget per model.")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--runs", type=int, default=30, help="Timing rounds per configuration.")
+    ap.add_argument("--backends", default="ort",
+                    help="gspo optimize --backends (default: onnxruntime only, so the output is a plain ONNX "
+                         "file compared with plain onnxruntime; benchmarks/placement/ compares backends).")
     args = ap.parse_args(argv)
     manifest_path = MODELS / "manifest.json"
     if not manifest_path.exists():

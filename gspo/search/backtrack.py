@@ -102,69 +102,111 @@ def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[flo
     return (par, schedule, seq) if par < seq else (seq, None, seq)
 
 
+class _OutOfTime(Exception):
+    """The search's time budget ran out (raised between two matches)."""
+
+
+@dataclass
+class _State:
+    """What one search has found so far."""
+
+    config: SearchConfig
+    cost_fn: CostFn
+    deadline: float | None
+    best: Candidate
+    best_seq: float  # the best one-stream estimate, which can differ from ``best`` when it has streams
+    improving: list[Candidate] = field(default_factory=list)
+    improving_seq: list[Candidate] = field(default_factory=list)
+    queue: list = field(default_factory=list)
+    seen: set = field(default_factory=set)
+    counter: itertools.count = field(default_factory=itertools.count)
+    expanded: int = 0
+    generated: int = 0
+    invalid: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+    def push(self, cand: Candidate) -> None:
+        heapq.heappush(self.queue, (cand.cost, next(self.counter), cand))
+
+    def drop(self, rule: Rule, why: object, what: str) -> None:
+        """Count a rewrite a rule got wrong; it is never costed."""
+        log.warning("%s produced %s (%s); skipped", rule.name, what, why)
+        self.invalid += 1
+        self.reasons[f"{rule.name}: {why}"] += 1
+
+
+def _rewrite(state: _State, current: Candidate, rule: Rule, match) -> Graph | None:
+    """``rule`` applied at ``match``: the new graph, or ``None`` when seen before or invalid."""
+    try:
+        rewritten = rule.apply(current.graph, match).check()
+    except (GraphError, ValueError) as e:  # a rule bug: never let it through
+        state.drop(rule, e, "an invalid graph")
+        return None
+    if rewritten.key in state.seen:
+        return None
+    state.seen.add(rewritten.key)
+    why = _check_rewrite(current.graph, rewritten) if state.config.validate else None
+    if why is not None:
+        state.drop(rule, why, "a graph onnx refuses")
+        return None
+    return rewritten
+
+
+def _consider(state: _State, current: Candidate, rule: Rule, rewritten: Graph) -> None:
+    """Cost a new graph; queue it within alpha of the best, keep it when it improves."""
+    state.generated += 1
+    c, s, c_seq = joint_cost(rewritten, state.cost_fn, state.config)
+    cand = Candidate(rewritten, s, c, current.applied + (rule.name,))
+    if c <= state.config.alpha * state.best.cost:
+        state.push(cand)
+    if c < state.best.cost:
+        state.best = cand
+        state.improving.append(cand)
+    # The best one-stream graphs too: when the parallel estimate is wrong (it errs optimistic on
+    # CPU), verification still has the substitutions alone to choose from.
+    if s is not None and c_seq < state.best_seq:
+        state.best_seq = c_seq
+        state.improving_seq.append(Candidate(rewritten, None, c_seq, cand.applied))
+
+
+def _expand(state: _State, current: Candidate, rules: Sequence[Rule]) -> None:
+    """Every match of every rule on ``current``; raises ``_OutOfTime`` between two matches
+    (on a large graph one expansion rewrites and costs hundreds of matches)."""
+    for rule in rules:
+        for match in rule.match(current.graph):
+            if state.deadline is not None and time.perf_counter() > state.deadline:
+                raise _OutOfTime
+            rewritten = _rewrite(state, current, rule, match)
+            if rewritten is not None:
+                _consider(state, current, rule, rewritten)
+
+
+def _ranked(state: _State, start: Candidate) -> tuple[Candidate, ...]:
+    """The K best improving graphs, then the K best one-stream ones not already among them."""
+    config = state.config
+    improving = state.improving + ([start] if config.use_streams and not config.use_rules else [])
+    ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
+    keys = {(c.graph.key, c.schedule is None) for c in ranked}
+    ranked += [c for c in sorted(state.improving_seq, key=lambda c: c.cost)[: config.keep]
+               if (c.graph.key, True) not in keys]
+    return tuple(ranked)
+
+
 def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None) -> SearchResult:
     """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost."""
     started = time.perf_counter()
     rules = tuple(rules if rules is not None else config.rules) if config.use_rules else ()
     cost, schedule, seq = joint_cost(graph, cost_fn, config)
     start = Candidate(graph, schedule, cost, ())
-    best = start
-    improving: list[Candidate] = []
-    # The best one-stream graphs too: when the parallel estimate is wrong (it errs optimistic on
-    # CPU), verification still has the substitutions alone to choose from.
-    best_seq = seq
-    improving_seq: list[Candidate] = []
-    seen = {graph.key}
-    counter = itertools.count()
-    queue: list = [(cost, next(counter), start)]
-    expanded = generated = invalid = 0
-    reasons: Counter[str] = Counter()
     deadline = None if config.time_budget is None else started + config.time_budget
-    out_of_time = False
-    while queue and expanded < config.budget and not out_of_time:
-        _, _, current = heapq.heappop(queue)
-        expanded += 1
-        for rule in rules:
-            if out_of_time:
-                break
-            for match in rule.match(current.graph):
-                # Anytime, also inside one expansion: on a large graph one expansion rewrites
-                # and costs hundreds of matches (a minute on an unpartitioned model).
-                if deadline is not None and time.perf_counter() > deadline:
-                    out_of_time = True
-                    break
-                try:
-                    rewritten = rule.apply(current.graph, match).check()
-                except (GraphError, ValueError) as e:  # a rule bug: never let it through
-                    log.warning("%s produced an invalid graph (%s); skipped", rule.name, e)
-                    invalid += 1
-                    reasons[f"{rule.name}: {e}"] += 1
-                    continue
-                if rewritten.key in seen:
-                    continue
-                seen.add(rewritten.key)
-                why = _check_rewrite(current.graph, rewritten) if config.validate else None
-                if why is not None:
-                    log.warning("%s produced a graph onnx refuses (%s); skipped", rule.name, why)
-                    invalid += 1
-                    reasons[f"{rule.name}: {why}"] += 1
-                    continue
-                generated += 1
-                c, s, c_seq = joint_cost(rewritten, cost_fn, config)
-                applied = current.applied + (rule.name,)
-                cand = Candidate(rewritten, s, c, applied)
-                if c <= config.alpha * best.cost:
-                    heapq.heappush(queue, (c, next(counter), cand))
-                if c < best.cost:
-                    best = cand
-                    improving.append(cand)
-                if s is not None and c_seq < best_seq:
-                    best_seq = c_seq
-                    improving_seq.append(Candidate(rewritten, None, c_seq, applied))
-    if config.use_streams and not config.use_rules:
-        improving.append(start)
-    ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
-    keys = {(c.graph.key, c.schedule is None) for c in ranked}
-    ranked += [c for c in sorted(improving_seq, key=lambda c: c.cost)[: config.keep] if (c.graph.key, True) not in keys]
-    return SearchResult(start, best, tuple(ranked), expanded, generated, time.perf_counter() - started, invalid,
-                        tuple(sorted(reasons.items())))
+    state = _State(config, cost_fn, deadline, best=start, best_seq=seq, seen={graph.key})
+    state.push(start)
+    try:
+        while state.queue and state.expanded < config.budget:
+            _, _, current = heapq.heappop(state.queue)
+            state.expanded += 1
+            _expand(state, current, rules)
+    except _OutOfTime:
+        pass
+    return SearchResult(start, state.best, _ranked(state, start), state.expanded, state.generated,
+                        time.perf_counter() - started, state.invalid, tuple(sorted(state.reasons.items())))
