@@ -32,6 +32,7 @@ from gspo.runtime import SessionConfig, interleaved, make_executor, random_input
 from gspo.runtime.backends import backend_status, load_runner
 from gspo.runtime.verify import compare_outputs
 from gspo.search import optimize
+from gspo.search.placement import MIXED_MARGIN
 from gspo.zoo import MODELS, build
 
 HERE = Path(__file__).resolve().parent
@@ -87,13 +88,46 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
         row.update(chosen=result.report["chosen"], placement=result.report["placement"]["chosen"],
                    estimate=result.report["placement"].get("mixed_s"), optimize_s=round(time.perf_counter() - start, 1),
                    refused=len(result.report["placement"].get("refused", [])),
-                   rules=result.report["substitutions"])
+                   rules=result.report["substitutions"], split=_split(result.report["placement"]))
         row.update(_time(path, out, args.runs))
     except Exception as e:  # the model's status, one line
         row["status"] = f"{type(e).__name__}: {first_line(e)}"
         return row
     row["ratio_to_best"] = row["gspo_ms"] / min(row["ort_ms"], row["openvino_ms"])
     return row
+
+
+def _split(placement: dict) -> dict | None:
+    """What the search estimated for putting each piece on its fastest backend (ms), when the
+    pieces do not all prefer one backend; ``None`` when they do."""
+    prefer = {b: n for b, n in placement.get("pieces", {}).items() if n}
+    if len(prefer) < 2:
+        return None
+    whole = {b: round(s * 1e3, 3) for b, s in placement["whole_s"].items() if math.isfinite(s)}
+    return {"pieces": prefer, "pieces_best_ms": round((placement["mixed_s"] - placement["crossing_s"]) * 1e3, 3),
+            "crossings": placement["crossings"], "crossing_ms": round(placement["crossing_s"] * 1e3, 3),
+            "mixed_ms": round(placement["mixed_s"] * 1e3, 3), "whole_ms": whole}
+
+
+def _split_lines(rows) -> list[str]:
+    """Why a split across backends was or was not chosen, per model whose pieces disagree."""
+    split = [r for r in rows if r["status"] == "ok" and r.get("split")]
+    if not split:
+        return ["", "On every model all pieces ran fastest on one backend: no split to consider."]
+    lines = ["", "## Models whose pieces prefer different backends", "",
+             "From the search's piece timings (sum of each piece at its fastest backend, then the measured "
+             "cost of the values crossing between backends) against the pieces summed on one backend. A "
+             f"split is tried only when it is estimated {MIXED_MARGIN:.0%} faster than the best single backend.", "",
+             "| model | pieces per backend | pieces at their best ms | crossings | crossing ms | split ms | "
+             "one backend ms | split tried |", "|---|---|---|---|---|---|---|---|"]
+    for r in split:
+        s = r["split"]
+        best = min(s["whole_ms"].values()) if s["whole_ms"] else float("nan")
+        tried = "yes" if r["chosen"].endswith("@mixed") or s["mixed_ms"] < best * (1 - MIXED_MARGIN) else "no"
+        lines.append(f"| {r['model']} | {', '.join(f'{b} {n}' for b, n in s['pieces'].items())} | "
+                     f"{s['pieces_best_ms']:.2f} | {s['crossings']} | {s['crossing_ms']:.2f} | {s['mixed_ms']:.2f} | "
+                     f"{', '.join(f'{b} {v:.2f}' for b, v in s['whole_ms'].items())} | {tried} |")
+    return lines
 
 
 def markdown(rows, meta) -> str:
@@ -120,7 +154,7 @@ def markdown(rows, meta) -> str:
         pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
         lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {r['gspo_ms']:.2f} | "
                      f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {'yes' if r['equivalent'] else 'NO'} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _split_lines(rows)) + "\n"
 
 
 def main(argv=None) -> int:

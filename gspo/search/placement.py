@@ -150,10 +150,10 @@ def mixed_placement(pieces: Sequence[Graph], times: Sequence[PieceTimes], fixed:
     choice = [t.best() for t in times]
     whole = {b: sum(t.seconds.get(b, float("inf")) for t in times) for b in backends}
     crossings = _crossings(pieces, choice)
-    mixed = sum(t.seconds.get(c, 0.0) for t, c in zip(times, choice))
-    mixed += sum(crossing_cost(nb, fixed, bandwidth) for nb in crossings if nb)
+    crossing_s = sum(crossing_cost(nb, fixed, bandwidth) for nb in crossings if nb)
+    mixed = sum(t.seconds.get(c, 0.0) for t, c in zip(times, choice)) + crossing_s
     estimate = {"mixed_s": mixed, "whole_s": whole, "crossings": sum(1 for nb in crossings if nb),
-                "pieces": {b: choice.count(b) for b in backends}}
+                "crossing_s": crossing_s, "pieces": {b: choice.count(b) for b in backends}}
     if len(set(choice)) < 2 or mixed >= min(whole.values()) * (1 - MIXED_MARGIN):
         return None, estimate
     where = {node_id(n): c for g, c in zip(pieces, choice) for n in g.nodes}
