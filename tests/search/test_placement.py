@@ -10,10 +10,9 @@ from onnx import TensorProto
 
 from gspo import ir
 from gspo.costmodel.db import CalibrationDB
-from gspo.errors import GspoError
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import CpuExecutor, make_executor, make_session, random_inputs, run
-from gspo.runtime.backends import backend_status, check_backends
+from gspo.runtime.backends import backend_status
 from gspo.search import optimize
 from gspo.search import placement as pl
 from gspo.streams import Placement, node_id
@@ -58,20 +57,6 @@ def test_piece_times_are_cached_and_a_second_run_measures_nothing(tmp_path, monk
     again = pl.time_pieces([g], feeds, ("ort",), db, runs=3)
     assert again[0].cached and again[0].seconds == first[0].seconds
     db.close()
-
-
-def test_a_missing_or_unknown_backend_is_one_clear_line(monkeypatch):
-    with pytest.raises(GspoError, match="backend 'tensorrt' cannot run here: unknown backend"):
-        check_backends(["ort", "tensorrt"])
-    import gspo.runtime.backends as backends
-
-    def missing():
-        raise ImportError("no openvino")
-
-    monkeypatch.setattr(backends, "_openvino", missing)
-    with pytest.raises(GspoError, match="OpenVINO is not installed: pip install 'gspo\\[openvino\\]'"):
-        check_backends(["openvino"])
-    assert check_backends([]) == ("ort",)
 
 
 @needs_openvino
