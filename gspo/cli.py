@@ -511,6 +511,7 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
         make_executor,
         parse_streams,
         random_inputs,
+        timed_runner,
     )
 
     settings = [parse_streams(x) for x in streams_list.split(",") if x.strip()]
@@ -530,7 +531,7 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
                 ex = make_executor(g, n, device, config)
                 executors.append(ex)
                 label = f"{m} [streams={ex.num_streams}{'' if n else ', auto'}]"
-                runners.append((label, lambda ex=ex: ex.run(feeds)))
+                runners.append((label, timed_runner(ex, feeds)))  # on CUDA: device time, inputs uploaded once
         click.echo(f"timing {len(runners)} configurations x {runs} runs ...", err=True)
         timings = interleaved(runners, runs, warmup)
     finally:
@@ -796,7 +797,7 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     if gpu_name:
         from gspo.runtime.cuda import require_gpu
 
-        require_gpu()
+        require_gpu(option="--gpu")
     elif device is None:
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
     if budget <= 0:

@@ -27,7 +27,16 @@ from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import SpeedReference, normalize
 from gspo.ir import serialize
 from gspo.ir.builder import GraphBuilder
-from gspo.runtime import CpuExecutor, make_executor, make_plan, make_session, random_inputs
+from gspo.runtime import (
+    CpuExecutor,
+    device_executor,
+    make_executor,
+    make_plan,
+    make_session,
+    measure_once,
+    random_inputs,
+    timed_runner,
+)
 from gspo.streams import assign_streams, node_id, segment_runs
 
 __all__ = ["CalibrationConfig", "calibrate", "time_callable", "measure_call_cost", "measure_sync_cost"]
@@ -120,9 +129,7 @@ def time_callable(fn: Callable[[], object], min_runs: int = 5, max_runs: int = 3
     times: list[float] = []
     spent = 0.0
     while len(times) < min_runs or (spent < target_s and len(times) < max_runs):
-        start = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - start
+        dt = measure_once(fn)  # the device's own time where fn reports one
         times.append(dt)
         spent += dt
     return statistics.median(times)
@@ -137,7 +144,7 @@ def measure_call_cost(backend: str = "cpu") -> float:
         return time_callable(lambda: sess.run(None, feeds), 20, 2000, 0.2)
     ex = make_executor(g, 1, backend)
     try:
-        return time_callable(lambda: ex.run(feeds), 20, 2000, 0.2)
+        return time_callable(timed_runner(ex, feeds), 20, 2000, 0.2)
     finally:
         ex.close()
 
@@ -231,13 +238,30 @@ def _measure_bench(bench: Bench, cfg: CalibrationConfig) -> dict:
                 "segments_in_order": time_callable(in_order, *timing),
                 "streams": schedule.num_streams,
             }
-    streams = 1 if bench.kind == "op" else _stream_cap(cfg.backend)
-    ex = make_executor(g, streams, cfg.backend)
+    if forked:
+        return _measure_forked_on_device(g, feeds, cfg.backend, timing)
+    ex = device_executor(g, None, cfg.backend)
     try:
-        seconds = time_callable(lambda: ex.run(feeds), cfg.min_runs, cfg.max_runs, cfg.target_s)
+        seconds = time_callable(timed_runner(ex, feeds), *timing)
     finally:
         ex.close()
     return {"seconds": seconds, "streams": ex.num_streams}
+
+
+def _measure_forked_on_device(g, feeds, backend: str, timing: tuple) -> dict:
+    """A fork-join graph on a device timed as the CPU's are: on its streams (``seconds``), as one
+    session (``one_session``, what the sequential fit and beta's reference need) and as its pieces
+    one after another on one stream (``segments_in_order``)."""
+    schedule = assign_streams(g, max_streams=_stream_cap(backend))
+    out = {"streams": schedule.num_streams}
+    for key, sched, one_stream in (("seconds", schedule, False), ("one_session", None, False),
+                                   ("segments_in_order", schedule, True)):
+        ex = device_executor(g, sched, backend, one_stream=one_stream)
+        try:
+            out[key] = time_callable(timed_runner(ex, feeds), *timing)
+        finally:
+            ex.close()
+    return out
 
 
 _TIMED = frozenset({"seconds", "one_session", "segments_in_order"})

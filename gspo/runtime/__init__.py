@@ -1,8 +1,14 @@
 """Execution and timing: the only package that imports onnxruntime."""
 
-from gspo.runtime.bench import Timing, interleaved
+from gspo.runtime.bench import DeviceTime, Timing, interleaved, measure_once, timed_runner
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
-from gspo.runtime.executor import choose_schedule, make_executor, parse_streams, saved_schedule
+from gspo.runtime.executor import (
+    choose_schedule,
+    device_executor,
+    make_executor,
+    parse_streams,
+    saved_schedule,
+)
 from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
 from gspo.runtime.plan import Plan, Segment, make_plan
 from gspo.runtime.session import (
@@ -16,15 +22,18 @@ from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verif
 
 __all__ = [
     "CpuExecutor",
+    "DeviceTime",
     "Plan",
     "Segment",
     "Timing",
     "TraceEvent",
     "capture_values",
     "choose_schedule",
+    "device_executor",
     "interleaved",
     "make_executor",
     "make_plan",
+    "measure_once",
     "parse_streams",
     "saved_schedule",
     "OutputDiff",
@@ -37,5 +46,6 @@ __all__ = [
     "random_inputs",
     "run",
     "runtime_version",
+    "timed_runner",
     "verify",
 ]

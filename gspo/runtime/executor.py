@@ -15,7 +15,7 @@ from gspo.streams import (
     check_schedule,
 )
 
-__all__ = ["parse_streams", "saved_schedule", "saved_placement", "choose_schedule", "make_executor"]
+__all__ = ["parse_streams", "saved_schedule", "saved_placement", "choose_schedule", "make_executor", "device_executor"]
 
 
 def parse_streams(text: str | int) -> int | None:
@@ -73,8 +73,22 @@ def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
     if device == "cuda":
         from gspo.runtime.cuda import CudaExecutor, require_gpu
 
-        require_gpu()
+        require_gpu()  # before anything else, so that a missing GPU is the error reported
         return CudaExecutor(graph, choose_schedule(graph, streams, device))
     if device != "cpu":
         raise GspoError(f"unknown device {device!r} (use cpu or cuda)")
     return CpuExecutor(graph, choose_schedule(graph, streams, device), config, saved_placement(graph))
+
+
+def device_executor(graph: Graph, schedule: Schedule | None, device: str, one_stream: bool = False):
+    """An executor of ``graph`` with exactly ``schedule`` (``None``: one session) on ``device``;
+    ``one_stream`` (CUDA): the schedule's pieces one after another on a single stream."""
+    if device == "cuda":
+        from gspo.runtime.cuda import CudaExecutor
+
+        return CudaExecutor(graph, schedule, one_stream=one_stream)
+    if device != "cpu":
+        raise GspoError(f"unknown device {device!r} (use cpu or cuda)")
+    if one_stream:
+        raise GspoError("one_stream is a CUDA setting (on the CPU, time the pieces in order)")
+    return CpuExecutor(graph, schedule)

@@ -7,11 +7,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import onnxruntime as ort
 
 from gspo.errors import GspoError
 from gspo.errors import first_line as _first_line
 from gspo.ir import Graph, serialize
+from gspo.runtime.runtimes import import_onnxruntime
+
+ort = import_onnxruntime()
 
 __all__ = ["SessionConfig", "make_session", "optimized_op_types", "run", "RuntimeError_", "runtime_version"]
 

@@ -18,3 +18,26 @@ def test_interleaved_rotates_order_and_counts_runs():
 def test_interleaved_rejects_bad_counts():
     with pytest.raises(ValueError):
         interleaved([("A", lambda: None)], runs=0)
+
+
+def test_a_runner_that_times_itself_on_the_device_is_taken_at_its_word():
+    from gspo.runtime.bench import DeviceTime
+
+    timings = interleaved([("device", lambda: DeviceTime(0.25)), ("host", lambda: 0.25)], runs=2, warmup=0)
+    assert timings[0].seconds == (0.25, 0.25)
+    assert all(s < 0.1 for s in timings[1].seconds)  # a plain float return is no timing
+
+
+def test_timed_runner_prefers_the_executors_own_and_falls_back_to_run():
+    from gspo.runtime.bench import DeviceTime, measure_once, timed_runner
+
+    class Plain:
+        def run(self, feeds):
+            return {"y": feeds["x"]}
+
+    class Device(Plain):
+        def timed_runner(self, feeds):
+            return lambda: DeviceTime(0.5)
+
+    assert timed_runner(Plain(), {"x": 1})() == {"y": 1}
+    assert measure_once(timed_runner(Device(), {"x": 1})) == 0.5

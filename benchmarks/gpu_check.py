@@ -1,0 +1,147 @@
+"""Check gspo's whole CUDA path on a machine with an NVIDIA GPU, in one command, into a JSON report.
+
+    python benchmarks/gpu_check.py [-o gpu_check.json] [--device-id 0]
+
+Checks, each recorded with its numbers and a pass/fail:
+  1. the providers each session really uses (CUDAExecutionProvider first, for every piece);
+  2. outputs of the CPU, CUDA on one stream and CUDA on Nimble's streams equal within the stated
+     tolerance (gspo's verify criterion), TF32 off;
+  3. the multi-stream outputs over 100 repeats: the same each time (within the tolerance; whether
+     bit-identical is reported too);
+  4. per-piece timings from CUDA events, and the overlap of the streams from the event times;
+  5. ``gspo calibrate --gpu NAME --budget 4 --passes 1`` runs and writes a profile;
+  6. ``gspo bench`` of a branched zoo model at 1 stream, auto and Nimble's streams (capped at 4).
+Exit 0 when all pass, 1 when one fails, 2 (one line) on a machine where CUDA cannot run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MODELS = ("inception_v3", "nasnet_mobile", "nasrnn")  # branched zoo models, tiny size
+REPEATS = 100
+STREAMS = 4  # Nimble's streams capped as in the bench below
+
+
+def environment(config) -> dict:
+    from importlib import metadata
+
+    from gspo.runtime.cuda import _cudart, _onnxruntime, check
+
+    ort, cudart = _onnxruntime(), _cudart()
+    props = check(cudart.cudaGetDeviceProperties(config.device_id), "cudaGetDeviceProperties")
+    name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
+    versions = {}
+    for dist in ("onnxruntime-gpu", "cuda-python", "cuda-bindings", "numpy", "onnx"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            versions[dist] = None
+    return {"gpu": name.rstrip("\x00"), "compute_capability": f"{props.major}.{props.minor}",
+            "driver_cuda": check(cudart.cudaDriverGetVersion(), "cudaDriverGetVersion"),
+            "runtime_cuda": check(cudart.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion"),
+            "onnxruntime_build_cuda": getattr(ort, "cuda_version", None), "versions": versions}
+
+
+def check_model(name: str, config) -> dict:
+    """Providers, CPU vs CUDA equality, repeats, event timings and overlap for one zoo model."""
+    import numpy as np
+
+    from gspo.runtime import compare_outputs, make_session, random_inputs, run
+    from gspo.runtime.cuda import CudaExecutor, stream_overlap
+    from gspo.runtime.verify import Tolerance
+    from gspo.streams import Schedule, assign_streams
+    from gspo.zoo import build
+
+    g = build(name, "tiny")
+    feeds = random_inputs(g)
+    tol = Tolerance()
+
+    def compare(ref, got):
+        return compare_outputs(ref, got, tol.rtol, tol.atol, tol.ntol)
+
+    cpu = run(make_session(g), feeds)
+    row: dict = {"model": name, "tolerance": {"rtol": tol.rtol, "atol": tol.atol, "ntol": tol.ntol}, "tf32": config.tf32}
+    with CudaExecutor(g, Schedule.single(g), config) as one, CudaExecutor(g, assign_streams(g, max_streams=STREAMS), config) as multi:
+        row["providers"] = {"one_stream": one.providers(), "multi_stream": multi.providers()}
+        row["providers_ok"] = all(p[0] == "CUDAExecutionProvider" for p in one.providers() + multi.providers())
+        got_one, got_multi = one.run(feeds), multi.run(feeds)
+        row["streams"], row["pieces"] = multi.num_streams, len(multi.plan.segments)
+        diffs = {"cuda_one_vs_cpu": compare(cpu, got_one), "cuda_multi_vs_cpu": compare(cpu, got_multi)}
+        row["equal"] = {k: {"ok": v.equivalent, "max_abs": max(d.max_abs for d in v.outputs)} for k, v in diffs.items()}
+        values = multi.upload(feeds)
+        worst, identical = 0.0, True
+        for _ in range(REPEATS):
+            out = multi.run_device(values)
+            again = {k: out[k].numpy() for k in multi.outputs}
+            identical &= all(np.array_equal(again[k], got_multi[k]) for k in again)
+            same = compare(got_multi, again)
+            worst = max(worst, max(d.max_abs for d in same.outputs))
+            if not same.equivalent:
+                row["repeats_ok"] = False
+        row.setdefault("repeats_ok", True)
+        row["repeats"] = {"runs": REPEATS, "bit_identical": identical, "max_abs_vs_first": worst}
+        for _ in range(10):  # warm-up (cuDNN picks its algorithms on the first runs)
+            multi.time_run(values)
+        total, pieces = multi.time_run(values)
+        row["event_timing"] = {"total_ms": total * 1e3, "overlap_ms": stream_overlap(pieces),
+                               "pieces": [vars(p) for p in pieces]}
+    return row
+
+
+def gspo_cli(*args: str, timeout: float = 900) -> dict:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "gspo", *args], capture_output=True, text=True, timeout=timeout)
+    return {"args": list(args), "exit": done.returncode, "seconds": round(time.perf_counter() - start, 1),
+            "stdout": done.stdout[-4000:], "stderr": done.stderr[-2000:]}
+
+
+def check_cli(tmp: Path, device_id: int) -> dict:
+    if device_id:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_id)  # the CLI uses device 0
+    calib = gspo_cli("calibrate", "--gpu", "gpu-check", "--budget", "4", "--passes", "1",
+                     "-o", str(tmp / "gpu-check.json"), "--db", str(tmp / "calibration.sqlite"))
+    calib["profile_written"] = (tmp / "gpu-check.json").exists()
+    model = tmp / "nasnet_mobile.onnx"
+    zoo = gspo_cli("zoo", "nasnet_mobile", "-o", str(model))
+    bench = gspo_cli("bench", str(model), "--device", "cuda", "--streams", "1,auto,4", "--runs", "50", "--json")
+    if bench["exit"] == 0:
+        bench["result"] = json.loads(bench["stdout"])
+    return {"calibrate": calib, "zoo": zoo, "bench": bench,
+            "ok": calib["exit"] == 0 and calib["profile_written"] and zoo["exit"] == 0 and bench["exit"] == 0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", default="gpu_check.json")
+    parser.add_argument("--device-id", type=int, default=0)
+    args = parser.parse_args()
+    from gspo.runtime.cuda import CudaConfig, gpu_status
+
+    config = CudaConfig(device_id=args.device_id, tf32=False)
+    ok, why = gpu_status(config)
+    if not ok:
+        print(f"gpu_check: no usable CUDA GPU here: {why}", file=sys.stderr)
+        return 2
+    report: dict = {"status": why, "environment": environment(config), "models": []}
+    for name in MODELS:
+        report["models"].append(check_model(name, config))
+    with tempfile.TemporaryDirectory() as d:
+        report["cli"] = check_cli(Path(d), args.device_id)
+    checks = [m[k] for m in report["models"] for k in ("providers_ok", "repeats_ok")]
+    checks += [e["ok"] for m in report["models"] for e in m["equal"].values()] + [report["cli"]["ok"]]
+    report["ok"] = all(checks)
+    Path(args.output).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    print(f"gpu_check: {'all checks passed' if report['ok'] else 'a check FAILED'}; report in {args.output}")
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

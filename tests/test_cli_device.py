@@ -1,0 +1,72 @@
+"""``--device cuda`` and ``calibrate --gpu`` without a working CUDA provider: exit 2 and one line
+naming what is missing, never a silent run on the CPU; no onnxruntime at all: one line too."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from gspo import ir
+from gspo.cli import cli
+from gspo.runtime.cuda import gpu_status
+from tests.helpers import branchy
+from tests.runtime import fake_cuda
+from tests.runtime.fake_cuda import CPU, FakeCudart, FakeOrt
+
+HAVE_GPU, _ = gpu_status()
+no_gpu_here = pytest.mark.skipif(HAVE_GPU, reason="a GPU is visible; the no-GPU error cannot be shown")
+
+
+def gspo(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
+    return lines[0]
+
+
+@pytest.fixture
+def model(tmp_path):
+    return ir.save(branchy(), tmp_path / "m.onnx")
+
+
+@no_gpu_here
+def test_run_and_bench_on_cuda_without_its_provider_exit_2_naming_it(model):
+    for args in (("run", model, "--device", "cuda"), ("bench", model, "--device", "cuda", "--runs", "1")):
+        line = one_line_error(gspo(*args))
+        assert "--device cuda: " in line and "CUDAExecutionProvider" in line and "gspo[gpu]" in line
+
+
+@no_gpu_here
+def test_calibrate_gpu_without_its_provider_exits_2_naming_the_option(tmp_path):
+    line = one_line_error(gspo("calibrate", "--gpu", "v100", "-o", tmp_path / "p.json", "--budget", "4",
+                               "--passes", "1", "--db", tmp_path / "db.sqlite"))
+    assert line.startswith("gspo: error: --gpu: ")
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_a_provider_that_falls_back_to_the_cpu_is_refused_not_run(model, monkeypatch):
+    log: list = []
+    fake_cuda.install(monkeypatch, FakeOrt(log, uses=(CPU,)), FakeCudart(log), log)
+    line = one_line_error(gspo("run", model, "--device", "cuda"))
+    assert "onnxruntime fell back to the CPU" in line and "libonnxruntime_providers_cuda.so" in line
+    assert not [e for e in log if e[0] == "run"]
+
+
+def test_no_onnxruntime_installed_is_one_line_naming_the_extras(model):
+    code = ("import sys; from importlib import metadata; sys.modules['onnxruntime'] = None; real = metadata.version\n"
+            "def version(name):\n"
+            "    if name.startswith('onnxruntime'): raise metadata.PackageNotFoundError(name)\n"
+            "    return real(name)\n"
+            "metadata.version = version\n"
+            "from gspo.cli import main; sys.argv = ['gspo', 'run', sys.argv[1]]; main()")
+    done = subprocess.run([sys.executable, "-c", code, str(model)], capture_output=True, text=True, timeout=120)
+    lines = [line for line in (done.stdout + done.stderr).strip().splitlines() if line]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("gspo: error: no onnxruntime is installed") and "gspo[cpu]" in lines[0]
