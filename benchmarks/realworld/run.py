@@ -15,6 +15,7 @@ Per model, in this order:
 3. Timing: the exported file and the output, each in plain onnxruntime sessions at 1 and at 2
    intra-op threads (no spinning), interleaved in one process (rotating order, warm-up, medians).
    ``ort_ms`` and ``gspo_ms`` are each at its best thread setting; ``speedup`` is their ratio.
+   An output that carries a stream schedule runs in gspo's executor, as ``gspo run`` runs it.
 
 Writes ``results.json`` (one object per model) and ``RESULTS.md`` beside this file.
 """
@@ -39,11 +40,13 @@ from gspo.ir import load
 from gspo.runtime import (
     SessionConfig,
     interleaved,
+    make_executor,
     make_session,
     random_inputs,
     run,
     runtime_version,
 )
+from gspo.runtime.executor import saved_schedule
 from gspo.runtime.verify import verify
 from gspo.search import optimize
 
@@ -56,15 +59,24 @@ def _timed(original: Path, optimized: Path, runs: int) -> dict:
     """Interleaved medians of both files under plain onnxruntime at each thread setting."""
     g = load(original)
     feeds = random_inputs(g, seed=7)
-    runners, labels = [], []
+    runners, closers = [], []
     for path, label in ((original, "ort"), (optimized, "gspo")):
         data = path.read_bytes()
         for t in THREADS:
+            saved = load(path) if label == "gspo" else None
+            if saved is not None and saved_schedule(saved) is not None:  # streams: run as gspo run runs it
+                ex = make_executor(saved, config=SessionConfig(intra_op_threads=t))
+                closers.append(ex)
+                runners.append((f"{label}@{t}", lambda ex=ex: ex.run(feeds)))
+                continue
             s = make_session(data, SessionConfig(intra_op_threads=t))
             run(s, feeds)
             runners.append((f"{label}@{t}", lambda s=s: s.run(None, feeds)))
-            labels.append(label)
-    timings = {t.label: t.median for t in interleaved(runners, runs, 3)}
+    try:
+        timings = {t.label: t.median for t in interleaved(runners, runs, 3)}
+    finally:
+        for ex in closers:
+            ex.close()
     best = {lbl: min(v for k, v in timings.items() if k.startswith(lbl + "@")) for lbl in ("ort", "gspo")}
     threads = {lbl: min((v, k) for k, v in timings.items() if k.startswith(lbl + "@"))[1].split("@")[1]
                for lbl in ("ort", "gspo")}

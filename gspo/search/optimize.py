@@ -500,13 +500,23 @@ def _choose_final(prepared: _Prepared, options: list[Option], cfg, budget, cost_
         estimate = lambda o: _estimate(o, cost_fn)  # noqa: E731
         best = pick(outcomes, "original", cfg.final_margin, cfg.select, estimate)
         if best.label != "original" and cfg.select == "measured":
-            # Confirm against the original in a second timing of the same sessions: this
-            # machine's speed drifts, and one lucky set of runs must not replace the input with
-            # something slower.
+            # A measured choice replaces the input only when it is faster beyond the timings'
+            # spread, and again in a second timing of the same sessions: this machine's speed
+            # drifts, and one lucky set of runs must not replace the input with something slower.
             confirm = trial.time(cfg.timing_runs, budget, labels=("original", best.label))
-            if pick(confirm, "original", cfg.final_margin).label == "original":
+            if not (_beyond_noise(outcomes, best.label, cfg.final_margin)
+                    and _beyond_noise(confirm, best.label, cfg.final_margin)):
                 best = next(o for o in outcomes if o.label == "original")
     return best, outcomes
+
+
+def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float) -> bool:
+    """Whether ``label`` measured faster than the original by more than ``margin`` and more
+    than the spread of either timing."""
+    chosen = pick(outcomes, "original", margin)
+    if chosen.label != label:
+        return False
+    return _speed_verdict(list(outcomes), chosen)[2] == "faster"
 
 
 def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:

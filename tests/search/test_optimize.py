@@ -53,6 +53,25 @@ def test_a_final_choice_must_hold_in_a_second_timing(monkeypatch, second, kept):
     assert r.report["chosen"] == kept
 
 
+def test_a_speedup_within_the_timings_spread_keeps_the_input(monkeypatch):
+    """8% faster by median, but the runs scatter over +-20%: no measurable change, the input stays."""
+    real = opt.Trial.time
+
+    def time(self, runs, budget=None, labels=None):
+        out = real(self, runs, budget, labels)
+        base = next((o.timing for o in out if o.label == "original"), None)
+        if base is None:
+            return out
+        scatter = tuple(base.median * f for f in (0.8, 0.9, 1.0, 1.1, 1.2))
+        return [Outcome(o.option, type(base)(o.label, tuple(t * (0.92 if o.label == "optimized" else 1.0)
+                                                               for t in scatter)), o.rejected, o.diffs)
+                if o.timing else o for o in out]
+
+    monkeypatch.setattr(opt.Trial, "time", time)
+    r = optimize(build("inception_v3", "tiny"), jobs=1, use_streams=False, **FAST)
+    assert r.report["chosen"] == "original" and r.unchanged
+
+
 def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypatch):
     """With no time left for verification, each piece keeps only its first option (the
     unmodified piece): nothing is measured beyond it, and the result is the input."""
