@@ -82,12 +82,14 @@ class GraphBuilder:
 
     # ---------------------------------------------------------------- values
     def input(self, name: str, shape: Sequence[int], dtype: int = TensorProto.FLOAT) -> str:
+        """Declare a graph input; returns its name."""
         v = Value(name, dtype, tuple(shape))
         self._inputs.append(v)
         self._values[name] = v
         return name
 
     def add_weight(self, hint: str, weight: Weight) -> str:
+        """Add ``weight`` as an initializer under a fresh name built from ``hint``; returns the name."""
         name = self._name(hint)
         self._weights[name] = weight
         self._values[name] = Value(name, weight.dtype, weight.shape)
@@ -123,6 +125,7 @@ class GraphBuilder:
         return w.evaluate(WeightStore()) if isinstance(w, Literal) else None
 
     def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of the value ``name``."""
         return self._values[name].shape
 
     # ----------------------------------------------------------------- nodes
@@ -155,10 +158,12 @@ class GraphBuilder:
         return names[0] if n_outputs == 1 else names
 
     def output(self, *names: str) -> GraphBuilder:
+        """Mark values as graph outputs, in order; returns the builder."""
         self._outputs.extend(names)
         return self
 
     def build(self) -> Graph:
+        """The graph built so far."""
         return Graph(
             inputs=tuple(self._inputs),
             outputs=tuple(self._values[n] for n in self._outputs),

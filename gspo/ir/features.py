@@ -34,6 +34,7 @@ DATA_MOVEMENT_OPS = frozenset(
 
 @dataclass(frozen=True)
 class NodeFeatures:
+    """What one node computes and moves: MACs, FLOPs and bytes read and written."""
     macs: int
     flops: int
     bytes_read: int
@@ -42,11 +43,13 @@ class NodeFeatures:
 
     @property
     def is_compute(self) -> bool:
+        """Whether the node does arithmetic (any FLOPs)."""
         return self.flops > 0
 
 
 @dataclass(frozen=True)
 class GraphFeatures:
+    """A graph's totals of the node features."""
     nodes: int
     macs: int
     flops: int
@@ -57,12 +60,14 @@ class GraphFeatures:
 
 
 def numel(v: Value | None) -> int:
+    """Elements of a static value (0 when unknown or dynamic)."""
     if v is None or not v.is_static:
         return 0
     return int(np.prod(v.shape, dtype=np.int64))
 
 
 def nbytes(v: Value | None) -> int:
+    """Bytes of a value (0 when its size or type is unknown)."""
     if v is None:
         return 0
     try:

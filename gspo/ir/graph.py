@@ -45,6 +45,7 @@ class Value:
 
     @property
     def is_static(self) -> bool:
+        """Whether every dimension is a known integer."""
         return self.shape is not None and all(isinstance(d, int) for d in self.shape)
 
 
@@ -109,9 +110,11 @@ class Node:
 
     @property
     def is_opaque(self) -> bool:
+        """Whether gspo keeps this node as serialized bytes, never rewritten."""
         return self.opaque is not None
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """The value of attribute ``name``, or ``default``."""
         for a in self.attrs:
             if a.name == name:
                 return a.value
@@ -119,6 +122,7 @@ class Node:
 
     @property
     def output_names(self) -> tuple[str, ...]:
+        """The names of the node's outputs, in order."""
         return tuple(v.name for v in self.outputs)
 
     def reads(self) -> tuple[str, ...]:
@@ -126,6 +130,7 @@ class Node:
         return self._reads  # type: ignore[attr-defined]
 
     def replace(self, **changes: Any) -> Node:
+        """A copy of the node with ``changes`` applied (dataclass fields)."""
         return dataclasses.replace(self, **changes)
 
 
@@ -263,12 +268,15 @@ class Graph:
         return 0
 
     def value(self, name: str) -> Value:
+        """The value called ``name`` (input, weight or node output)."""
         return self.values[name]
 
     def is_weight(self, name: str) -> bool:
+        """Whether ``name`` is an initializer."""
         return name in self.weights
 
     def output_names(self) -> tuple[str, ...]:
+        """The names of the graph outputs, in order."""
         return tuple(v.name for v in self.outputs)
 
     # ---------------------------------------------------------------- checks
@@ -325,6 +333,7 @@ class Graph:
         return dataclasses.replace(self, nodes=tuple(nodes), weights=new_weights, retired_weights=retired)
 
     def with_nodes(self, nodes: Sequence[Node]) -> Graph:
+        """A copy of the graph with ``nodes`` instead of its own."""
         return dataclasses.replace(self, nodes=tuple(nodes))
 
 

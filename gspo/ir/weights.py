@@ -49,9 +49,11 @@ class WeightStore:
         return name in self._tensors
 
     def proto(self, name: str) -> onnx.TensorProto:
+        """The stored tensor ``name`` as a TensorProto."""
         return self._tensors[name]
 
     def array(self, name: str) -> np.ndarray:
+        """The stored tensor ``name`` as an array (external data read from ``base_dir``)."""
         return numpy_helper.to_array(self._tensors[name], self.base_dir)
 
 
@@ -70,9 +72,11 @@ class Weight:
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The weight's values, computed from ``store`` when derived."""
         raise NotImplementedError
 
 
@@ -94,6 +98,7 @@ class Init(Weight):
         _set_key(self, self.name, self.dtype, self.shape, self.content)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The initializer's values, read from ``store``."""
         return store.array(self.name)
 
 
@@ -111,11 +116,13 @@ class Literal(Weight):
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> Literal:
+        """A literal holding a copy of ``array``."""
         array = np.ascontiguousarray(array)
         elem = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
         return cls(array.tobytes(), elem, tuple(int(d) for d in array.shape))
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The literal's values."""
         return np.frombuffer(self.data, dtype=np_dtype(self.dtype)).reshape(self.shape).copy()
 
 
@@ -141,6 +148,7 @@ class Random(Weight):
         _set_key(self, self.seed, self.dtype, self.shape, self.loc, self.scale, self.dist)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The seeded random values (the same for the same seed)."""
         rng = np.random.default_rng(self.seed)
         dt = np_dtype(self.dtype)
         if np.issubdtype(dt, np.integer):
@@ -179,6 +187,7 @@ class Concat(Weight):
         _set_key(self, self.parts, ax)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The parts' values concatenated along ``axis``."""
         return np.concatenate([p.evaluate(store) for p in self.parts], axis=self.axis)
 
 
@@ -201,6 +210,7 @@ class Pad(Weight):
         _set_key(self, self.base, self.pads)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The base's values zero-padded by ``pads``."""
         return np.pad(self.base.evaluate(store), self.pads)
 
 
@@ -225,6 +235,7 @@ class Scale(Weight):
         _set_key(self, self.base, self.factor, ax)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """``base * factor``, the factor broadcast along ``axis``."""
         shape = [1] * len(self.shape)
         shape[self.axis] = self.shape[self.axis]
         base = self.base.evaluate(store)
@@ -255,6 +266,7 @@ class SliceW(Weight):
         _set_key(self, self.base, ax, self.start, self.stop)
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The base's values from ``start`` to ``stop`` along ``axis``."""
         index = [slice(None)] * len(self.shape)
         index[self.axis] = slice(self.start, self.stop)
         return self.base.evaluate(store)[tuple(index)].copy()

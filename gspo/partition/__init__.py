@@ -56,6 +56,7 @@ class Partition:
 
     @property
     def cut_ops(self) -> tuple[int, ...]:
+        """The ops at the partition's cuts, sorted."""
         return tuple(sorted(v for c in self.cuts for v in c.cut))
 
     @property
@@ -65,9 +66,11 @@ class Partition:
 
     @property
     def total_weight(self) -> float:
+        """The sum of the pieces' weights."""
         return sum(self.weights)
 
     def merge(self, replacements: Sequence[Graph] | None = None) -> Graph:
+        """The whole graph again, with each piece replaced by its entry of ``replacements`` (when given)."""
         return merge_pieces(self.graph, self.pieces, replacements)
 
 

@@ -30,6 +30,7 @@ class Piece:
 
     @property
     def size(self) -> int:
+        """Number of ops in the piece."""
         return len(self.ops)
 
 

@@ -81,6 +81,7 @@ class CpuExecutor:
 
     @property
     def num_streams(self) -> int:
+        """Number of streams (threads) the plan runs on."""
         return self.plan.num_streams if self.plan else 1
 
     def _run_inline(self, feeds: Mapping[str, np.ndarray], trace: list | None) -> dict[str, np.ndarray]:
@@ -156,6 +157,7 @@ class CpuExecutor:
             self._done.put(error)
 
     def close(self) -> None:
+        """Stop the worker threads (the sessions go with the executor)."""
         for q in getattr(self, "_jobs", []):
             q.put(None)
         for t in self._workers:

@@ -31,10 +31,12 @@ class Segment:
 
     @property
     def inputs(self) -> tuple[str, ...]:
+        """The values the segment reads from outside it."""
         return tuple(v.name for v in self.graph.inputs)
 
     @property
     def outputs(self) -> tuple[str, ...]:
+        """The values the segment produces that are read outside it."""
         return tuple(v.name for v in self.graph.outputs)
 
 
@@ -49,6 +51,7 @@ class Plan:
 
     @property
     def num_streams(self) -> int:
+        """Number of streams the segments run on."""
         return len(self.streams)
 
 

@@ -45,6 +45,7 @@ class Tolerance:
     ntol: float = DEFAULT_NTOL
 
     def for_dtype(self, dtype: np.dtype) -> Tolerance:
+        """The tolerance for outputs of ``dtype`` (wider floors for half precision)."""
         floor = _HALF_FLOOR.get(np.dtype(dtype).name)
         if floor is None:
             return self
@@ -73,6 +74,7 @@ class OutputDiff:
 
 @dataclass(frozen=True)
 class VerifyResult:
+    """The outcome of a verification: equivalent or not, and the difference per output and run."""
     equivalent: bool
     outputs: tuple[OutputDiff, ...] = field(default_factory=tuple)
 

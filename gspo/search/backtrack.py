@@ -64,6 +64,7 @@ class SearchConfig:
 
 @dataclass(frozen=True)
 class Candidate:
+    """A graph the search reached: its schedule (``None``: one stream), estimated cost and the rules applied."""
     graph: Graph
     schedule: Schedule | None  # None: one stream
     cost: float
@@ -72,6 +73,7 @@ class Candidate:
 
 @dataclass(frozen=True)
 class SearchResult:
+    """What one search found: the start, the best, the candidates for verification, and counts."""
     start: Candidate
     best: Candidate
     candidates: tuple[Candidate, ...]  # the K best improving graphs, then the K best one-stream ones

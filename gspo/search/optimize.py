@@ -186,6 +186,7 @@ class OptimizeConfig:
 
     @property
     def tolerance(self) -> Tolerance:
+        """The equivalence tolerance these settings give."""
         return Tolerance(self.rtol, self.atol, self.ntol)
 
 
@@ -210,6 +211,7 @@ class OptimizeResult:
 
     @property
     def unchanged(self) -> bool:
+        """Whether the result is the input as given (same graph, no schedule, no placement)."""
         return self.graph.key == self.original.key and self.schedule is None and self.placement is None
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:

@@ -54,10 +54,12 @@ class Outcome:
 
     @property
     def label(self) -> str:
+        """The option's label."""
         return self.option.label
 
     @property
     def median_s(self) -> float | None:
+        """The median seconds measured (``None`` when rejected)."""
         return self.timing.median if self.timing is not None else None
 
 
@@ -158,6 +160,7 @@ class Trial:
         return self.rejected + [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:
+        """Free every executor the trial opened."""
         for ex in self.executors:
             ex.close()
         self.executors = []

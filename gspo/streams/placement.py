@@ -79,6 +79,7 @@ class Placement:
                 raise PlacementError(f"the placement names {unknown[0]!r}, which is not an op of the model")
 
     def to_json(self) -> dict:
+        """The placement as the JSON saved in the model's metadata."""
         return {"version": PLACEMENT_VERSION, "backends": {b: list(ops) for b, ops in self.backends}}
 
     @classmethod

@@ -50,12 +50,15 @@ class Schedule:
 
     @property
     def num_streams(self) -> int:
+        """Number of streams."""
         return len(self.streams)
 
     def stream_of(self) -> dict[str, int]:
+        """Op id -> the stream it runs on."""
         return {op: s for s, ops in enumerate(self.streams) for op in ops}
 
     def to_json(self) -> dict:
+        """The schedule as the JSON saved in the model's metadata."""
         return {
             "version": SCHEMA_VERSION,
             "streams": [list(s) for s in self.streams],
@@ -64,6 +67,7 @@ class Schedule:
 
     @classmethod
     def from_json(cls, data: Mapping | str) -> Schedule:
+        """The schedule saved by :meth:`to_json` (a dict or its JSON text); a bad one raises ``ScheduleError``."""
         try:
             if isinstance(data, str):
                 data = json.loads(data)

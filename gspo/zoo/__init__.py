@@ -26,6 +26,7 @@ SIZES = ("tiny", "full")
 
 @dataclass(frozen=True)
 class ZooModel:
+    """A model of the zoo: its name, a description and a builder per size."""
     name: str
     description: str
     builders: dict[str, Callable[[int], Graph]]

@@ -21,6 +21,7 @@ __all__ = ["BertConfig", "bert"]
 
 @dataclass(frozen=True)
 class BertConfig:
+    """BERT's dimensions (the defaults are BERT-base)."""
     layers: int = 12
     hidden: int = 768
     heads: int = 12
@@ -64,6 +65,7 @@ def _gelu(b: GraphBuilder, x: str) -> str:
 
 
 def bert(cfg: BertConfig = BertConfig(), seed: int = 0) -> Graph:
+    """A BERT encoder with random weights, batch 1."""
     b = GraphBuilder("bert_base", seed=seed)
     ids = b.input("input_ids", (1, cfg.seq), TensorProto.INT64)
     with b.scope("embeddings"):

@@ -13,6 +13,7 @@ __all__ = ["InceptionConfig", "inception_v3"]
 
 @dataclass(frozen=True)
 class InceptionConfig:
+    """Inception-v3's input size, width multiplier and classes."""
     image: int = 299
     width: float = 1.0
     classes: int = 1000
@@ -78,6 +79,7 @@ class _Net:
 
 
 def inception_v3(cfg: InceptionConfig = InceptionConfig(), seed: int = 0) -> Graph:
+    """Inception-v3 with random weights, batch 1."""
     b = GraphBuilder("inception_v3", seed=seed)
     n = _Net(b, cfg.width)
     x = b.input("input", (1, 3, cfg.image, cfg.image))

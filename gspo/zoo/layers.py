@@ -61,14 +61,17 @@ def bn(b: GraphBuilder, x: str, eps: float = 1e-5) -> str:
 
 
 def relu(b: GraphBuilder, x: str) -> str:
+    """``Relu(x)``."""
     return b.op("Relu", [x])
 
 
 def conv_bn(b: GraphBuilder, x: str, cout: int, kernel=1, stride=1, pad=0, group=1, eps=1e-5) -> str:
+    """Conv followed by BatchNormalization."""
     return bn(b, conv(b, x, cout, kernel, stride, pad, group), eps)
 
 
 def conv_bn_relu(b: GraphBuilder, x: str, cout: int, kernel=1, stride=1, pad=0, group=1, eps=1e-5) -> str:
+    """Conv, BatchNormalization, Relu."""
     return relu(b, conv_bn(b, x, cout, kernel, stride, pad, group, eps))
 
 

@@ -18,6 +18,7 @@ __all__ = ["NASNetConfig", "nasnet"]
 
 @dataclass(frozen=True)
 class NASNetConfig:
+    """A NASNet-A variant's input size, stem, cells and filters."""
     image: int
     stem_multiplier: float
     num_cells: int
@@ -139,6 +140,7 @@ def _reduction_indices(num_cells: int, num_reductions: int) -> list[int]:
 
 
 def nasnet(cfg: NASNetConfig, name: str = "nasnet", seed: int = 0) -> Graph:
+    """A NASNet-A network with random weights, batch 1."""
     b = GraphBuilder(name, seed=seed)
     cells = _Cells(b)
     x = b.input("input", (1, 3, cfg.image, cfg.image))

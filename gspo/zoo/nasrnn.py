@@ -17,6 +17,7 @@ __all__ = ["NasRNNConfig", "nasrnn"]
 
 @dataclass(frozen=True)
 class NasRNNConfig:
+    """NasRNN's hidden size and number of time steps."""
     hidden: int = 512
     steps: int = 5
 
@@ -25,6 +26,7 @@ SIZES = {"full": NasRNNConfig(), "tiny": NasRNNConfig(32, 3)}
 
 
 def nasrnn(cfg: NasRNNConfig = NasRNNConfig(), seed: int = 0) -> Graph:
+    """An unrolled NasRNN cell with random weights, batch 1."""
     b = GraphBuilder("nasrnn", seed=seed)
     hsz = cfg.hidden
     wx = [b.weight(f"Wx{i}", (hsz, hsz), scale=(1.0 / hsz) ** 0.5) for i in range(8)]

@@ -13,6 +13,7 @@ __all__ = ["ResNetConfig", "resnet50"]
 
 @dataclass(frozen=True)
 class ResNetConfig:
+    """ResNet-50's input size, stage widths and blocks per stage."""
     image: int = 224
     widths: tuple[int, ...] = (64, 128, 256, 512)
     blocks: tuple[int, ...] = (3, 4, 6, 3)
@@ -34,6 +35,7 @@ def _bottleneck(b: GraphBuilder, x: str, mid: int, stride: int) -> str:
 
 
 def resnet50(cfg: ResNetConfig = ResNetConfig(), seed: int = 0) -> Graph:
+    """ResNet-50 (bottleneck blocks) with random weights, batch 1."""
     b = GraphBuilder("resnet50", seed=seed)
     x = b.input("input", (1, 3, cfg.image, cfg.image))
     with b.scope("stem"):

@@ -13,6 +13,7 @@ __all__ = ["SqueezeNetConfig", "squeezenet"]
 
 @dataclass(frozen=True)
 class SqueezeNetConfig:
+    """SqueezeNet 1.1's input size, width multiplier and classes."""
     image: int = 224
     width: float = 1.0
     classes: int = 1000
@@ -37,6 +38,7 @@ def _pool(b: GraphBuilder, x: str) -> str:
 
 
 def squeezenet(cfg: SqueezeNetConfig = SqueezeNetConfig(), seed: int = 0) -> Graph:
+    """SqueezeNet 1.1 with random weights, batch 1."""
     b = GraphBuilder("squeezenet1_1", seed=seed)
     w = lambda c: max(4, int(c * cfg.width))  # noqa: E731
     x = b.input("input", (1, 3, cfg.image, cfg.image))
