@@ -174,6 +174,6 @@ def load_profile(name_or_path: str, device: str | None = None, runtime: str | No
         if mine is not None and mine != theirs:
             message = f"{path}: the profile was made for {what} {theirs!r}, this is {mine!r}"
             if not force:
-                raise ProfileError(message + " (use --force to use it anyway)")
-            log.warning("%s; using it anyway (--force)", message)
+                raise ProfileError(message + " (use --foreign-profile to use it anyway)")
+            log.warning("%s; using it anyway", message)
     return profile
