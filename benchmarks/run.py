@@ -472,7 +472,7 @@ def render(results: dict, figures: list[str]) -> str:
     # ------------------------------------------------------- search time
     if results.get("search_time"):
         w("## Search time with and without partitioning (paper Figure 6)\n")
-        w(f"The same backtracking search (alpha 1.05, cost model `data/profiles/cpu.json`, one process): over the pieces of a "
+        w(f"The same backtracking search (alpha 1.05, cost model `gspo/profiles/cpu.json`, one process): over the pieces of a "
           f"T={DEFAULT_THRESHOLD} partition with {results['search_budget']} expansions each, and over the whole graph with the same "
           f"total number of expansions, stopped after {results['search_cap']:.0f} s. Gain = estimated cost saved / estimated cost of the input.\n")
         header("model", "pieces", "partitioned s (incl. partitioning)", "expansions", "gain", "whole-graph s", "expansions",

@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
+import os
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -12,10 +15,14 @@ from pathlib import Path
 import click
 
 from gspo.errors import GspoError
+from gspo.outputs import atomic_write, check_outputs, replacing
 
 __all__ = ["main", "cli"]
 
 EXIT_ERROR = 2
+#: ``--jobs`` at most: one search process per core (more would share the cores and overrun the
+#: time budget, which is split among the jobs as if each had a core).
+MAX_JOBS = os.cpu_count() or 1
 #: ``calibrate --evaluate``'s passes over the held-out set: with 4 the cross-run noise floor of a
 #: run was 0.9 / 1.0 points (sequential / parallel) higher than with 6 (benchmarks/noise_floor.md,
 #: twelve runs); the one run of 20 passes (12 minutes) had the lowest noise in its own mean and a
@@ -33,6 +40,25 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks and pools clean up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum, _frame) -> None:
+    raise Terminated(signum)
+
+
+def _stop(e: BaseException) -> None:
+    """Stop on an interrupt or SIGTERM: one line, exit 128 + the signal (no traceback)."""
+    signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+    click.echo(f"gspo: stopped ({signal.Signals(signum).name}); nothing was written", err=True)
+    sys.exit(128 + signum)
+
+
 def handle_errors(fn):
     """Turn :class:`GspoError` (bad input) into one line on stderr and exit code 2."""
 
@@ -44,9 +70,8 @@ def handle_errors(fn):
             _fail(str(e))
         except BrokenPipeError:
             raise
-        except KeyboardInterrupt:
-            click.echo("gspo: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as e:
+            _stop(e)
         except MemoryError:
             _fail("out of memory")
         except Exception as e:  # a bug in gspo: one line, the traceback only with --debug
@@ -94,19 +119,62 @@ def inputs_option(fn):
     )(fn)
 
 
-def check_output_path(output: str, force: bool, *inputs: str) -> None:
-    """Refuse to overwrite an input, or an existing file without ``--force``."""
-    out = Path(output)
-    for i in inputs:
-        if out.resolve() == Path(i).resolve():
-            raise GspoError(f"{output}: the output path is the input path; choose another -o")
-    if out.is_dir():
-        raise GspoError(f"{output}: is a directory")
-    if out.exists() and not force:
-        raise GspoError(f"{output}: exists; use --force to overwrite it")
+class Number(click.ParamType):
+    """A finite number within bounds (click's FloatRange lets NaN and infinity through)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, high: float | None = None, low_open: bool = False):
+        self.low, self.high, self.low_open = low, high, low_open
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        too_low = self.low is not None and (x <= self.low if self.low_open else x < self.low)
+        if too_low or (self.high is not None and x > self.high):
+            self.fail(f"{value!r} is not in {self._range()}", param, ctx)
+        return x
+
+    def _range(self) -> str:
+        low = "(-inf" if self.low is None else f"{'(' if self.low_open else '['}{self.low:g}"
+        high = "inf)" if self.high is None else f"{self.high:g}]"
+        return f"{low}, {high}"
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class GspoGroup(click.Group):
+    """click's usage errors in gspo's form (``gspo: error: ...``, exit 2); SIGTERM stops cleanly."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        previous = signal.signal(signal.SIGTERM, _on_signal)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("gspo: stopped (SIGINT); nothing was written", err=True)
+            sys.exit(128 + signal.SIGINT)
+        except click.ClickException as e:
+            _usage_error(e)
+        except KeyboardInterrupt as e:
+            _stop(e)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _usage_error(e: click.ClickException) -> None:
+    message = " ".join(e.format_message().split())
+    ctx = getattr(e, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if isinstance(e, click.UsageError) and ctx is not None else ""
+    click.echo(f"gspo: error: {message}{hint}", err=True)
+    sys.exit(e.exit_code)
+
+
+@click.group(name="gspo", cls=GspoGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 @click.version_option(package_name="gspo")
@@ -152,11 +220,11 @@ def zoo(name, list_, size, output, seed, force):
         return
     if not output:
         raise GspoError("give the output file with -o FILE")
-    check_output_path(output, force)
+    check_outputs({"-o": output}, (), force)
     if size == "full":
         click.echo(f"building {name} ({size}) ...", err=True)
     graph = build(name, size, seed)
-    ir.save(graph, output, overwrite=force)
+    ir.save(graph, output, overwrite=True)
     click.echo(f"wrote {output} ({len(graph.nodes)} nodes)")
 
 
@@ -238,9 +306,9 @@ def info(model, input_shapes, as_json):
 @cli.command()
 @click.argument("model_a", type=click.Path())
 @click.argument("model_b", type=click.Path())
-@click.option("--rtol", type=float, default=1e-3, show_default=True, help="Tolerance relative to each element.")
-@click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance.")
-@click.option("--ntol", type=float, default=1e-5, show_default=True,
+@click.option("--rtol", type=Number(0), default=1e-3, show_default=True, help="Tolerance relative to each element.")
+@click.option("--atol", type=Number(0), default=1e-4, show_default=True, help="Absolute tolerance.")
+@click.option("--ntol", type=Number(0), default=1e-5, show_default=True,
               help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
@@ -261,13 +329,9 @@ def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_sh
         gspo verify model.onnx optimized.onnx --runs 5
         gspo verify model.onnx optimized.onnx --inputs feeds.npz
     """
-    import math
-
     from gspo.runtime import load_inputs
     from gspo.runtime import verify as run_verify
 
-    if min(rtol, atol, ntol) < 0 or not all(map(math.isfinite, (rtol, atol, ntol))):
-        raise GspoError("--rtol, --atol and --ntol must be finite and not negative")
     a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
     result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
@@ -334,8 +398,8 @@ def rules(model, list_, why, input_shapes, as_json):
 # ------------------------------------------------------------------ partition
 @cli.command(name="partition")
 @click.argument("model", type=click.Path())
-@click.option("-t", "--threshold", type=int, default=None, help="Largest piece, in ops [default: 64].")
-@click.option("--balance", type=float, default=0.25, show_default=True,
+@click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece, in ops [default: 64].")
+@click.option("--balance", type=Number(0, 0.5, low_open=True), default=0.25, show_default=True,
               help="Each cut leaves at least this fraction of the ops on either side.")
 @input_shape_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -427,9 +491,7 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     from gspo.runtime import load_inputs, make_executor, parse_streams, random_inputs
 
     n = parse_streams(streams)
-    for path in (output, timeline):
-        if path:
-            check_output_path(path, force, model)
+    check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force)
     graph = _load(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
     executor = make_executor(graph, n, device)
@@ -450,7 +512,8 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     for name, arr in outputs.items():
         click.echo(f"  {name}: {arr.dtype}{list(arr.shape)} mean {float(np.mean(arr)):.6g}")
     if output:
-        np.savez(output, **outputs)
+        with replacing(output) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
+            np.savez(f, **outputs)
         click.echo(f"wrote {output}")
     if timeline:
         _plot_timeline(trace, executor, timeline)
@@ -475,7 +538,8 @@ def _plot_timeline(trace, executor, path) -> None:
     ax.set_ylabel("stream")
     ax.invert_yaxis()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, dpi=120, format=Path(path).suffix[1:].lower() or "png")
     plt.close(fig)
 
 
@@ -553,14 +617,17 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
 @click.argument("model", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
 @device_option
-@click.option("--profile", help="Cost profile: a name in data/profiles or the cache, or a path [default: cpu].")
-@click.option("--alpha", type=float, default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
-@click.option("--budget", type=int, default=40, show_default=True, help="Graphs expanded per piece at most.")
-@click.option("--time-budget", type=float, default=90.0, show_default=True,
+@click.option("--profile", help="Cost profile: a name (shipped with gspo or in the user cache) or a path [default: cpu].")
+@click.option("--foreign-profile", is_flag=True,
+              help="Use a profile made on another device or onnxruntime version (with a warning).")
+@click.option("--alpha", type=Number(1), default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
+@click.option("--budget", type=click.IntRange(min=0), default=40, show_default=True, help="Graphs expanded per piece at most.")
+@click.option("--time-budget", type=Number(0, low_open=True), default=90.0, show_default=True,
               help="Seconds for the whole optimization (anytime: the best so far is verified and written).")
-@click.option("-t", "--threshold", type=int, default=None, help="Largest piece in ops [default: 64].")
-@click.option("--max-streams", type=int, default=None, help="Stream cap [default: the CPU cores].")
-@click.option("--jobs", type=int, default=0, help="Processes searching pieces [default: the CPU cores].")
+@click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece in ops [default: 64].")
+@click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores].")
+@click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=0,
+              help=f"Processes searching pieces, at most the CPU cores ({MAX_JOBS}) [default: all of them].")
 @click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
 @click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random verification inputs.")
@@ -571,10 +638,10 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
 @inputs_option
 @click.option("--backends", metavar="LIST", default=None,
               help="Backends to place the model or its pieces on, e.g. 'ort,openvino' [default: every one installed].")
-@click.option("--force", is_flag=True, help="Overwrite OUTPUT; accept a profile made for another device.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
 @input_shape_option
 @handle_errors
-def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, threshold, max_streams, jobs,
+def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget, time_budget, threshold, max_streams, jobs,
                  no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
 
@@ -602,9 +669,7 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
     from gspo.runtime.inputs import read_npz
     from gspo.search import OptimizeError, optimize
 
-    check_output_path(output, force, model)
-    if report:
-        check_output_path(report, force, model)
+    check_outputs({"-o": output, "--report": report}, (model, inputs_file), force)
     if no_streams and no_rules:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
     shapes = ir.parse_input_shapes(input_shapes)
@@ -618,17 +683,17 @@ def optimize_cmd(model, output, device, profile, alpha, budget, time_budget, thr
     try:
         result = optimize(
             model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
-            profile=profile, force_profile=force, alpha=alpha, budget=budget, time_budget=time_budget,
+            profile=profile, force_profile=foreign_profile, alpha=alpha, budget=budget, time_budget=time_budget,
             threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
             use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select, backends=chosen_backends,
         )
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
         sys.exit(1)
-    result.save(output, overwrite=force)
+    result.save(output, overwrite=True)
     r = result.report
     if report:
-        Path(report).write_text(json.dumps(r, indent=1, default=str) + "\n")
+        atomic_write(report, json.dumps(r, indent=1, default=str) + "\n")
     for note in r["notes"]:
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes))
@@ -667,7 +732,7 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
 @click.argument("modelset", type=click.Path())
 @click.option("--baseline", type=click.Path(dir_okay=False), help="Baseline file [default: MODELSET's name + .baseline.json].")
 @click.option("--update", is_flag=True, help="Write the results as the new baseline (exit 0 unless a model is not equivalent).")
-@click.option("--tolerance", type=float, default=0.02, show_default=True, help="Allowed drop of estimated speedup.")
+@click.option("--tolerance", type=Number(0), default=0.02, show_default=True, help="Allowed drop of estimated speedup.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
 def regress(modelset, baseline, update, tolerance, as_json):
@@ -739,7 +804,7 @@ def _progress_printer(label: str):
 @click.option("--device", type=click.Choice(["cpu"]), default=None, help="Calibrate on the CPU.")
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate on the CUDA device; save the profile as NAME.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Profile file [default: the user cache].")
-@click.option("--budget", type=float, default=15.0, show_default=True, help="Minutes to spend measuring at most.")
+@click.option("--budget", type=Number(0, low_open=True), default=15.0, show_default=True, help="Minutes to spend measuring at most.")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="Calibration database (SQLite) [default: user cache].")
 @click.option("--evaluate", "evaluate_profile", metavar="PROFILE", help="Measure held-out subgraphs and report accuracy.")
 @click.option("--count", type=click.IntRange(min=5), default=100, show_default=True, help="Held-out subgraphs of each kind.")
@@ -748,10 +813,13 @@ def _progress_printer(label: str):
               help="Separate measuring passes: over the suite when calibrating (each benchmark's median is fitted) "
                    "[default: 3]; with --evaluate over the held-out set (their mean is the measured time; at least 2) "
                    f"[default: {EVALUATION_PASSES}].")
-@click.option("--force", is_flag=True, help="Use a profile made for another device; overwrite OUTPUT or REPORT.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT or REPORT if they exist.")
+@click.option("--foreign-profile", is_flag=True,
+              help="With --evaluate: use a profile made on another device or onnxruntime version.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, passes, force, as_json):
+def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, passes, force,
+              foreign_profile, as_json):
     """Measure microbenchmarks on the device and fit a cost profile (resumable).
 
     Measurements are cached in a SQLite database: an interrupted calibration resumes, and a
@@ -776,15 +844,14 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         passes = EVALUATION_PASSES if passes is None else passes
         if passes < 2:
             raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
-        if report:
-            check_output_path(report, force, evaluate_profile)
-        profile = load_profile(evaluate_profile, device_description("cpu"), runtime, force)
+        check_outputs({"--report": report}, (evaluate_profile,), force)
+        profile = load_profile(evaluate_profile, device_description("cpu"), runtime, foreign_profile)
         results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
         # reference_s: the unit of every measured time in the report (the profile's speed reference).
         data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
                 "results": [r.to_json() for r in results]}
         if report:
-            Path(report).write_text(json.dumps(data, indent=1) + "\n")
+            atomic_write(report, json.dumps(data, indent=1) + "\n")
         if as_json:
             click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
             return
@@ -800,24 +867,22 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         require_gpu(option="--gpu")
     elif device is None:
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
-    if budget <= 0:
-        raise GspoError("--budget must be positive (minutes)")
     from gspo.costmodel.calibrate import DEFAULT_CALIBRATION_PASSES, CalibrationConfig
     from gspo.costmodel.calibrate import calibrate as run_calibration
 
     backend = "cuda" if gpu_name else "cpu"
     desc = f"cuda:{gpu_name}" if gpu_name else device_description("cpu")
     out = Path(output) if output else PROFILE_DIRS[1] / f"{gpu_name or 'cpu'}.json"
-    if out.exists() and not force and output:
-        raise GspoError(f"{out}: exists; use --force to overwrite it")
     db = db_path or str(PROFILE_DIRS[1].parent / "calibration.sqlite")
+    check_outputs({"-o": out}, (db,), force or not output)
     cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend,
                             passes=DEFAULT_CALIBRATION_PASSES if passes is None else passes)
     import time as _time
 
     start = _time.perf_counter()
     profile = run_calibration(cfg, _progress_printer("calibrating"))
-    save_profile(profile, out)
+    with replacing(out) as tmp:
+        save_profile(profile, tmp)
     click.echo(f"wrote {out} ({profile.meta['ops']} ops, {profile.meta['branches']} multi-branch subgraphs, "
                f"{_time.perf_counter() - start:.0f} s; database {db})")
 
@@ -838,9 +903,9 @@ def convert(model, output, input_shapes, force):
     """
     from gspo import ir
 
-    check_output_path(output, force, model)
+    check_outputs({"-o": output}, (model,), force)
     graph = _load(model, input_shapes)
-    ir.save(graph, output, overwrite=force)
+    ir.save(graph, output, overwrite=True)
     click.echo(f"wrote {output}")
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from gspo.errors import GspoError
 from gspo.ir import load
+from gspo.outputs import atomic_write
 from gspo.rules import DEFAULT_RULES
 from gspo.search import OptimizeError, optimize
 from gspo.zoo import build
@@ -55,7 +56,7 @@ def _read_json(path: Path, what: str) -> dict:
         data = json.loads(path.read_text())
     except OSError as e:
         raise GspoError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
-    except ValueError:
+    except (ValueError, RecursionError):
         raise GspoError(f"{path}: the {what} is not valid JSON") from None
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise GspoError(f"{path}: not a gspo {what} (expected a JSON object with \"version\": {VERSION})")
@@ -135,7 +136,7 @@ def write_baseline(path: str | Path, rows: list[RegressRow], profile_device: str
     data = {"version": VERSION, "profile_device": profile_device,
             "models": {r.name: {"estimated_speedup": r.estimated_speedup, "substitutions": r.substitutions}
                        for r in rows if r.estimated_speedup is not None}}
-    p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(p, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return p
 
 

@@ -351,7 +351,7 @@ def _scale_fit(x: np.ndarray, lam: float, extra: np.ndarray | None = None) -> tu
     within ``[0, EXTRA_MAX]`` (the reorder count, :mod:`gspo.costmodel.layout`). Returns ``(s, r)``.
 
     On the log of the ratio estimate/measured, so that an estimate half the measured time weighs
-    as much as one twice it. Least squares on the ratio itself (``x @ s ~ 1``, until session 7) is
+    as much as one twice it. Least squares on the ratio itself (``x @ s ~ 1``, the earlier fit) is
     biased low when the measurements are noisy: it leaves the cross-validated estimates of the
     calibration pieces at a median of 0.92-0.95 of their measured time (five calibration databases;
     0.96-1.01 with this fit, at the same cross-validated mean error, 16-19%)."""
@@ -387,7 +387,7 @@ def _family_scales(model: CostModel, timed: list, call_cost: float) -> tuple[dic
     penalty chosen by ``CV_FOLDS``-fold cross-validation over the pieces); families the pieces
     lack keep 1. With a blocked layout on the device (``model.profile.layout_block``), fitted
     together with the seconds per reorder (:mod:`gspo.costmodel.layout`): the count a piece makes
-    beyond what its ops made alone is a further column (session 8: cross-validated error of the
+    beyond what its ops made alone is a further column (cross-validated error of the
     calibration pieces 15.5% -> 14.0% on the shipped database). Returns the factors, the penalty
     and the reorder cost (0 without a blocked layout)."""
     from gspo.costmodel.features import FAMILIES
@@ -430,8 +430,8 @@ BETA_PIECE_WEIGHTS = (0, 1, 2, 4)
 def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
     """beta_a's fit on the fork-join graphs ``(px, py)`` plus the zoo pieces ``(qx, qy)`` repeated
     ``weight`` times, the weight chosen by ``CV_FOLDS``-fold cross-validation over the pieces
-    (mean relative error of the estimated time, ``beta / predicted beta - 1``). Session 3 added
-    the pieces unconditionally and the held-out error grew (21% -> 25%); with this profile's op
+    (mean relative error of the estimated time, ``beta / predicted beta - 1``). Added
+    unconditionally, the pieces made the held-out error grow (21% -> 25%); with this profile's op
     model they help, which is what the cross-validation is there to tell."""
     if len(px) + len(qx) < 8:
         return None, 0
@@ -441,7 +441,7 @@ def _fit_beta(px, py, qx, qy) -> tuple[Poly | None, int]:
         ys = list(py) + [y for i, y in enumerate(qy) if keep(i)] * weight
         # Clipped to the features' range: a quadratic extrapolated to pieces smaller than any
         # calibration graph (NasRNN's, CP1 ~0.13 ms) put beta_a at 0.29 and their estimates at
-        # 1.5-1.7x the measured time (session 8).
+        # 1.5-1.7x the measured time.
         return fit_poly(xs, ys, degree=2, alpha=1.0, clip=True)
 
     def cv_error(weight: int) -> float:

@@ -90,7 +90,7 @@ def _mape(estimated, measured) -> float:
 
 def _time_on_streams(graph, schedule, feeds) -> float:
     """Seconds of one multi-stream run, with this executor the only one alive (as calibration
-    measures, and as ``gspo run`` runs): session 7 measured held-out pieces 1.17x slower (geometric
+    measures, and as ``gspo run`` runs): held-out pieces measured 1.17x slower (geometric
     mean of 20) while the executors of all 100 were alive, as this evaluation used to keep them."""
     with CpuExecutor(graph, schedule) as ex:
         return time_callable(lambda: ex.run(feeds))

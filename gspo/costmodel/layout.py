@@ -10,7 +10,7 @@ may not pay: the cost model adds ``reorder_cost x reorder_delta(graph)`` (the re
 makes minus those its ops made when measured alone; usually negative).
 
 :func:`count_reorders` mimics onnxruntime's placement (checked against the optimized models
-onnxruntime writes, see the tests; 197 of 200 zoo pieces counted exactly in session 8):
+onnxruntime writes, see the tests; 197 of 200 zoo pieces counted exactly):
 
 - every 2-D ``Conv`` runs blocked; its input needs a ``ReorderInput`` unless it has fewer channels
   than a block (and one group), when the blocked kernel reads the plain layout directly;

@@ -7,6 +7,7 @@ import logging
 import os
 import platform
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from gspo import __version__
@@ -20,9 +21,9 @@ log = logging.getLogger(__name__)
 SCHEMA = "gspo-profile"
 #: 2: convolution fits take a fifth feature (``slow_depthwise``); version-1 profiles must be recalibrated.
 SCHEMA_VERSION = 2
-#: Where ``--profile NAME`` looks: the profiles shipped in the repository, then the user cache.
+#: Where ``--profile NAME`` looks: the profiles shipped in the package, then the user cache.
 PROFILE_DIRS = (
-    Path(__file__).resolve().parents[2] / "data" / "profiles",
+    Path(str(resources.files("gspo") / "profiles")),
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gspo" / "profiles",
 )
 
@@ -174,6 +175,6 @@ def load_profile(name_or_path: str, device: str | None = None, runtime: str | No
         if mine is not None and mine != theirs:
             message = f"{path}: the profile was made for {what} {theirs!r}, this is {mine!r}"
             if not force:
-                raise ProfileError(message + " (use --force to use it anyway)")
-            log.warning("%s; using it anyway (--force)", message)
+                raise ProfileError(message + " (use --foreign-profile to use it anyway)")
+            log.warning("%s; using it anyway", message)
     return profile

@@ -19,9 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-import networkx as nx
+from collections.abc import Callable
 
 from gspo.ir.graph import Graph, Node
 
@@ -64,24 +62,112 @@ def depth(graph: Graph, counts: Callable[[Node], bool] = lambda n: True) -> int:
 
 
 def max_antichain_width(graph: Graph, counts: Callable[[Node], bool] = lambda n: True) -> int:
-    """Largest number of counted nodes no two of which depend on each other."""
-    reach = reachability(graph)
-    chosen: Sequence[int] = [i for i, n in enumerate(graph.nodes) if counts(n)]
-    if not chosen:
+    """Largest number of counted nodes no two of which depend on each other.
+
+    By Dilworth's theorem, the fewest dependency paths that together pass through every counted
+    node. Computed as a minimum flow on the DAG itself (each counted node must carry at least one
+    unit; paths may start and end anywhere), without the transitive closure: a greedy cover, then
+    augmenting paths from the sink to the source that merge or shorten paths. Linear in the
+    graph's size per augmentation; chains and wide layers need none.
+    """
+    deps = dependencies(graph)
+    lower = [1 if counts(n) else 0 for n in graph.nodes]
+    if not any(lower):
         return 0
-    mask = 0
-    for i in chosen:
-        mask |= 1 << i
-    n = len(graph.nodes)
-    bip = nx.Graph()
-    left = list(chosen)
-    bip.add_nodes_from(left)
-    bip.add_nodes_from(n + i for i in chosen)
-    for i in chosen:
-        bits = reach[i] & mask
-        while bits:
-            low = bits & -bits
-            bip.add_edge(i, n + low.bit_length() - 1)
-            bits ^= low
-    matching = nx.bipartite.hopcroft_karp_matching(bip, top_nodes=left)
-    return len(chosen) - len(matching) // 2
+    flow = _greedy_cover(deps, lower)
+    users: list[list[int]] = [[] for _ in deps]
+    for i, ds in enumerate(deps):
+        for d in ds:
+            users[d].append(i)
+    while _reduce_once(deps, users, lower, flow):
+        pass
+    return sum(flow["start"])
+
+
+#: Ancestors the greedy cover looks through for a path to extend, per node (bounds its cost).
+GREEDY_SEARCH = 64
+
+
+def _greedy_cover(deps: list[list[int]], lower: list[int]) -> dict:
+    """Paths covering every counted node: each extends a path ending at a near ancestor, or starts."""
+    n = len(deps)
+    flow = {"start": [0] * n, "end": [0] * n, "node": [0] * n, "edge": {}}
+    for v in range(n):  # graph order is topological
+        if not lower[v]:
+            continue
+        parent, queue, found = {v: None}, [v], None
+        while queue and found is None and len(parent) < GREEDY_SEARCH:
+            x = queue.pop(0)
+            for d in deps[x]:
+                if d not in parent:
+                    parent[d] = x
+                    if flow["end"][d]:
+                        found = d
+                        break
+                    queue.append(d)
+        if found is None:
+            flow["start"][v] += 1
+        else:
+            flow["end"][found] -= 1
+            x = found
+            while parent[x] is not None:
+                flow["edge"][(x, parent[x])] = flow["edge"].get((x, parent[x]), 0) + 1
+                x = parent[x]
+                if x != v:
+                    flow["node"][x] += 1
+        flow["node"][v] += 1
+        flow["end"][v] += 1
+    return flow
+
+
+def _reduce_once(deps, users, lower, flow) -> bool:
+    """One augmenting path from the sink to the source in the residual graph; False if none.
+
+    Nodes: ("in", i), ("out", i), "s", "t". Every arc has unbounded capacity forward; backward,
+    an arc carries back its flow above its lower bound (1 on a counted node's own arc).
+    """
+    edge, node = flow["edge"], flow["node"]
+    parent: dict = {"t": None}
+    queue = [("out", i) for i, e in enumerate(flow["end"]) if e > 0]
+    for q in queue:
+        parent[q] = "t"
+    k = 0
+    while k < len(queue) and "s" not in parent:
+        kind, i = queue[k]
+        k += 1
+        if kind == "out":
+            nxt = [("in", u) for u in users[i]] + ([("in", i)] if node[i] > lower[i] else [])
+        else:
+            nxt = [("out", i)] + [("out", d) for d in deps[i] if edge.get((d, i), 0) > 0]
+            if flow["start"][i] > 0:
+                parent["s"] = (kind, i)
+                break
+        for m in nxt:
+            if m not in parent:
+                parent[m] = (kind, i)
+                queue.append(m)
+    if "s" not in parent:
+        return False
+    _augment(parent, flow, deps)
+    return True
+
+
+def _augment(parent: dict, flow: dict, deps) -> None:
+    """Move one unit along the path found (from the sink to the source)."""
+    edge, node = flow["edge"], flow["node"]
+    x = "s"
+    while x != "t":
+        prev = parent[x]
+        if x == "s":
+            flow["start"][prev[1]] -= 1
+        elif prev == "t":
+            flow["end"][x[1]] -= 1
+        elif prev[0] == "out" and x[0] == "in" and x[1] == prev[1]:
+            node[x[1]] -= 1  # backward on the node's own arc
+        elif prev[0] == "out" and x[0] == "in":
+            edge[(prev[1], x[1])] = edge.get((prev[1], x[1]), 0) + 1  # forward on a dependency
+        elif prev[0] == "in" and x[0] == "out" and x[1] == prev[1]:
+            node[x[1]] += 1  # forward on the node's own arc
+        else:
+            edge[(x[1], prev[1])] -= 1  # backward on a dependency
+        x = prev

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from gspo.ir import frontend
 from gspo.ir._hash import digest
 from gspo.ir.graph import Attr, Graph, ModelExtras, Node, Value
 from gspo.ir.weights import Init, WeightStore, materialize
+from gspo.outputs import OutputError, atomic_write
 
 __all__ = [
     "load",
@@ -608,11 +610,7 @@ def save_bytes(data: bytes, path: str | os.PathLike, overwrite: bool = False) ->
         raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-    except OSError as e:
-        raise ModelLoadError(f"{p}: cannot write: {e.strerror or e}") from None
+    atomic_write(p, data)
     return p
 
 
@@ -638,12 +636,22 @@ def save(
         raise ModelLoadError(f"{p}: is a directory")
     model = to_model(graph, schedule, keep_dynamic, placement=placement)
     weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    if weight_bytes > _EXTERNAL_THRESHOLD:
+        _save_external(model, p)
+    else:
+        atomic_write(p, model.SerializeToString())
+    return p
+
+
+def _save_external(model, p: Path) -> None:
+    """Save with weights in ``<file>.data``: both written complete in a temporary folder beside
+    ``p``, then renamed into place (the weights first, so a model never names missing data)."""
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        if weight_bytes > _EXTERNAL_THRESHOLD:
-            onnx.save_model(model, str(p), save_as_external_data=True, location=p.name + ".data")
-        else:
-            p.write_bytes(model.SerializeToString())
+        with tempfile.TemporaryDirectory(prefix=f".{p.name}.", dir=p.parent) as tmp:
+            staged = Path(tmp) / p.name
+            onnx.save_model(model, str(staged), save_as_external_data=True, location=p.name + ".data")
+            os.replace(Path(tmp) / (p.name + ".data"), p.parent / (p.name + ".data"))
+            os.replace(staged, p)
     except OSError as e:
-        raise ModelLoadError(f"{p}: cannot write: {e.strerror or e}") from None
-    return p
+        raise OutputError(f"{p}: cannot write: {e.strerror or e}") from None

@@ -22,6 +22,7 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -293,6 +294,13 @@ def _rebuild(template: Graph, packed) -> Candidate:
     return Candidate(g, schedule, cost, applied)
 
 
+def _quiet_worker() -> None:
+    """A search process leaves interrupts to the parent (which ends the pool) and dies silently
+    when the pool ends it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _search_pieces(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress):
     """Search every piece (in a process pool when ``jobs`` > 1); results in piece order."""
     _WORK.update(pieces=pieces, cost_fn=cost_fn, cfg=cfg, max_streams=max_streams, time=per_piece_time)
@@ -305,7 +313,7 @@ def _search_pieces(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, prog
                     progress(i + 1, len(pieces))
         else:
             ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(jobs) as pool:
+            with ctx.Pool(jobs, initializer=_quiet_worker) as pool:
                 for done, r in enumerate(pool.imap_unordered(_search_piece, range(len(pieces))), 1):
                     results[r[0]] = r
                     if progress:

@@ -77,6 +77,8 @@ class Schedule:
             events = tuple((str(a), str(b)) for a, b in data.get("events", ()))
         except ScheduleError:
             raise
+        except RecursionError:
+            raise ScheduleError("the schedule is not valid JSON of the expected form (nested too deeply)") from None
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise ScheduleError(f"the schedule is not valid JSON of the expected form ({e})") from None
         return cls(streams, events)

@@ -1,0 +1,34 @@
+"""The README is a user's document: short, its two commands true, no development history."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HISTORY = re.compile(r"session [0-9]+|(this|next|last|previous|earlier) session|next issue", re.I)
+
+
+def test_readme_is_short_and_names_the_two_commands_the_makefile_has():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("demo", "test"):
+        assert f"make {target}" in text and re.search(rf"^{target}:", makefile, re.M)
+    assert "../" not in text  # no link outside the repository
+    for section in ("## Install", "## Quickstart", "## Results", "## Limits", "## Licence and citation"):
+        assert section in text
+
+
+def test_no_development_history_in_the_readme_docs_code_or_benchmarks():
+    files = [ROOT / "README.md"] + [p for d in ("docs", "gspo", "benchmarks") for p in (ROOT / d).rglob("*")
+                                    if p.suffix in (".md", ".py")]
+    assert [str(p.relative_to(ROOT)) for p in files if HISTORY.search(p.read_text())] == []
+
+
+def test_every_file_the_readme_points_to_exists():
+    text = (ROOT / "README.md").read_text()
+    for path in re.findall(r"`((?:docs|benchmarks|gspo)/[\w./-]+\.(?:md|py|json))`", text):
+        if path.startswith("docs/gpu.md") or path.endswith("/RESULTS.md") and "/" in path[11:]:
+            continue  # written separately: the GPU notes and the per-benchmark result files
+        assert (ROOT / path).exists(), path
