@@ -128,7 +128,13 @@ def _cap(chains: list[list[int]], weight: Sequence[float], cap: int) -> list[lis
 
 
 def make_events(deps: Sequence[Sequence[int]], streams: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
-    """Irredundant sync events ``(after, before)`` for ops already placed on ``streams``."""
+    """Irredundant sync events ``(after, before)`` for ops already placed on ``streams``.
+
+    An op waits on a dependency of another stream unless its stream's clock, or another
+    dependency it waits on, already implies it. Only the latest dependency of each other
+    stream can be needed (the earlier ones are implied by it), so the work per op is the
+    number of streams it reads from, squared, not its number of dependencies.
+    """
     n = len(deps)
     k = len(streams)
     stream = [0] * n
@@ -143,19 +149,14 @@ def make_events(deps: Sequence[Sequence[int]], streams: Sequence[Sequence[int]])
         s = stream[v]
         known = clock[s]
         need = [u for u in deps[v] if stream[u] != s and known[stream[u]] < pos[u]]
-        chosen: list[int] = []
-        while need:
-            best = max(need, key=lambda u: (sum(1 for w in need if done[u][stream[w]] >= pos[w]), pos[u], -u))
-            chosen.append(best)
-            known = [max(a, b) for a, b in zip(known, done[best])]
-            need = [u for u in need if known[stream[u]] < pos[u]]
-        for u in list(chosen):  # drop events the others imply
-            rest = [w for w in chosen if w != u]
-            merged = list(clock[s])
-            for w in rest:
-                merged = [max(a, b) for a, b in zip(merged, done[w])]
-            if all(merged[stream[d]] >= pos[d] for d in deps[v] if stream[d] != s):
-                chosen.remove(u)
+        latest: dict[int, int] = {}
+        for u in need:
+            if stream[u] not in latest or pos[u] > pos[latest[stream[u]]]:
+                latest[stream[u]] = u
+        cands = list(latest.values())
+        chosen = [u for u in cands if not any(w != u and done[w][stream[u]] >= pos[u] for w in cands)]
+        cover = {u: sum(1 for w in need if done[u][stream[w]] >= pos[w]) for u in chosen}
+        chosen.sort(key=lambda u: (-cover[u], -pos[u], u))
         for u in chosen:
             clock[s] = [max(a, b) for a, b in zip(clock[s], done[u])]
             events.append((u, v))
