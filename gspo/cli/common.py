@@ -1,0 +1,238 @@
+"""The ``gspo`` command group and what its commands share: errors in one form, signals,
+the options several commands take, progress display."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import os
+import signal
+import sys
+
+import click
+
+from gspo.errors import GspoError
+
+__all__ = ["main", "cli"]
+
+EXIT_ERROR = 2
+#: ``--jobs`` at most: one search process per core (more would share the cores and overrun the
+#: time budget, which is split among the jobs as if each had a core).
+MAX_JOBS = os.cpu_count() or 1
+#: ``calibrate --evaluate``'s passes over the held-out set: with 4 the cross-run noise floor of a
+#: run was 0.9 / 1.0 points (sequential / parallel) higher than with 6 (benchmarks/noise_floor.md,
+#: twelve runs); the one run of 20 passes (12 minutes) had the lowest noise in its own mean and a
+#: floor like the others' (most of the floor is between runs).
+EVALUATION_PASSES = 6
+
+
+class Context:
+    def __init__(self, debug: bool):
+        self.debug = debug
+
+
+def _fail(message: str) -> None:
+    click.echo(f"gspo: error: {message}", err=True)
+    sys.exit(EXIT_ERROR)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that ``finally`` blocks and pools clean up."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum, _frame) -> None:
+    raise Terminated(signum)
+
+
+def _stop(e: BaseException) -> None:
+    """Stop on an interrupt or SIGTERM: one line, exit 128 + the signal (no traceback)."""
+    signum = e.signum if isinstance(e, Terminated) else signal.SIGINT
+    click.echo(f"gspo: stopped ({signal.Signals(signum).name}); nothing was written", err=True)
+    sys.exit(128 + signum)
+
+
+def handle_errors(fn):
+    """Turn :class:`GspoError` (bad input) into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except GspoError as e:
+            _fail(str(e))
+        except BrokenPipeError:
+            raise
+        except KeyboardInterrupt as e:
+            _stop(e)
+        except MemoryError:
+            _fail("out of memory")
+        except Exception as e:  # a bug in gspo: one line, the traceback only with --debug
+            ctx = click.get_current_context(silent=True)
+            if ctx is not None and ctx.find_object(Context) and ctx.find_object(Context).debug:
+                raise
+            _fail(f"internal error ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                  "rerun with --debug for the traceback and please report it")
+
+    return wrapper
+
+
+def input_shape_option(fn):
+    return click.option(
+        "--input-shape",
+        "input_shapes",
+        multiple=True,
+        metavar="NAME=D1,D2,...",
+        help="Pin the shape of a graph input (repeatable). Dynamic dimensions not pinned get "
+             "defaults: 1 for a batch (first) dimension, 128 for any other.",
+    )(fn)
+
+
+def _load(path: str, input_shapes=(), plain: bool = False):
+    """Load a model for a command; say in one line which dynamic dimensions got defaults."""
+    from gspo import ir
+
+    graph = ir.load(path, ir.parse_input_shapes(input_shapes), plain=plain)
+    _say_defaults(path, graph)
+    return graph
+
+
+def _say_defaults(path: str, graph) -> None:
+    from gspo.ir.frontend import describe_defaults
+
+    if graph.extras.defaulted:
+        pins = {v.name: v.shape for v in graph.inputs}
+        click.echo(f"gspo: {path}: {describe_defaults(graph.extras.defaulted, pins)}", err=True)
+
+
+def inputs_option(fn):
+    return click.option(
+        "--inputs", "inputs_file", type=click.Path(dir_okay=False), metavar="FEEDS.npz",
+        help="Run on these inputs (an .npz with one array per graph input) instead of random ones.",
+    )(fn)
+
+
+class Number(click.ParamType):
+    """A finite number within bounds (click's FloatRange lets NaN and infinity through)."""
+
+    name = "number"
+
+    def __init__(self, low: float | None = None, high: float | None = None, low_open: bool = False):
+        self.low, self.high, self.low_open = low, high, low_open
+
+    def convert(self, value, param, ctx):
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        too_low = self.low is not None and (x <= self.low if self.low_open else x < self.low)
+        if too_low or (self.high is not None and x > self.high):
+            self.fail(f"{value!r} is not in {self._range()}", param, ctx)
+        return x
+
+    def _range(self) -> str:
+        low = "(-inf" if self.low is None else f"{'(' if self.low_open else '['}{self.low:g}"
+        high = "inf)" if self.high is None else f"{self.high:g}]"
+        return f"{low}, {high}"
+
+
+class GspoGroup(click.Group):
+    """click's usage errors in gspo's form (``gspo: error: ...``, exit 2); SIGTERM stops cleanly."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        previous = signal.signal(signal.SIGTERM, _on_signal)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            click.echo("gspo: stopped (SIGINT); nothing was written", err=True)
+            sys.exit(128 + signal.SIGINT)
+        except click.ClickException as e:
+            _usage_error(e)
+        except KeyboardInterrupt as e:
+            _stop(e)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _usage_error(e: click.ClickException) -> None:
+    message = " ".join(e.format_message().split())
+    ctx = getattr(e, "ctx", None)
+    hint = f" (see {ctx.command_path} --help)" if isinstance(e, click.UsageError) and ctx is not None else ""
+    click.echo(f"gspo: error: {message}{hint}", err=True)
+    sys.exit(e.exit_code)
+
+
+@click.group(name="gspo", cls=GspoGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of internal errors.")
+@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
+@click.version_option(package_name="gspo")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
+    """gspo: faster, equivalent ONNX models by joint graph substitution and parallelism.
+
+    \b
+    Example:
+        gspo zoo resnet50 --size tiny -o r50.onnx
+        gspo info r50.onnx
+    """
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(level=level, format="gspo: %(levelname)s: %(message)s")
+    ctx.obj = Context(debug)
+
+
+# ------------------------------------------------------------------- run/bench
+def streams_option(fn):
+    return click.option(
+        "--streams", default="auto", show_default=True, metavar="N|auto",
+        help="Streams: 'auto' uses the schedule gspo optimize saved in the model, else one stream; "
+             "N: Nimble's assignment capped at N streams (1 = one plain session).",
+    )(fn)
+
+
+def device_option(fn):
+    return click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)(fn)
+
+
+# ------------------------------------------------------------------ calibrate
+def _progress_printer(label: str):
+    """A one-line progress display on a terminal; in a pipe or a CI log, a line at every tenth."""
+    tty = sys.stderr.isatty()
+    state = {"total": None, "done": -1, "tenth": -1}  # a new count (another phase) starts over
+
+    def show(done: int, total: int, what: str = "") -> None:
+        if tty:
+            width = 30
+            filled = int(width * done / max(total, 1))
+            click.echo(f"\r{label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} {what:<12}", err=True, nl=False)
+            if done >= total:
+                click.echo("", err=True)
+            return
+        if total != state["total"] or done < state["done"]:
+            state.update(total=total, tenth=-1)
+        state["done"] = done
+        tenth = 10 * done // max(total, 1)
+        if tenth > state["tenth"]:
+            state["tenth"] = tenth
+            click.echo(f"{label}: {done}/{total} ({10 * tenth}%) {what}".rstrip(), err=True)
+
+    return show
+
+
+def main() -> None:
+    try:
+        cli(prog_name="gspo")
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        sys.exit(141)

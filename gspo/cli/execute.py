@@ -1,0 +1,170 @@
+"""Commands that run models: run (multi-stream runtime) and bench (A/B timing)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from gspo.cli.common import (
+    _load,
+    cli,
+    device_option,
+    handle_errors,
+    input_shape_option,
+    inputs_option,
+    streams_option,
+)
+from gspo.errors import GspoError
+from gspo.outputs import check_outputs, replacing
+
+
+@cli.command(name="run")
+@click.argument("model", type=click.Path())
+@streams_option
+@device_option
+@inputs_option
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the outputs here (.npz).")
+@click.option("--timeline", type=click.Path(dir_okay=False), help="Plot when each segment ran (PNG, needs gspo[plot]).")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT / TIMELINE.")
+@input_shape_option
+@handle_errors
+def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, input_shapes):
+    """Run MODEL with the multi-stream runtime and print (or save) its outputs.
+
+    \b
+    Example:
+        gspo run optimized.onnx --inputs in.npz -o out.npz
+        gspo run nasnet.onnx --streams 2 --timeline timeline.png
+    """
+    import time
+
+    import numpy as np
+
+    from gspo.runtime import load_inputs, make_executor, parse_streams, random_inputs
+
+    n = parse_streams(streams)
+    check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force)
+    graph = _load(model, input_shapes)
+    feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
+    executor = make_executor(graph, n, device)
+    if timeline and executor.num_streams == 1:
+        executor.close()
+        raise GspoError("--timeline needs more than one stream (there is nothing to overlap)")
+    try:
+        trace: list = []
+        start = time.perf_counter()
+        outputs = executor.run(feeds, trace=trace) if device == "cpu" else executor.run(feeds)
+        seconds = time.perf_counter() - start
+    finally:
+        executor.close()
+    placement = getattr(executor, "placement", None)
+    where = ", ".join(f"{n} ops on {b}" for b, n in placement.counts(graph).items()) if placement else device
+    click.echo(f"ran {graph.name} on {executor.num_streams} stream(s), {where}: {seconds * 1e3:.2f} ms "
+               "(one cold run; use gspo bench to time)")
+    for name, arr in outputs.items():
+        click.echo(f"  {name}: {arr.dtype}{list(arr.shape)} mean {float(np.mean(arr)):.6g}")
+    if output:
+        with replacing(output) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
+            np.savez(f, **outputs)
+        click.echo(f"wrote {output}")
+    if timeline:
+        _plot_timeline(trace, executor, timeline)
+        click.echo(f"wrote {timeline}")
+
+
+def _plot_timeline(trace, executor, path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise GspoError("--timeline needs matplotlib: pip install 'gspo[plot]'") from None
+    t0 = min(t.wait_start for t in trace)
+    fig, ax = plt.subplots(figsize=(10, 1 + 0.5 * executor.num_streams))
+    for t in trace:
+        ax.barh(t.stream, (t.start - t.wait_start) * 1e3, left=(t.wait_start - t0) * 1e3, color="#dddddd")
+        ax.barh(t.stream, (t.end - t.start) * 1e3, left=(t.start - t0) * 1e3, color="#4477aa", edgecolor="white")
+    ax.set_xlabel("ms (grey: waiting for another stream)")
+    ax.set_yticks(range(executor.num_streams))
+    ax.set_ylabel("stream")
+    ax.invert_yaxis()
+    fig.tight_layout()
+    with replacing(path) as tmp, open(tmp, "wb") as f:
+        fig.savefig(f, dpi=120, format=Path(path).suffix[1:].lower() or "png")
+    plt.close(fig)
+
+
+@cli.command(name="bench")
+@click.argument("models", nargs=-1, required=True, type=click.Path())
+@click.option("--streams", "streams_list", default="1", show_default=True, metavar="LIST",
+              help="Comma-separated stream settings to time each model with, e.g. '1,auto,2'.")
+@device_option
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
+@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Intra-op threads per session (0: onnxruntime's default, divided among streams).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@inputs_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@input_shape_option
+@handle_errors
+def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_file, as_json, input_shapes):
+    """Time models against each other, interleaved in one process (A B B A ...).
+
+    Prints the median and minimum latency of each (model, streams) pair and its speed ratio
+    against the first row (above 1 = faster). Idle onnxruntime threads do not spin.
+
+    \b
+    Example:
+        gspo bench model.onnx optimized.onnx --streams 1,auto --runs 50
+        gspo bench bert.onnx bert_gspo.onnx --inputs feeds.npz
+    """
+    from gspo.runtime import (
+        SessionConfig,
+        interleaved,
+        load_inputs,
+        make_executor,
+        parse_streams,
+        random_inputs,
+        timed_runner,
+    )
+
+    settings = [parse_streams(x) for x in streams_list.split(",") if x.strip()]
+    if not settings:
+        raise GspoError("--streams needs at least one setting")
+    graphs = [(m, _load(m, input_shapes)) for m in models]
+    first_inputs = {(v.name, v.dtype, v.shape) for v in graphs[0][1].inputs}
+    for m, g in graphs[1:]:
+        if {(v.name, v.dtype, v.shape) for v in g.inputs} != first_inputs:
+            raise GspoError(f"{m}: its inputs differ from {graphs[0][0]}'s; bench compares models with the same inputs")
+    feeds = load_inputs(inputs_file, graphs[0][1]) if inputs_file else random_inputs(graphs[0][1], seed)
+    config = SessionConfig(intra_op_threads=threads)
+    executors, runners = [], []
+    try:
+        for m, g in graphs:
+            for n in settings:
+                ex = make_executor(g, n, device, config)
+                executors.append(ex)
+                label = f"{m} [streams={ex.num_streams}{'' if n else ', auto'}]"
+                runners.append((label, timed_runner(ex, feeds)))  # on CUDA: device time, inputs uploaded once
+        click.echo(f"timing {len(runners)} configurations x {runs} runs ...", err=True)
+        timings = interleaved(runners, runs, warmup)
+    finally:
+        for ex in executors:
+            ex.close()
+    rows = [{"config": t.label, "median_ms": t.median * 1e3, "min_ms": t.min * 1e3,
+             "ratio": t.ratio_to(timings[0])} for t in timings]
+    if as_json:
+        click.echo(json.dumps({"runs": runs, "warmup": warmup, "device": device, "rows": rows}, indent=2))
+        return
+    width = max(len(r["config"]) for r in rows)
+    click.echo(f"{'configuration':<{width}} {'median ms':>10} {'min ms':>9} {'vs first':>9}")
+    for r in rows:
+        click.echo(f"{r['config']:<{width}} {r['median_ms']:>10.3f} {r['min_ms']:>9.3f} {r['ratio']:>8.3f}x")
+
+
+# ------------------------------------------------------------------- optimize

@@ -1,0 +1,303 @@
+"""Commands that write, describe and compare models: zoo, info, verify, rules, partition, convert."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+
+import click
+
+from gspo.cli.common import (
+    Number,
+    _load,
+    cli,
+    handle_errors,
+    input_shape_option,
+    inputs_option,
+)
+from gspo.errors import GspoError
+from gspo.outputs import check_outputs
+
+
+# ------------------------------------------------------------------------ zoo
+@cli.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_", is_flag=True, help="List the models and exit.")
+@click.option("--size", type=click.Choice(["tiny", "full"]), default="tiny", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@handle_errors
+def zoo(name, list_, size, output, seed, force):
+    """Write a model of the GSPO paper's set (random weights, batch 1).
+
+    \b
+    Example:
+        gspo zoo --list
+        gspo zoo nasnet_mobile --size full -o nasnet_mobile.onnx
+    """
+    from gspo import ir
+    from gspo.zoo import MODELS, build
+
+    if list_ or not name:
+        if not list_:
+            raise GspoError("name a model (gspo zoo --list shows them)")
+        for m in MODELS.values():
+            click.echo(f"{m.name:<14} {m.description}")
+        return
+    if not output:
+        raise GspoError("give the output file with -o FILE")
+    check_outputs({"-o": output}, (), force)
+    if size == "full":
+        click.echo(f"building {name} ({size}) ...", err=True)
+    graph = build(name, size, seed)
+    ir.save(graph, output, overwrite=True)
+    click.echo(f"wrote {output} ({len(graph.nodes)} nodes)")
+
+
+# ----------------------------------------------------------------------- info
+def _si(x: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= div:
+            return f"{x / div:.3f} {unit}"
+    return f"{x:.0f} "
+
+
+def model_info(graph) -> dict:
+    from gspo.ir import dag, graph_features, node_features
+
+    feats = graph_features(graph)
+    compute = {n.key for n in graph.nodes if node_features(graph, n).flops > 0}
+    is_compute = lambda n: n.key in compute  # noqa: E731
+    return {
+        "name": graph.name,
+        "opset": graph.opset,
+        "inputs": {v.name: list(v.shape) if v.shape is not None else None for v in graph.inputs},
+        "outputs": {v.name: list(v.shape) if v.shape is not None else None for v in graph.outputs},
+        "nodes": len(graph.nodes),
+        "ops": dict(sorted(Counter(n.op_type for n in graph.nodes).items(), key=lambda kv: (-kv[1], kv[0]))),
+        "params": feats.params,
+        "param_bytes": feats.param_bytes,
+        "macs": feats.macs,
+        "flops": feats.flops,
+        "bytes_read": feats.bytes_read,
+        "bytes_written": feats.bytes_written,
+        "depth": dag.depth(graph, is_compute),
+        "max_parallel_ops": dag.max_antichain_width(graph, is_compute),
+        "opaque_ops": sorted({f"{n.domain + '::' if n.domain else ''}{n.op_type}" for n in graph.nodes if n.is_opaque}),
+    }
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=True))
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def info(model, input_shapes, as_json):
+    """Describe a model: ops, parameters, FLOPs, bytes, depth, parallelism.
+
+    The model is described as gspo sees it, after constant folding (exporters' shape arithmetic
+    and Constant nodes folded). FLOPs count a multiply-accumulate as 2; depth and the maximum
+    number of independent ops count compute ops only (not reshapes, concats and other data
+    movement).
+
+    \b
+    Example:
+        gspo info model.onnx --input-shape input=1,3,224,224
+    """
+    data = model_info(_load(model, input_shapes, plain=True))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    rows = [
+        ("model", f"{data['name']} (opset {data['opset']})"),
+        ("inputs", ", ".join(f"{k}{v}" for k, v in data["inputs"].items())),
+        ("outputs", ", ".join(f"{k}{v}" for k, v in data["outputs"].items())),
+        ("nodes", str(data["nodes"])),
+        ("parameters", f"{_si(data['params'])}({_si(data['param_bytes'])}B)"),
+        ("MACs", _si(data["macs"])),
+        ("FLOPs", _si(data["flops"])),
+        ("bytes read / written", f"{_si(data['bytes_read'])}B / {_si(data['bytes_written'])}B"),
+        ("depth (compute ops)", str(data["depth"])),
+        ("max independent ops", str(data["max_parallel_ops"])),
+        ("opaque ops", ", ".join(data["opaque_ops"]) or "none"),
+    ]
+    for k, v in rows:
+        click.echo(f"{k:<22} {v}")
+    click.echo("op histogram:")
+    for op, count in data["ops"].items():
+        click.echo(f"  {op:<24} {count}")
+
+
+# --------------------------------------------------------------------- verify
+@cli.command()
+@click.argument("model_a", type=click.Path())
+@click.argument("model_b", type=click.Path())
+@click.option("--rtol", type=Number(0), default=1e-3, show_default=True, help="Tolerance relative to each element.")
+@click.option("--atol", type=Number(0), default=1e-4, show_default=True, help="Absolute tolerance.")
+@click.option("--ntol", type=Number(0), default=1e-5, show_default=True,
+              help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
+@inputs_option
+@input_shape_option
+@handle_errors
+def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_shapes):
+    """Check that two models compute the same outputs (exit 0) or not (exit 1).
+
+    Both run with onnxruntime on the same inputs (random ones valid for the model: integer
+    inputs stay within the tables they index, masks are 0 or 1). An output matches when every
+    element satisfies |b - a| <= atol + rtol * |a| + ntol * max|a|, max|a| being the output's
+    largest magnitude; integer and bool outputs must be equal, NaN and infinities at the same
+    places. "rel to max" is max|b - a| / max|a|.
+
+    \b
+    Example:
+        gspo verify model.onnx optimized.onnx --runs 5
+        gspo verify model.onnx optimized.onnx --inputs feeds.npz
+    """
+    from gspo.runtime import load_inputs
+    from gspo.runtime import verify as run_verify
+
+    a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
+    feeds = load_inputs(inputs_file, a) if inputs_file else None
+    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
+    click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12} {'rel to max':>11}  verdict")
+    for d in result.outputs:
+        click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "
+                   f"{'ok' if d.ok else 'DIFFERS: ' + d.reason}")
+    tol = f"rtol={rtol:g}, atol={atol:g}, ntol={ntol:g}"
+    if result.equivalent:
+        click.echo(f"equivalent ({tol})")
+        return
+    click.echo(f"NOT equivalent: {result.worst.name} differs beyond {tol}")
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------------- rules
+@cli.command()
+@click.argument("model", required=False, type=click.Path())
+@click.option("--list", "list_", is_flag=True, help="List the rules and exit.")
+@click.option("--why", is_flag=True, help="Also count why sites did not match, per rule.")
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def rules(model, list_, why, input_shapes, as_json):
+    """List the rewrite rules, or count where each one matches in MODEL.
+
+    \b
+    Example:
+        gspo rules --list
+        gspo rules inception_v3.onnx --why
+    """
+    from collections import Counter as _Counter
+
+    from gspo.rules import DEFAULT_RULES, Fail
+
+    if list_ or not model:
+        rows = [{"rule": r.name, "merges": r.merges, "pattern": list(r.pattern), "description": r.description}
+                for r in DEFAULT_RULES]
+        if as_json:
+            click.echo(json.dumps(rows, indent=2))
+            return
+        for r in rows:
+            click.echo(f"{r['rule']:<22} {r['description']}")
+        return
+    graph = _load(model, input_shapes, plain=True)
+    out = []
+    for r in DEFAULT_RULES:
+        results = list(r.match(graph, explain=why))
+        fails = _Counter(f.reason for f in results if isinstance(f, Fail))
+        out.append({"rule": r.name, "merges": r.merges, "sites": sum(1 for m in results if not isinstance(m, Fail)),
+                    "not_matched": dict(fails.most_common())})
+    if as_json:
+        click.echo(json.dumps(out, indent=2))
+        return
+    click.echo(f"{'rule':<22} {'sites':>6}")
+    for row in out:
+        click.echo(f"{row['rule']:<22} {row['sites']:>6}{'  (merge)' if row['merges'] else ''}")
+        for reason, n in list(row["not_matched"].items())[:5]:
+            click.echo(f"    {n:>5} x {reason}")
+    merges = sum(row["sites"] for row in out if row["merges"])
+    click.echo(f"merge sites: {merges}")
+
+
+# ------------------------------------------------------------------ partition
+@cli.command(name="partition")
+@click.argument("model", type=click.Path())
+@click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece, in ops [default: 64].")
+@click.option("--balance", type=Number(0, 0.5, low_open=True), default=0.25, show_default=True,
+              help="Each cut leaves at least this fraction of the ops on either side.")
+@input_shape_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def partition_cmd(model, threshold, balance, input_shapes, as_json):
+    """Cut MODEL into pieces of at most T ops, where the fewest rule matches are lost.
+
+    Ops weigh the number of rule patterns they can take part in; each cut is a balanced
+    minimum vertex cut (Boykov-Kolmogorov), repeated until every piece is small enough.
+
+    \b
+    Example:
+        gspo partition nasnet_large.onnx --threshold 64
+    """
+    import time
+
+    from gspo.partition import DEFAULT_THRESHOLD, partition
+
+    graph = _load(model, input_shapes, plain=True)
+    start = time.perf_counter()
+    p = partition(graph, DEFAULT_THRESHOLD if threshold is None else threshold, balance)
+    seconds = time.perf_counter() - start
+    names = [n.name or n.op_type for n in graph.nodes]
+    data = {
+        "model": graph.name,
+        "ops": len(graph.nodes),
+        "threshold": p.threshold,
+        "pieces": [
+            {"index": i, "ops": piece.size, "virtual_inputs": list(piece.virtual_inputs),
+             "outputs": [v.name for v in piece.graph.outputs]}
+            for i, piece in enumerate(p.pieces)
+        ],
+        "cuts": [{"weight": c.value, "ops": [names[v] for v in c.cut],
+                  "sides": [len(c.before), len(c.after)]} for c in p.cuts],
+        "cut_weight": p.cut_weight,
+        "total_weight": p.total_weight,
+        "seconds": seconds,
+    }
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"{len(p.pieces)} pieces of at most {p.threshold} ops ({len(graph.nodes)} ops, {seconds:.2f} s)")
+    click.echo(f"{'piece':>5} {'ops':>5} {'virtual inputs':>15} {'outputs':>8}")
+    for row in data["pieces"]:
+        click.echo(f"{row['index']:>5} {row['ops']:>5} {len(row['virtual_inputs']):>15} {len(row['outputs']):>8}")
+    for c in data["cuts"]:
+        click.echo(f"cut {c['sides'][0]}|{c['sides'][1]} ops: weight {c['weight']:g} at {', '.join(c['ops'][:4])}"
+                   + (" ..." if len(c["ops"]) > 4 else ""))
+    share = 100 * p.cut_weight / p.total_weight if p.total_weight else 0.0
+    click.echo(f"weight lost: {p.cut_weight:g} of {p.total_weight:g} ({share:.2f}%)")
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
+@input_shape_option
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
+@handle_errors
+def convert(model, output, input_shapes, force):
+    """Rewrite a model through gspo's IR: pin input shapes, stamp an IR version onnxruntime reads.
+
+    \b
+    Example:
+        gspo convert dynamic.onnx -o static.onnx --input-shape input=1,3,224,224
+    """
+    from gspo import ir
+
+    check_outputs({"-o": output}, (model,), force)
+    graph = _load(model, input_shapes)
+    ir.save(graph, output, overwrite=True)
+    click.echo(f"wrote {output}")
+
+

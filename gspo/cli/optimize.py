@@ -1,0 +1,186 @@
+"""The optimize and regress commands."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from gspo.cli.common import (
+    MAX_JOBS,
+    Number,
+    _progress_printer,
+    cli,
+    device_option,
+    handle_errors,
+    input_shape_option,
+    inputs_option,
+)
+from gspo.errors import GspoError
+from gspo.outputs import atomic_write, check_outputs
+
+
+@cli.command(name="optimize")
+@click.argument("model", type=click.Path())
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
+@device_option
+@click.option("--profile", help="Cost profile: a name (shipped with gspo or in the user cache) or a path [default: cpu].")
+@click.option("--foreign-profile", is_flag=True,
+              help="Use a profile made on another device or onnxruntime version (with a warning).")
+@click.option("--alpha", type=Number(1), default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
+@click.option("--budget", type=click.IntRange(min=0), default=40, show_default=True, help="Graphs expanded per piece at most.")
+@click.option("--time-budget", type=Number(0, low_open=True), default=90.0, show_default=True,
+              help="Seconds for the whole optimization (anytime: the best so far is verified and written).")
+@click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece in ops [default: 64].")
+@click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores].")
+@click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=0,
+              help=f"Processes searching pieces, at most the CPU cores ({MAX_JOBS}) [default: all of them].")
+@click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
+@click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random verification inputs.")
+@click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
+              help="Pick verified candidates by measured latency, or by the cost model (the same bytes for "
+                   "the same input, seed and profile, as long as the time budget does not cut the search).")
+@click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
+@inputs_option
+@click.option("--backends", metavar="LIST", default=None,
+              help="Backends to place the model or its pieces on, e.g. 'ort,openvino' [default: every one installed].")
+@click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
+@input_shape_option
+@handle_errors
+def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget, time_budget, threshold, max_streams, jobs,
+                 no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes):
+    """Make MODEL faster: joint substitutions and streams, verified, never slower.
+
+    Folds the exporter's constants and shape arithmetic, partitions the model, searches each
+    piece (rules and streams ranked by the cost profile), verifies the best candidates by
+    running them on the values that reach each piece (rejecting, with the reason, any that
+    onnxruntime refuses or that compute something else), merges, checks the whole model against
+    the original and writes OUTPUT (a mismatch writes nothing and exits 1). Dynamic input
+    dimensions get defaults (1 for a batch, 128 otherwise) unless pinned with --input-shape; the
+    output keeps them dynamic when it computes the same at another size.
+
+    With OpenVINO installed (pip install 'gspo[openvino]'), the whole model and each piece are
+    also timed on it; when a placement off onnxruntime wins, it is saved in the model and
+    gspo run / gspo bench follow it.
+
+    \b
+    Example:
+        gspo optimize model.onnx -o fast.onnx --report report.json
+        gspo optimize nasrnn.onnx -o fast.onnx --no-streams --time-budget 60
+        gspo optimize resnet50.onnx -o fast.onnx --backends ort,openvino
+        gspo optimize bert.onnx -o fast.onnx --input-shape input_ids=1,64 --inputs feeds.npz
+    """
+    from gspo import ir
+    from gspo.partition import DEFAULT_THRESHOLD
+    from gspo.runtime.inputs import read_npz
+    from gspo.search import OptimizeError, optimize
+
+    check_outputs({"-o": output, "--report": report}, (model, inputs_file), force)
+    if no_streams and no_rules:
+        raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
+    shapes = ir.parse_input_shapes(input_shapes)
+    feeds = read_npz(inputs_file) if inputs_file else None
+    chosen_backends = None
+    if backends is not None:
+        from gspo.runtime.backends import check_backends
+
+        chosen_backends = check_backends(backends.split(","))
+    bar = _progress_printer("optimizing")
+    try:
+        result = optimize(
+            model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
+            profile=profile, force_profile=foreign_profile, alpha=alpha, budget=budget, time_budget=time_budget,
+            threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
+            use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select, backends=chosen_backends,
+        )
+    except OptimizeError as e:
+        click.echo(f"gspo: error: {e}", err=True)
+        sys.exit(1)
+    result.save(output, overwrite=True)
+    r = result.report
+    if report:
+        atomic_write(report, json.dumps(r, indent=1, default=str) + "\n")
+    for note in r["notes"]:
+        click.echo(f"note: {note}")
+    _echo_outcome(r, pinned=bool(shapes))
+    click.echo(f"wrote {output}")
+
+
+def _echo_outcome(r: dict, pinned: bool) -> None:
+    """The summary ``gspo optimize`` prints: latency, verdict, what changed, what was rejected."""
+    click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
+               f"measured; spread {100 * r['timing_spread']:.1f}%)")
+    click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
+    if r["unchanged"]:
+        pins = " with its input shapes pinned" if pinned else ""
+        click.echo(f"nothing beat the input as measured: the output is the input{pins}")
+    elif r["verdict"] != "faster":
+        click.echo("no measurable change: the speedup is within the timings' spread")
+    subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
+    click.echo(f"substitutions: {subs}")
+    click.echo(f"streams: {r['streams']}, syncs: {r['syncs']}; pieces: {r['pieces']}; "
+               f"search {r['search_seconds']:.1f} s, total {r['total_seconds']:.1f} s")
+    if not r["unchanged"]:
+        click.echo(f"equivalent to the input: largest difference {r['max_rel_err']:.2g} of an output's magnitude")
+    if r["dynamic_dims"]:
+        click.echo(f"dynamic dimensions: {r['dynamic_dims']}")
+    placed = {b: n for b, n in r["placement"]["chosen"].items() if b != "ort"}
+    if placed:
+        ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
+        click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
+    if r["candidates_rejected_by_verification"]:
+        click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
+                   "(onnxruntime refused them or their outputs differed; reasons in --report)")
+
+
+# -------------------------------------------------------------------- regress
+@cli.command()
+@click.argument("modelset", type=click.Path())
+@click.option("--baseline", type=click.Path(dir_okay=False), help="Baseline file [default: MODELSET's name + .baseline.json].")
+@click.option("--update", is_flag=True, help="Write the results as the new baseline (exit 0 unless a model is not equivalent).")
+@click.option("--tolerance", type=Number(0), default=0.02, show_default=True, help="Allowed drop of estimated speedup.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@handle_errors
+def regress(modelset, baseline, update, tolerance, as_json):
+    """Guard a model set: fail (exit 1) when a model gets slower by estimate or stops being equivalent.
+
+    Every model is optimized with a fixed seed and budget and chosen by the cost model, so the
+    estimated speedup is reproducible; measured speedups are reported but never gate.
+
+    \b
+    Example:
+        gspo regress data/modelset.json
+        gspo regress my_models.json --update
+    """
+    from gspo.regress import read_baseline, run_regress, write_baseline
+
+    base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
+    known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
+    rows = run_regress(modelset, known, tolerance, _progress_printer("regress"))
+    failed = [r for r in rows if r.status != "ok" and not (update and r.status in ("NO BASELINE", "REGRESSED", "ok"))]
+    if update:
+        write_baseline(base_path, rows)
+    if as_json:
+        click.echo(json.dumps({"baseline": str(base_path), "rows": [r.to_json() for r in rows]}, indent=2))
+    else:
+        click.echo(f"{'model':<20} {'status':<15} {'est. speedup':>12} {'baseline':>9} {'measured':>9}  substitutions")
+        for r in rows:
+            est = f"{r.estimated_speedup:.4f}" if r.estimated_speedup else "-"
+            ref = f"{r.baseline_speedup:.4f}" if r.baseline_speedup else "-"
+            meas = f"{r.measured_speedup:.3f}" if r.measured_speedup else "-"
+            subs = ", ".join(f"{k} {v}" for k, v in r.substitutions.items()) or "none"
+            status = "updated" if update and r.estimated_speedup is not None else r.status
+            click.echo(f"{r.name:<20} {status:<15} {est:>12} {ref:>9} {meas:>9}  {subs}")
+            if r.detail and not update:
+                click.echo(f"{'':<20} {r.detail}")
+        if update:
+            click.echo(f"wrote {base_path}")
+    if failed:
+        if not as_json:
+            click.echo(f"FAILED: {', '.join(r.name for r in failed)}")
+        sys.exit(1)
+
+
