@@ -26,6 +26,8 @@ from gspo.ir.shapes import _pads as resolve_pads
 __all__ = [
     "Fail",
     "Mismatch",
+    "OpSet",
+    "position_ops",
     "need",
     "require",
     "Match",
@@ -36,6 +38,7 @@ __all__ = [
     "plain_conv",
     "constant_params",
     "attrs_with",
+    "axis_of",
     "constant",
     "single_consumer",
     "can_rewire",
@@ -53,6 +56,10 @@ class Fail:
     reason: str
     nodes: tuple[str, ...] = ()
 
+    def mismatch(self) -> Mismatch:
+        """This failure as the :class:`Mismatch` a check raises."""
+        return Mismatch(self.reason, self.nodes)
+
 
 class Mismatch(Exception):
     """Raised inside :meth:`Rule.check` (through :func:`need` and :func:`require`): the site does
@@ -63,10 +70,11 @@ class Mismatch(Exception):
         self.fail = Fail(reason, nodes)
 
 
-def need(value: T | Fail) -> T:
-    """``value``, or a :class:`Mismatch` with its reason when it is a :class:`Fail`."""
+def need(value: T | Fail, reason: str | None = None) -> T:
+    """``value``, or a :class:`Mismatch` when it is a :class:`Fail` (with ``reason`` when
+    given, else the Fail's own)."""
     if isinstance(value, Fail):
-        raise Mismatch(value.reason, value.nodes)
+        raise Mismatch(reason) if reason else value.mismatch()
     return value
 
 
@@ -97,39 +105,78 @@ class Match:
         return tuple(n.name or n.op_type for n in self.nodes)
 
 
+class OpSet(str):
+    """A pattern position that any of several op types can fill; it reads as its example op.
+
+    ``OpSet("Relu", ELEMENTWISE)`` stands for every elementwise op and prints as ``Relu``.
+    """
+
+    ops: frozenset[str]
+
+    def __new__(cls, example: str, ops: Iterable[str]) -> OpSet:
+        """Make the position ``example`` that any op type in ``ops`` can fill."""
+        self = super().__new__(cls, example)
+        self.ops = frozenset(ops)
+        return self
+
+
+def position_ops(position: str) -> frozenset[str]:
+    """The op types that can fill a pattern position (one op type, or an :class:`OpSet`)."""
+    return position.ops if isinstance(position, OpSet) else frozenset([position])
+
+
 class Rule:
-    """Base class: subclasses set ``pattern`` and implement ``sites``, ``check`` and ``apply``."""
+    """Base class: a rule states its ``pattern`` and implements ``check`` and ``apply``.
+
+    ``pattern`` lists the op types of the source pattern, its root (the op every site is
+    anchored on) first; a position that several op types can fill is an :class:`OpSet`. An
+    empty pattern roots the rule on every op. ``check`` returns a :class:`Match` or raises a
+    :class:`Mismatch` (through :func:`need` and :func:`require`); ``apply`` rewrites a match.
+    A rule whose sites are more than one root node overrides ``sites``.
+    """
 
     pattern: tuple[str, ...] = ()
-    #: Op types that may stand at each position of the source pattern (defaults to ``pattern``);
-    #: the partitioner counts an op's mappings onto rule patterns from these.
-    pattern_ops: tuple[frozenset[str], ...] = ()
-    #: Op types whose every node is a one-node site (the default :meth:`sites`).
-    anchors: tuple[str, ...] = ()
     #: True for rules that merge operators (counted as merge sites by ``gspo rules``).
     merges: bool = False
+    #: True for rules the greedy variants apply wherever they match (they never undo each
+    #: other); False for the ones only the search explores (splits and moves).
+    greedy: bool = True
 
     @property
     def name(self) -> str:
+        """The rule's name: its class name."""
         return type(self).__name__
 
     def positions(self) -> tuple[frozenset[str], ...]:
         """For each position of the source pattern, the op types that can stand there."""
-        return self.pattern_ops or tuple(frozenset([op]) for op in self.pattern)
+        return tuple(position_ops(p) for p in self.pattern)
+
+    @cached_property
+    def root_ops(self) -> frozenset[str] | None:
+        """The op types a site is anchored on (``None``: any op)."""
+        return position_ops(self.pattern[0]) if self.pattern else None
+
+    def may_match(self, graph: Graph) -> bool:
+        """Whether ``graph`` has a node of the rule's root op (through the graph's index by op)."""
+        roots = self.root_ops
+        return roots is None or any(op in graph.nodes_by_op for op in roots)
 
     @property
     def description(self) -> str:
+        """The first line of the rule's docstring: the rewrite it makes."""
         doc = (type(self).__doc__ or "").strip().splitlines()
         return doc[0].replace("``", "") if doc else ""
 
     def sites(self, graph: Graph) -> Iterable[tuple[Node, ...]]:
-        """Candidate sites, anchors first, in graph order (deterministic)."""
-        return ((n,) for n in nodes_of(graph, *self.anchors))
+        """Candidate sites, anchors first, in graph order (deterministic): each root-op node."""
+        return ((n,) for n in nodes_of(graph, *sorted(self.root_ops or ())))
 
-    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match | Fail:
+    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match:
+        """The match at ``site``, or a :class:`Mismatch` saying why it does not apply."""
         raise NotImplementedError
 
     def apply(self, graph: Graph, match: Match) -> Graph:
+        """The graph with ``match`` rewritten."""
         raise NotImplementedError
 
     def match(self, graph: Graph, explain: bool = False) -> Iterator[Match | Fail]:
@@ -214,6 +261,13 @@ def array(graph: Graph, w: Weight) -> np.ndarray:
     return w.evaluate(graph.store)
 
 
+def axis_of(graph: Graph, node: Node, value: str) -> int:
+    """``node``'s ``axis`` attribute made non-negative for the rank of ``value``."""
+    rank = len(graph.values[value].shape)
+    ax = node.attr("axis", 0)
+    return ax + rank if ax < 0 else ax
+
+
 def attrs_with(node: Node, **changes: Any) -> tuple[Attr, ...]:
     """``node``'s attributes with ``changes`` (``None`` deletes), keeping their order."""
     out = []
@@ -255,10 +309,10 @@ def conv_params(graph: Graph, node: Node) -> ConvParams | Fail:
     return ConvParams(kernel, strides, dil, pads, attrs.get("group", 1), w.shape[0], w.shape[1])
 
 
-def constant_params(graph: Graph, node: Node, first: int = 1) -> None:
-    """Require every input of ``node`` from position ``first`` on (weights, bias) to be a
-    constant initializer (skipped optional inputs aside)."""
-    for name in node.inputs[first:]:
+def constant_params(graph: Graph, node: Node, first: int = 1, last: int | None = None) -> None:
+    """A Mismatch unless every input of ``node`` from position ``first`` (up to, not including,
+    ``last``) is a constant initializer (skipped optional inputs aside): its weights and bias."""
+    for name in node.inputs[first:last]:
         if name:
             need(constant(graph, name))
 
@@ -408,14 +462,12 @@ def split_node(edit: Edit, x: str, axis: int, sizes: Sequence[int], outputs: Seq
         edit.node("Split", [x], [make_attr("axis", axis), make_attr("split", list(sizes))], outputs=outputs, like=like)
 
 
-def split_sizes(graph: Graph, node: Node) -> list[int] | Fail:
-    """The piece sizes of a Split node."""
+def split_sizes(graph: Graph, node: Node) -> list[int]:
+    """The piece sizes of a Split node, or a Mismatch when its outputs' shapes are unknown."""
     outs = [graph.values.get(v.name) for v in node.outputs]
+    require(all(v is not None and v.is_static for v in outs), "unknown shapes")
     ax = node.attr("axis", 0)
-    if any(v is None or not v.is_static for v in outs):
-        return Fail("unknown shapes")
     return [v.shape[ax] for v in outs]
-
 
 
 def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Fail | None:

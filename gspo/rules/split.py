@@ -16,8 +16,7 @@ class SplitConv(Rule):
     """``Conv(x, w)`` -> ``Concat(Conv(x, w[:h]), Conv(x, w[h:]))`` along output channels."""
 
     pattern = ("Conv",)
-
-    anchors = ("Conv",)
+    greedy = False
 
     def check(self, graph, site):
         conv = site[0]
@@ -44,8 +43,7 @@ class SplitMatMul(Rule):
     """``MatMul(x, B)`` -> ``Concat(MatMul(x, B[:, :h]), MatMul(x, B[:, h:]))`` along output columns."""
 
     pattern = ("MatMul",)
-
-    anchors = ("MatMul",)
+    greedy = False
 
     def check(self, graph, site):
         mm = site[0]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from gspo.ir import Graph, GraphError
 from gspo.ir.onnx_io import check_graph
-from gspo.rules import DEFAULT_RULES, Rule
+from gspo.rules import DEFAULT_RULES, Rule, applicable
 from gspo.streams import Schedule, assign_streams
 
 __all__ = ["SearchConfig", "Candidate", "SearchResult", "search", "joint_cost"]
@@ -124,7 +124,7 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
     while queue and expanded < config.budget and not out_of_time:
         _, _, current = heapq.heappop(queue)
         expanded += 1
-        for rule in rules:
+        for rule in applicable(rules, current.graph):
             if out_of_time:
                 break
             for match in rule.match(current.graph):

@@ -130,7 +130,7 @@ def test_an_unchanged_model_file_is_written_back_byte_for_byte(tmp_path):
 class BreakConvs(Rule):
     """Test-only rule: scales a Conv weight by 2 (changes the outputs)."""
 
-    anchors = ("Conv",)
+    pattern = ("Conv",)
 
     def check(self, graph, site):
         return self._match(site)
