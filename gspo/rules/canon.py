@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 from gspo.ir import Graph, Node
-from gspo.rules.base import Edit, Mismatch, Rule, array, need, producer, require, single_consumer
+from gspo.rules.base import Mismatch, Rule, array, need, producer, require, single_consumer
+from gspo.rules.edit import Edit
 
 __all__ = ["CanonicalGelu", "RULES"]
 

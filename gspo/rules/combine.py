@@ -13,7 +13,6 @@ import numpy as np
 from gspo.ir import Literal, concat
 from gspo.ir.builder import make_attr
 from gspo.rules.base import (
-    Edit,
     OpSet,
     Rule,
     array,
@@ -25,9 +24,9 @@ from gspo.rules.base import (
     producer,
     require,
     single_consumer,
-    split_node,
     split_sizes,
 )
+from gspo.rules.edit import Edit, split_node
 
 __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "RULES"]
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gspo.rules.base import Edit, Rule, can_rewire, need, require
+from gspo.rules.base import Rule, can_rewire, need, require
+from gspo.rules.edit import Edit
 
 __all__ = ["MergeDuplicates", "RULES"]
 

@@ -22,17 +22,8 @@ from gspo.ir import Literal, Pad
 from gspo.ir.builder import make_attr
 from gspo.ir.features import DEPTHWISE_CHANNEL_MULTIPLE as CHANNEL_MULTIPLE
 from gspo.ir.features import depthwise_channels, is_misaligned_depthwise
-from gspo.rules.base import (
-    Edit,
-    Match,
-    Rule,
-    attrs_with,
-    constant_params,
-    conv_params,
-    int64s,
-    need,
-    require,
-)
+from gspo.rules.base import Match, Rule, attrs_with, constant_params, conv_params, need, require
+from gspo.rules.edit import Edit, int64s
 from gspo.rules.merge import readers_by_input
 
 __all__ = ["CHANNEL_MULTIPLE", "EnlargeConvKernel", "PadDepthwiseChannels", "pad_channels", "slice_channels", "RULES"]

@@ -10,7 +10,6 @@ import numpy as np
 from gspo.ir import Graph, Literal, Node, Scale, Weight, broadcast_shapes
 from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
-    Edit,
     Mismatch,
     OpSet,
     Rule,
@@ -22,6 +21,7 @@ from gspo.rules.base import (
     require,
     single_consumer,
 )
+from gspo.rules.edit import Edit
 
 __all__ = [
     "FoldBatchNorm",

@@ -19,7 +19,6 @@ from gspo.ir.builder import make_attr
 from gspo.ir.dag import reachability
 from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
-    Edit,
     Fail,
     Mismatch,
     OpSet,
@@ -35,8 +34,8 @@ from gspo.rules.base import (
     producer,
     require,
     single_consumer,
-    split_node,
 )
+from gspo.rules.edit import Edit, split_node
 
 __all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "MergeSplitConvs", "RULES",
            "readers_by_input", "shared_input_sites"]

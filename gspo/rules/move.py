@@ -12,22 +12,19 @@ from dataclasses import dataclass
 from gspo.ir import Graph, Node, broadcast_shapes, fresh_name, slice_weight
 from gspo.ir.shapes import UNARY_OPS
 from gspo.rules.base import (
-    Edit,
     Mismatch,
     OpSet,
     Rule,
     axis_of,
-    bypass,
-    bypass_check,
     can_rewire,
     constant,
     need,
     producer,
     require,
     single_consumer,
-    split_node,
     split_sizes,
 )
+from gspo.rules.edit import Edit, bypass, bypass_check, split_node
 
 __all__ = [
     "PushThroughConcat",

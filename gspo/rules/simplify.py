@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from gspo.ir import Graph, Literal, Node, Pad
 from gspo.rules.base import (
-    Edit,
     Mismatch,
     OpSet,
     Rule,
     array,
     attrs_with,
-    bypass,
-    bypass_check,
     constant,
     conv_params,
-    int64s,
     need,
     producer,
     require,
     single_consumer,
 )
+from gspo.rules.edit import Edit, bypass, bypass_check, int64s
 
 __all__ = [
     "RemoveIdentity",

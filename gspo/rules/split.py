@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gspo.ir import slice_weight
 from gspo.ir.builder import make_attr
-from gspo.rules.base import Edit, Rule, constant, need, plain_conv, require
+from gspo.rules.base import Rule, constant, need, plain_conv, require
+from gspo.rules.edit import Edit
 
 __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 

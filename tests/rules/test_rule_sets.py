@@ -14,7 +14,8 @@ from gspo.rules import (
     rule_by_name,
     split,
 )
-from gspo.rules.base import Edit, Rule
+from gspo.rules.base import Rule
+from gspo.rules.edit import Edit
 
 
 def test_every_rule_is_in_the_table_once_under_its_own_name():

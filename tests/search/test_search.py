@@ -12,7 +12,7 @@ from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir import Literal
 from gspo.rules import DEFAULT_RULES, Rule
-from gspo.rules.base import Edit
+from gspo.rules.edit import Edit
 from gspo.runtime import verify
 from gspo.search import OptimizeError, SearchConfig, optimize, search
 from gspo.zoo import build
