@@ -19,12 +19,12 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gspo.costmodel.calibrate import speed_reference, time_callable
+from gspo.costmodel.calibrate import speed_reference
 from gspo.costmodel.estimate import CostModel
 from gspo.costmodel.pieces import held_out_subgraphs
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import normalize
-from gspo.runtime import CpuExecutor, make_session, random_inputs
+from gspo.runtime import CpuExecutor, make_session, median_seconds, random_inputs
 from gspo.streams import assign_streams
 
 __all__ = ["Evaluation", "held_out_subgraphs", "held_out_schedule", "evaluate"]
@@ -93,7 +93,7 @@ def _time_on_streams(graph, schedule, feeds) -> float:
     measures, and as ``gspo run`` runs): session 7 measured held-out pieces 1.17x slower (geometric
     mean of 20) while the executors of all 100 were alive, as this evaluation used to keep them."""
     with CpuExecutor(graph, schedule) as ex:
-        return time_callable(lambda: ex.run(feeds))
+        return median_seconds(lambda: ex.run(feeds))
 
 
 def held_out_schedule(graph):
@@ -121,7 +121,7 @@ def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], 
                 est.append(model.parallel(g, schedule))
             else:
                 sess = make_session(g)
-                runners.append(lambda sess=sess, feeds=feeds: time_callable(lambda: sess.run(None, feeds)))
+                runners.append(lambda sess=sess, feeds=feeds: median_seconds(lambda: sess.run(None, feeds)))
                 est.append(model.sequential(g))
         timed: list[list[tuple[float, float]]] = [[] for _ in subgraphs]  # (units, raw) per pass
         for k in range(passes):

@@ -1,6 +1,6 @@
 """Execution and timing: the only package that imports onnxruntime."""
 
-from gspo.runtime.bench import Timing, interleaved
+from gspo.runtime.bench import Repeats, Timing, interleaved, median_seconds
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import choose_schedule, make_executor, parse_streams, saved_schedule
 from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
@@ -17,6 +17,7 @@ from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verif
 __all__ = [
     "CpuExecutor",
     "Plan",
+    "Repeats",
     "Segment",
     "Timing",
     "TraceEvent",
@@ -25,6 +26,7 @@ __all__ = [
     "interleaved",
     "make_executor",
     "make_plan",
+    "median_seconds",
     "parse_streams",
     "saved_schedule",
     "OutputDiff",

@@ -18,3 +18,14 @@ def test_interleaved_rotates_order_and_counts_runs():
 def test_interleaved_rejects_bad_counts():
     with pytest.raises(ValueError):
         interleaved([("A", lambda: None)], runs=0)
+
+
+def test_median_seconds_warms_up_then_runs_until_the_target_or_the_cap():
+    from gspo.runtime import Repeats, median_seconds
+
+    calls = []
+    assert median_seconds(lambda: calls.append(1), Repeats(min_runs=3, max_runs=4, target_s=0.0, warmup=2)) >= 0
+    assert len(calls) == 2 + 3  # the target is met at once: the minimum
+    calls.clear()
+    median_seconds(lambda: calls.append(1), Repeats(min_runs=3, max_runs=4, target_s=60.0, warmup=1))
+    assert len(calls) == 1 + 4  # the target is never met: the cap
