@@ -79,9 +79,9 @@ class CalibrationConfig:
         return Repeats(self.min_runs, self.max_runs, self.target_s)
 
 
-#: Passes over the suite that ``gspo calibrate`` makes unless told otherwise (sessions 6-7: with 3
-#: instead of 1, the held-out sequential error fell in each of seven evaluation runs, by 0.1-1.5
-#: points; see the README for what it did to the parallel one).
+#: Passes over the suite that ``gspo calibrate`` makes unless told otherwise (with 3 instead of 1,
+#: the held-out sequential error fell in each of seven evaluation runs, by 0.1-1.5 points; see the
+#: README for what it did to the parallel one).
 DEFAULT_CALIBRATION_PASSES = 3
 
 #: A measurement of pass k >= 1 is stored under its benchmark's signature plus this and k (pass 0

@@ -21,14 +21,18 @@ __all__ = ["Bench", "single_ops", "multi_branch", "chains", "zoo_pieces", "launc
 
 @dataclass(frozen=True)
 class Bench:
+    """One calibration benchmark: its kind ("op", "chain", "branches" or "piece") and spec."""
+
     kind: str  # "op", "chain", "branches" or "piece"
     spec: dict
 
     @property
     def signature(self) -> str:
+        """The benchmark's key in the calibration database (its kind and spec as JSON)."""
         return json.dumps({"kind": self.kind, **self.spec}, sort_keys=True)
 
     def build(self) -> Graph:
+        """The benchmark's graph."""
         if self.kind == "piece":
             from gspo.costmodel.pieces import zoo_piece
 

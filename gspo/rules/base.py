@@ -98,6 +98,7 @@ class Match:
 
     @property
     def node_names(self) -> tuple[str, ...]:
+        """The names of the match's nodes (their op type where unnamed)."""
         return tuple(n.name or n.op_type for n in self.nodes)
 
 
@@ -219,6 +220,7 @@ def producer(graph: Graph, value: str, ops: tuple[str, ...] | None = None) -> No
 
 
 def is_output(graph: Graph, value: str) -> bool:
+    """Whether ``value`` is one of the graph's outputs."""
     return value in graph.output_names()
 
 
@@ -254,6 +256,7 @@ def constant(graph: Graph, name: str) -> Weight | Fail:
 
 
 def array(graph: Graph, w: Weight) -> np.ndarray:
+    """The values of weight ``w`` (materialized from the graph's store)."""
     return w.evaluate(graph.store)
 
 
@@ -281,6 +284,8 @@ def attrs_with(node: Node, **changes: Any) -> tuple[Attr, ...]:
 
 @dataclass(frozen=True)
 class ConvParams:
+    """A Conv's attributes made explicit: kernel, strides, dilations, pads, group and channels."""
+
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     dilations: tuple[int, ...]

@@ -45,11 +45,13 @@ class Edit:
         return kept | {n.name for n in self._add}
 
     def drop(self, *nodes: Node) -> Edit:
+        """Mark ``nodes`` for removal; returns the edit."""
         for n in nodes:
             self._remove[n.key] = n
         return self
 
     def value(self, name: str) -> Value:
+        """The value called ``name``: one this edit added, or the graph's."""
         return self._values.get(name) or self.graph.values[name]
 
     @cached_property
@@ -141,10 +143,12 @@ class Edit:
         return self
 
     def commit(self) -> Graph:
+        """The graph with the edit's nodes removed and added, and its new weights."""
         return self.graph.replace_nodes(self._remove.values(), self._add, self._weights)
 
 
 def int64s(values: Iterable[int]) -> np.ndarray:
+    """``values`` as a 1-D int64 array (shape, pads and axes constants)."""
     return np.asarray(list(values), dtype=np.int64)
 
 

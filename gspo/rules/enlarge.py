@@ -42,6 +42,7 @@ class EnlargeConvKernel(Rule):
     pattern = ("Conv", "Conv")
 
     def sites(self, graph):
+        """Each ordered pair of distinct Convs reading one tensor: (the one to enlarge, its sibling)."""
         for convs in readers_by_input(graph, ("Conv",)).values():
             for small in convs:
                 for big in convs:

@@ -107,6 +107,7 @@ class MergeParallelConvs(Rule):
     merges = True
 
     def sites(self, graph):
+        """Each group of two or more Convs reading one tensor."""
         return shared_input_sites(graph, ("Conv",))
 
     def check(self, graph, site):
@@ -144,6 +145,7 @@ class MergeParallelMatMuls(Rule):
     merges = True
 
     def sites(self, graph):
+        """Each group of two or more MatMuls or Gemms reading one left operand."""
         return shared_input_sites(graph, ("MatMul", "Gemm"))
 
     def check(self, graph, site):
@@ -193,6 +195,7 @@ class BatchSharedWeightMatMuls(Rule):
     merges = True
 
     def sites(self, graph):
+        """Each group of two or more MatMuls with one constant right operand."""
         by_weight: OrderedDict[str, list[Node]] = OrderedDict()
         for n in nodes_of(graph, "MatMul"):
             if len(n.inputs) == 2 and n.inputs[1] in graph.weights:
