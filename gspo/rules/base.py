@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gspo.ir import Attr, Graph, Node, Weight
+from gspo.ir import Attr, Graph, Node, Value, Weight, broadcast_shapes
 from gspo.ir.builder import make_attr
 from gspo.ir.shapes import _pads as resolve_pads
 
@@ -36,6 +36,9 @@ __all__ = [
     "constant_params",
     "attrs_with",
     "axis_of",
+    "broadcasts_within",
+    "is_static",
+    "static_values",
     "constant",
     "single_consumer",
     "can_rewire",
@@ -258,6 +261,26 @@ def constant(graph: Graph, name: str) -> Weight | Fail:
 def array(graph: Graph, w: Weight) -> np.ndarray:
     """The values of weight ``w`` (materialized from the graph's store)."""
     return w.evaluate(graph.store)
+
+
+def is_static(graph: Graph, *names: str) -> bool:
+    """Whether every value in ``names`` exists with a known shape."""
+    return all((v := graph.values.get(n)) is not None and v.is_static for n in names)
+
+
+def static_values(graph: Graph, *names: str) -> tuple[Value, ...]:
+    """The values ``names``, or a Mismatch ("unknown shapes") unless each has a known shape."""
+    require(is_static(graph, *names), "unknown shapes")
+    return tuple(graph.values[n] for n in names)
+
+
+def broadcasts_within(out_shape, shape, what: str = "the constant") -> None:
+    """A Mismatch unless a tensor of ``shape`` broadcasts into ``out_shape`` without growing it."""
+    try:
+        grows = broadcast_shapes(out_shape, shape) != tuple(out_shape)
+    except ValueError:
+        raise Mismatch("shapes do not broadcast") from None
+    require(not grows, f"{what} broadcasts the output to a larger shape")
 
 
 def axis_of(graph: Graph, node: Node, value: str) -> int:

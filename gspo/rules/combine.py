@@ -25,6 +25,7 @@ from gspo.rules.base import (
     require,
     single_consumer,
     split_sizes,
+    static_values,
 )
 from gspo.rules.edit import Edit, split_node
 
@@ -96,8 +97,7 @@ class MergeMatMulsIntoAdd(_SumOfProducts):
         ws = [constant(graph, m.inputs[1]) for m in mms]
         for w in ws:
             require(len(need(w).shape) == 2, "right operand is not 2-D")
-        a, c = (graph.values.get(m.inputs[0]) for m in mms)
-        require(a is not None and c is not None and a.is_static and c.is_static, "unknown shapes")
+        a, c = static_values(graph, *(m.inputs[0] for m in mms))
         same_rows = len(a.shape) == len(c.shape) and a.shape[:-1] == c.shape[:-1]
         require(same_rows, "left operands differ beyond their last axis")
         return self._match([add, *mms])

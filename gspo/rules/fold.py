@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gspo.ir import Graph, Literal, Node, Scale, Weight, broadcast_shapes
+from gspo.ir import Graph, Literal, Node, Scale, Weight
 from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
     Mismatch,
@@ -15,6 +15,7 @@ from gspo.rules.base import (
     Rule,
     array,
     attrs_with,
+    broadcasts_within,
     constant,
     need,
     producer,
@@ -116,15 +117,6 @@ class FoldBatchNorm(Rule):
         s = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
         bias = (_bias_vector(graph, lin) - mean) * s + beta
         return _replace_linear(graph, lin, bn, s, bias)
-
-
-def broadcasts_within(out_shape, shape, what: str = "the constant") -> None:
-    """A Mismatch unless a tensor of ``shape`` broadcasts into ``out_shape`` without growing it."""
-    try:
-        grows = broadcast_shapes(out_shape, shape) != tuple(out_shape)
-    except ValueError:
-        raise Mismatch("shapes do not broadcast") from None
-    require(not grows, f"{what} broadcasts the output to a larger shape")
 
 
 def _channel_constant(graph: Graph, node: Node, lin_out: str) -> np.ndarray:

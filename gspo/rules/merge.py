@@ -28,6 +28,7 @@ from gspo.rules.base import (
     constant,
     constant_params,
     conv_params,
+    is_static,
     need,
     nodes_of,
     plain_conv,
@@ -262,7 +263,7 @@ class MergeSplitConvs(Rule):
 
     def check(self, graph, site):
         cat = site[0]
-        require(_static(graph, cat.outputs[0].name) and _channel_axis(graph, cat) == 1, "not a Concat of channels")
+        require(is_static(graph, cat.outputs[0].name) and _channel_axis(graph, cat) == 1, "not a Concat of channels")
         split, convs = _split_pieces(graph, cat)
         require(_channel_axis(graph, split) == 1, "the Split is not along channels")
         params = []
@@ -292,11 +293,6 @@ class MergeSplitConvs(Rule):
         attrs = attrs_with(convs[0], kernel_shape=list(kernel), pads=list(match["pads"]), group=group, auto_pad=None)
         e.node("Conv", inputs, attrs, outputs=[cat.outputs[0].name], like=convs[0])
         return e.commit()
-
-
-def _static(graph: Graph, name: str) -> bool:
-    v = graph.values.get(name)
-    return v is not None and v.is_static
 
 
 def _channel_axis(graph: Graph, node: Node) -> int:

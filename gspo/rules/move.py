@@ -9,15 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo.ir import Graph, Node, broadcast_shapes, fresh_name, slice_weight
+from gspo.ir import Graph, Node, fresh_name, slice_weight
 from gspo.ir.shapes import UNARY_OPS
 from gspo.rules.base import (
     Mismatch,
     OpSet,
     Rule,
     axis_of,
+    broadcasts_within,
     can_rewire,
     constant,
+    is_static,
     need,
     producer,
     require,
@@ -65,19 +67,10 @@ def elementwise(graph: Graph, node: Node) -> _Elementwise:
         ew = _Elementwise(1 - consts[0], node.inputs[consts[0]])
     else:
         raise Mismatch(f"{node.op_type} is not elementwise")
-    require(_static(graph, node.inputs[ew.var], node.outputs[0].name), "unknown shapes")
+    require(is_static(graph, node.inputs[ew.var], node.outputs[0].name), "unknown shapes")
     var, out = graph.values[node.inputs[ew.var]], graph.values[node.outputs[0].name]
     require(var.shape == out.shape, "the constant broadcasts the variable operand to a larger shape")
     return ew
-
-
-def _within(shape, c_shape) -> None:
-    """A Mismatch unless ``c_shape`` broadcasts into ``shape`` without growing it."""
-    try:
-        widens = broadcast_shapes(shape, c_shape) != tuple(shape)
-    except ValueError:
-        raise Mismatch("shapes do not broadcast") from None
-    require(not widens, "the constant broadcasts the output to a larger shape")
 
 
 def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> list:
@@ -85,7 +78,7 @@ def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> li
     if ew.const is None:
         return [None] * len(sizes)
     c = graph.weights[ew.const]
-    _within(shape, c.shape)
+    broadcasts_within(shape, c.shape)
     lead = len(shape) - len(c.shape)
     if axis < lead or c.shape[axis - lead] == 1:
         return [c] * len(sizes)
@@ -107,11 +100,6 @@ def _inputs_with(node: Node, ew: _Elementwise, var: str, const: str | None) -> l
 _axis = axis_of
 
 
-def _static(graph: Graph, *names: str) -> bool:
-    """Whether every value in ``names`` has a known shape."""
-    return all(graph.values.get(n) is not None and graph.values[n].is_static for n in names)
-
-
 class PushThroughConcat(Rule):
     """``Relu(Concat(a, b))`` -> ``Concat(Relu(a), Relu(b))`` (any elementwise op)."""
 
@@ -123,7 +111,7 @@ class PushThroughConcat(Rule):
         ew = elementwise(graph, node)
         cat = need(producer(graph, node.inputs[ew.var], ("Concat",)))
         need(single_consumer(graph, cat.outputs[0].name))
-        require(_static(graph, *cat.inputs, cat.outputs[0].name), "unknown shapes")
+        require(is_static(graph, *cat.inputs, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
         sizes = [graph.values[i].shape[axis] for i in cat.inputs]
         _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
@@ -158,7 +146,7 @@ def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise:
         c = graph.weights[ew.const]
         lead = len(shape) - len(c.shape)
         require(lead >= 0, "the constant broadcasts the output to a larger shape")
-        _within(shape, c.shape)
+        broadcasts_within(shape, c.shape)
         require(axis < lead or c.shape[axis - lead] == 1, "the constant varies along the axis")
     return ew
 
@@ -176,7 +164,7 @@ class PullThroughConcat(Rule):
             prods.append(need(producer(graph, name), "a piece is not produced by an elementwise op"))
             need(single_consumer(graph, name))
         require(len({p.key for p in prods}) == len(prods), "a piece appears twice")
-        require(_static(graph, cat.outputs[0].name), "unknown shapes")
+        require(is_static(graph, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
         _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
         return self._match([cat, *prods])
@@ -203,7 +191,7 @@ class PushThroughSplit(Rule):
         ew = elementwise(graph, node)
         need(single_consumer(graph, split.inputs[0]))
         sizes = split_sizes(graph, split)
-        require(_static(graph, split.inputs[0]), "unknown shapes")
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
         return self._match([split, node])
@@ -244,7 +232,7 @@ class PullThroughSplit(Rule):
     def check(self, graph, site):
         split = site[0]
         users = _piece_readers(graph, split)
-        require(_static(graph, split.inputs[0]), "unknown shapes")
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         ew = _same_elementwise(graph, users, axis, graph.values[split.inputs[0]].shape)
         variable = all(u.inputs[ew.var] == v.name for u, v in zip(users, split.outputs))
@@ -272,7 +260,7 @@ class RemoveSplitConcat(Rule):
         cat = site[0]
         split = need(producer(graph, cat.inputs[0], ("Split",)))
         require(tuple(cat.inputs) == split.output_names, "not all pieces, in order")
-        require(_static(graph, split.inputs[0]), "unknown shapes")
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
         require(_axis(graph, cat, cat.outputs[0].name) == _axis(graph, split, split.inputs[0]), "axes differ")
         dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
         need(bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping))
@@ -303,7 +291,7 @@ class RemoveConcatSplit(Rule):
         split = site[0]
         cat = need(producer(graph, split.inputs[0], ("Concat",)))
         need(single_consumer(graph, cat.outputs[0].name))
-        require(_static(graph, *cat.inputs, split.inputs[0]), "unknown shapes")
+        require(is_static(graph, *cat.inputs, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         require(_axis(graph, cat, cat.outputs[0].name) == axis, "axes differ")
         require(split_sizes(graph, split) == [graph.values[i].shape[axis] for i in cat.inputs], "boundaries differ")
@@ -332,7 +320,7 @@ class SwapNestedSplits(Rule):
 
     def check(self, graph, site):
         outer = site[0]
-        require(_static(graph, outer.inputs[0]), "unknown shapes")
+        require(is_static(graph, outer.inputs[0]), "unknown shapes")
         inners = []
         for v in outer.outputs:
             u = need(single_consumer(graph, v.name))

@@ -15,6 +15,7 @@ from gspo.rules.base import (
     producer,
     require,
     single_consumer,
+    static_values,
 )
 from gspo.rules.edit import Edit, bypass, bypass_check, int64s
 
@@ -47,17 +48,10 @@ def _optional_ints(graph: Graph, node: Node, index: int) -> list[int] | None:
         return None
 
 
-def _static_pair(graph: Graph, a: str, b: str):
-    """The values ``a`` and ``b``, both of known shape, or a Mismatch."""
-    x, y = graph.values.get(a), graph.values.get(b)
-    require(x is not None and y is not None and x.is_static and y.is_static, "unknown shapes")
-    return x, y
-
-
 def passes_through(graph: Graph, node: Node) -> None:
     """A Mismatch unless ``node`` provably passes its first input through unchanged (same
     shape, same type, same elements in the same order)."""
-    x, y = _static_pair(graph, node.inputs[0], node.outputs[0].name)
+    x, y = static_values(graph, node.inputs[0], node.outputs[0].name)
     op = node.op_type
     require(x.shape == y.shape and x.dtype == y.dtype, f"{op} changes the shape or type")
     if op in ("Reshape", "Expand", "Cast", "Flatten"):
@@ -207,7 +201,7 @@ class CollapseReshapes(Rule):
     def check(self, graph, site):
         r2 = site[0]
         r1 = _inner_of_pair(graph, r2)
-        x, out = _static_pair(graph, r1.inputs[0], r2.outputs[0].name)
+        x, out = static_values(graph, r1.inputs[0], r2.outputs[0].name)
         if x.shape == out.shape:
             need(bypass_check(graph, r2.outputs[0].name, r1.inputs[0], [r1, r2]))
         return self._match([r2, r1])
@@ -239,7 +233,7 @@ def _slice_arguments(graph: Graph, sl: Node) -> tuple[list[int], list[int], list
 
 def leading_channel_slice(graph: Graph, sl: Node) -> int:
     """How many leading channels ``sl`` keeps when it slices axis 1 only, from 0, step 1, or a Mismatch."""
-    x, y = _static_pair(graph, sl.inputs[0], sl.outputs[0].name)
+    x, y = static_values(graph, sl.inputs[0], sl.outputs[0].name)
     starts, axes, steps = _slice_arguments(graph, sl)
     axes = [a % len(x.shape) for a in axes]
     require(len(x.shape) >= 2 and axes == [1] and steps == [1] and starts == [0], "not a slice of the leading channels")

@@ -61,3 +61,23 @@ def test_a_rule_without_a_pattern_may_match_any_graph():
             return ((n,) for n in graph.nodes)
 
     assert Anything().root_ops is None and Anything().may_match(_graph("Tanh"))
+
+
+def test_broadcasts_within_names_what_grows_the_output_and_what_does_not_broadcast():
+    from gspo.rules.base import broadcasts_within
+
+    broadcasts_within((1, 4, 8, 8), (4, 1, 1))
+    with pytest.raises(Mismatch, match="bias broadcasts the output to a larger shape"):
+        broadcasts_within((1, 4), (3, 4), "bias")
+    with pytest.raises(Mismatch, match="shapes do not broadcast"):
+        broadcasts_within((1, 4), (3,))
+
+
+def test_static_values_refuses_an_unknown_shape():
+    from gspo.rules.base import static_values
+
+    g = _graph("Relu")
+    (x,) = static_values(g, g.inputs[0].name)
+    assert x.shape == (1, 4)
+    with pytest.raises(Mismatch, match="unknown shapes"):
+        static_values(g, "no-such-value")
