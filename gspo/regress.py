@@ -38,6 +38,8 @@ _FIXED = {"select": "estimated", "time_budget": None, "timing_runs": 5, "piece_t
 
 @dataclass(frozen=True)
 class RegressRow:
+    """One model's regression result: status, estimated and measured speedups, substitutions."""
+
     name: str
     status: str  # "ok", "REGRESSED", "NOT EQUIVALENT", "NO BASELINE"
     estimated_speedup: float | None
@@ -48,6 +50,7 @@ class RegressRow:
     detail: str = ""
 
     def to_json(self) -> dict:
+        """The row as JSON."""
         return self.__dict__.copy()
 
 
@@ -64,6 +67,7 @@ def _read_json(path: Path, what: str) -> dict:
 
 
 def load_modelset(path: str | Path) -> tuple[Path, dict]:
+    """The model set at ``path``: its folder and its parsed contents (a GspoError when invalid)."""
     p = Path(path)
     data = _read_json(p, "model set")
     models = data.get("models")
@@ -100,6 +104,7 @@ def _options(data: dict, m: dict) -> dict:
 
 
 def run_regress(modelset: str | Path, baseline: dict | None, tolerance: float = TOLERANCE, progress=None) -> list[RegressRow]:
+    """Optimize every model of ``modelset`` and compare its estimated speedup with ``baseline``."""
     base, data = load_modelset(modelset)
     known = (baseline or {}).get("models", {})
     rows = []
@@ -132,6 +137,7 @@ def run_regress(modelset: str | Path, baseline: dict | None, tolerance: float = 
 
 
 def write_baseline(path: str | Path, rows: list[RegressRow], profile_device: str = "") -> Path:
+    """Write ``rows``' estimated speedups and substitutions as the baseline at ``path``."""
     p = Path(path)
     data = {"version": VERSION, "profile_device": profile_device,
             "models": {r.name: {"estimated_speedup": r.estimated_speedup, "substitutions": r.substitutions}
@@ -141,6 +147,7 @@ def write_baseline(path: str | Path, rows: list[RegressRow], profile_device: str
 
 
 def read_baseline(path: str | Path) -> dict:
+    """The baseline stored at ``path`` (a GspoError when it is not one)."""
     p = Path(path)
     data = _read_json(p, "baseline")
     models = data.get("models")

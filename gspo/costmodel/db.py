@@ -27,6 +27,12 @@ CREATE TABLE IF NOT EXISTS measurements (
 
 
 class CalibrationDB:
+    """Measurements of one device and runtime, cached in SQLite by benchmark signature.
+
+    Several processes can write one database (WAL, immediate transactions); a signature measured
+    once is never overwritten.
+    """
+
     def __init__(self, path: str | Path, device: str, runtime: str):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,6 +43,7 @@ class CalibrationDB:
         self._conn.execute(_SCHEMA)
 
     def get(self, signature: str) -> dict | None:
+        """The measurement stored under ``signature`` (``None``: not measured yet)."""
         row = self._conn.execute(
             "SELECT data FROM measurements WHERE device=? AND runtime=? AND signature=?",
             (self.device, self.runtime, signature),
@@ -44,6 +51,7 @@ class CalibrationDB:
         return json.loads(row[0]) if row else None
 
     def put(self, signature: str, kind: str, data: dict) -> None:
+        """Store ``data`` under ``signature`` unless something is stored there already."""
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             self._conn.execute(
@@ -56,6 +64,7 @@ class CalibrationDB:
             raise
 
     def all(self, kind: str) -> list[tuple[str, dict]]:
+        """Every ``(signature, data)`` of ``kind``, in signature order."""
         rows = self._conn.execute(
             "SELECT signature, data FROM measurements WHERE device=? AND runtime=? AND kind=? ORDER BY signature",
             (self.device, self.runtime, kind),
@@ -63,9 +72,11 @@ class CalibrationDB:
         return [(sig, json.loads(d)) for sig, d in rows]
 
     def count(self) -> int:
+        """How many measurements the database holds for this device and runtime."""
         return self._conn.execute(
             "SELECT COUNT(*) FROM measurements WHERE device=? AND runtime=?", (self.device, self.runtime)
         ).fetchone()[0]
 
     def close(self) -> None:
+        """Close the connection."""
         self._conn.close()

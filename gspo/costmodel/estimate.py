@@ -94,6 +94,9 @@ def segment_boundary_bytes(graph: Graph, schedule: Schedule) -> list[float]:
 
 
 def parallel_features(num_streams: int, cp1: float, total: float, conv_frac: float, mm_frac: float) -> list[float]:
+    """The features beta_a is fitted on: streams, log10 CP1, CP1's share of the total, and the
+    convolution and MatMul shares of the FLOPs.
+    """
     return [float(num_streams), math.log10(max(cp1, 1e-9)), cp1 / max(total, 1e-12), conv_frac, mm_frac]
 
 
@@ -116,6 +119,9 @@ class CostModel:
         return rate
 
     def feature_cost(self, f: OpFeatures) -> float:
+        """Seconds of one op with features ``f``: its family's fit (never faster than the family's
+        peak rate), or Eq. 2 from the nearest representative when the family has no fit.
+        """
         fit = self.profile.families.get(f.family)
         if fit is not None:
             # Roofline floor: no op runs faster than the fastest measured op of its family (a
@@ -130,6 +136,9 @@ class CostModel:
         return seconds * (f.flops + 1) / (flops + 1)  # Eq. 2
 
     def op_costs(self, graph: Graph) -> list[float]:
+        """Seconds of each node of ``graph`` measured alone (0 for ops onnxruntime fuses into a
+        neighbour), scaled by its family's in-context factor; cached by node and input shapes.
+        """
         out = []
         for n in graph.nodes:
             if _fused_into_producer(graph, n) or _fused_into_consumer(graph, n):
@@ -172,6 +181,7 @@ class CostModel:
         return self.critical_path(graph, schedule)[0] / self.beta(self.parallel_features(graph, schedule))
 
     def parallel_features(self, graph: Graph, schedule: Schedule) -> list[float]:
+        """The features of beta_a for ``graph`` run on ``schedule``."""
         cp1, total = self.critical_path(graph, schedule)
         return parallel_features(schedule.num_streams, cp1, total, *self._flop_mix(graph))
 
@@ -205,6 +215,9 @@ class CostModel:
         return max(finish) + self.profile.call_cost + launch, sum(seg_cost)
 
     def beta(self, features: Sequence[float]) -> float:
+        """beta_a, the fitted speedup of running in parallel, for ``features`` (1 without a fit;
+        clamped to 0.05-2).
+        """
         if self.profile.parallel is None:
             return 1.0
         return min(max(self.profile.parallel(features), 0.05), 2.0)
@@ -219,4 +232,7 @@ class CostModel:
         return by_family["conv"] / total, by_family["matmul"] / total
 
     def cost(self, graph: Graph, schedule: Schedule | None = None) -> float:
+        """Estimated seconds of one run of ``graph``: on one stream (Eq. 1) when ``schedule`` is
+        ``None`` or has one stream, else on its streams (Eq. 3).
+        """
         return self.sequential(graph) if schedule is None or schedule.num_streams <= 1 else self.parallel(graph, schedule)

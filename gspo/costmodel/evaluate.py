@@ -19,12 +19,12 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gspo.costmodel.calibrate import speed_reference, time_callable
+from gspo.costmodel.calibrate import speed_reference
 from gspo.costmodel.estimate import CostModel
 from gspo.costmodel.pieces import held_out_subgraphs
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import normalize
-from gspo.runtime import CpuExecutor, make_session, random_inputs
+from gspo.runtime import CpuExecutor, make_session, median_seconds, random_inputs
 from gspo.streams import assign_streams
 
 __all__ = ["Evaluation", "held_out_subgraphs", "held_out_schedule", "evaluate"]
@@ -32,6 +32,8 @@ __all__ = ["Evaluation", "held_out_subgraphs", "held_out_schedule", "evaluate"]
 
 @dataclass(frozen=True)
 class Evaluation:
+    """Estimated and measured seconds of held-out subgraphs of one kind, and the errors between them."""
+
     kind: str
     estimated: tuple[float, ...]
     measured: tuple[float, ...]  # in reference units when the profile has a reference, else raw
@@ -61,19 +63,23 @@ class Evaluation:
 
     @property
     def mape(self) -> float:
+        """Mean absolute relative error of the estimates against the measured times."""
         return _mape(self.estimated, self.measured)
 
     @property
     def mape_raw(self) -> float:
+        """The same against the raw timings (drift against the speed reference not cancelled)."""
         return _mape(self.estimated, self.raw or self.measured)
 
     @property
     def spearman(self) -> float:
+        """Spearman's rank correlation between estimated and measured times."""
         from scipy.stats import spearmanr
 
         return float(spearmanr(self.estimated, self.measured).statistic)
 
     def to_json(self) -> dict:
+        """The evaluation as JSON: its errors and a row per subgraph."""
         raw = self.raw or self.measured
         passes = self.passes or tuple(() for _ in self.measured)
         return {"kind": self.kind, "n": len(self.measured), "mape": self.mape, "mape_raw": self.mape_raw,
@@ -90,10 +96,10 @@ def _mape(estimated, measured) -> float:
 
 def _time_on_streams(graph, schedule, feeds) -> float:
     """Seconds of one multi-stream run, with this executor the only one alive (as calibration
-    measures, and as ``gspo run`` runs): held-out pieces measured 1.17x slower (geometric
-    mean of 20) while the executors of all 100 were alive, as this evaluation used to keep them."""
+    measures, and as ``gspo run`` runs): held-out pieces measured 1.17x slower (geometric mean of
+    20) with the executors of all 100 alive at once."""
     with CpuExecutor(graph, schedule) as ex:
-        return time_callable(lambda: ex.run(feeds))
+        return median_seconds(lambda: ex.run(feeds))
 
 
 def held_out_schedule(graph):
@@ -121,7 +127,7 @@ def evaluate(profile: Profile, count: int = 100, progress: Callable[[int, int], 
                 est.append(model.parallel(g, schedule))
             else:
                 sess = make_session(g)
-                runners.append(lambda sess=sess, feeds=feeds: time_callable(lambda: sess.run(None, feeds)))
+                runners.append(lambda sess=sess, feeds=feeds: median_seconds(lambda: sess.run(None, feeds)))
                 est.append(model.sequential(g))
         timed: list[list[tuple[float, float]]] = [[] for _ in subgraphs]  # (units, raw) per pass
         for k in range(passes):

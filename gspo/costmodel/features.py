@@ -31,6 +31,7 @@ CONV_FEATURE_NAMES = FEATURE_NAMES + ("slow_depthwise",)
 
 
 def family_of(node: Node) -> str:
+    """The op family ``node`` is costed as (conv, matmul, elementwise, ...)."""
     op = node.op_type
     if node.is_opaque:
         return "other"
@@ -84,6 +85,8 @@ def skip_norm_add(graph: Graph, node: Node) -> Node | None:
 
 @dataclass(frozen=True)
 class OpFeatures:
+    """What an op's cost is fitted on: family, FLOPs, bytes moved, output elements, reduction length."""
+
     family: str
     flops: float
     bytes: float
@@ -93,6 +96,7 @@ class OpFeatures:
 
 
 def op_features(graph: Graph, node: Node) -> OpFeatures:
+    """The cost features of ``node`` in ``graph``."""
     f = node_features(graph, node)
     out = sum(
         math.prod(v.shape) for v in node.outputs if v.name and v.is_static

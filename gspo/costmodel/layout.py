@@ -29,7 +29,7 @@ from collections.abc import Iterable
 
 from gspo.ir import Graph
 
-__all__ = ["count_reorders", "own_reorders", "reorder_delta", "detect_block"]
+__all__ = ["count_reorders", "own_reorders", "reorder_delta"]
 
 _ACTIVATIONS = frozenset({"Relu", "Sigmoid", "Tanh", "Clip", "LeakyRelu", "HardSigmoid"})
 _POOLS = frozenset({"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"})
@@ -117,12 +117,15 @@ def count_reorders(graph: Graph, block: int, nodes: Iterable[int] | None = None)
         else:
             for n in ins:
                 need_plain(n)
+    return len(to_blocked) + len(to_plain | _leaving(graph, blocked, inside))
+
+
+def _leaving(graph: Graph, blocked: set[str], inside: set[int]) -> set[str]:
+    """The blocked tensors read outside ``inside`` (node indices) or that are graph outputs."""
     outputs = set(graph.output_names())
     inside_ids = {id(graph.nodes[i]) for i in inside}
-    for name in blocked:
-        if name in outputs or any(id(n) not in inside_ids for n in graph.consumers.get(name, ())):
-            to_plain.add(name)
-    return len(to_blocked) + len(to_plain)
+    return {name for name in blocked
+            if name in outputs or any(id(n) not in inside_ids for n in graph.consumers.get(name, ()))}
 
 
 def own_reorders(graph: Graph, node, block: int) -> int:
@@ -144,19 +147,3 @@ def reorder_delta(graph: Graph, block: int, nodes: Iterable[int] | None = None) 
     index = range(len(graph.nodes)) if nodes is None else list(nodes)
     own = sum(own_reorders(graph, graph.nodes[i], block) for i in index)
     return count_reorders(graph, block, index) - own
-
-
-def detect_block() -> int:
-    """The channel block of onnxruntime's blocked layout on this CPU (8 or 16), read from the
-    graph onnxruntime optimizes for a convolution with 8 and with 16 input channels (a block's
-    worth of channels gets a ``ReorderInput``, fewer do not); 0 when neither is blocked."""
-    from gspo.ir.builder import GraphBuilder
-    from gspo.runtime import optimized_op_types
-
-    for block in (8, 16):
-        b = GraphBuilder("gspo-layout-probe", seed=0)
-        x = b.input("x", (1, block, 8, 8))
-        g = b.output(b.op("Conv", [x, b.weight("w", (16, block, 3, 3))], pads=[1, 1, 1, 1], kernel_shape=[3, 3])).build()
-        if "ReorderInput" in optimized_op_types(g):
-            return block
-    return 0

@@ -7,6 +7,7 @@ subgraphs that evaluate the model, cut from the zoo models, are held out from fi
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 
@@ -15,19 +16,23 @@ import numpy as np
 from gspo.ir import Graph
 from gspo.ir.builder import GraphBuilder
 
-__all__ = ["Bench", "single_ops", "multi_branch", "chains", "zoo_pieces"]
+__all__ = ["Bench", "single_ops", "multi_branch", "chains", "zoo_pieces", "launch_graph", "stream_cap"]
 
 
 @dataclass(frozen=True)
 class Bench:
+    """One calibration benchmark: its kind ("op", "chain", "branches" or "piece") and spec."""
+
     kind: str  # "op", "chain", "branches" or "piece"
     spec: dict
 
     @property
     def signature(self) -> str:
+        """The benchmark's key in the calibration database (its kind and spec as JSON)."""
         return json.dumps({"kind": self.kind, **self.spec}, sort_keys=True)
 
     def build(self) -> Graph:
+        """The benchmark's graph."""
         if self.kind == "piece":
             from gspo.costmodel.pieces import zoo_piece
 
@@ -97,7 +102,11 @@ def _build_op(s: dict) -> Graph:
 def single_ops(seed: int = 0) -> list[Bench]:
     """About 300 single-op graphs across the op families."""
     rng = random.Random(seed)
-    out: list[Bench] = []
+    return _conv_ops(rng, seed) + _matmul_ops(rng, seed) + _other_ops(rng)
+
+
+def _conv_ops(rng: random.Random, seed: int) -> list[Bench]:
+    """Convolutions: ordinary, depthwise, and depthwise with channel counts off the fast path."""
     convs = set()
     while len(convs) < 110:
         hw = rng.choice([7, 14, 17, 28, 35, 56, 83])
@@ -118,8 +127,13 @@ def single_ops(seed: int = 0) -> list[Bench]:
             hw = rng2.choice([14, 28, 42, 56, 83, 111])
             k = rng2.choice([3, 5, 7])
             convs.add((ch, ch, (k, k), rng2.choice([1, 2]), ch, hw))
-    for cin, cout, k, stride, group, hw in sorted(convs):
-        out.append(Bench("op", {"op": "Conv", "cin": cin, "cout": cout, "k": list(k), "stride": stride, "group": group, "hw": hw}))
+    return [Bench("op", {"op": "Conv", "cin": cin, "cout": cout, "k": list(k), "stride": stride, "group": group, "hw": hw})
+            for cin, cout, k, stride, group, hw in sorted(convs)]
+
+
+def _matmul_ops(rng: random.Random, seed: int) -> list[Bench]:
+    """MatMuls (constant and variable right operands, the large end apart) and Gemms."""
+    out: list[Bench] = []
     mms = set()
     while len(mms) < 45:
         m = rng.choice([1, 1, 8, 32, 128])
@@ -142,6 +156,12 @@ def single_ops(seed: int = 0) -> list[Bench]:
         out.append(Bench("op", {"op": "MatMul", "a": list(a), "b": list(bshape), "const": len(a) <= 3}))
     for m, k, n in [(1, 2048, 1000), (1, 4032, 1000), (1, 1056, 1000), (1, 768, 768), (1, 512, 100), (4, 256, 256)]:
         out.append(Bench("op", {"op": "Gemm", "m": m, "k": k, "n": n}))
+    return out
+
+
+def _other_ops(rng: random.Random) -> list[Bench]:
+    """Elementwise ops, pooling, normalizations, Softmax and data movement."""
+    out: list[Bench] = []
     sizes = [(1, 64, 56, 56), (1, 32, 112, 112), (1, 256, 28, 28), (1, 512, 14, 14), (1, 1024, 7, 7), (1, 128, 768),
              (1, 128, 3072), (1, 512), (1, 4096), (1, 96, 83, 83), (1, 12, 128, 128), (1, 44, 28, 28)]
     for op in ("Relu", "Sigmoid", "Tanh", "Erf", "Add", "Mul", "Div"):
@@ -281,3 +301,16 @@ def zoo_pieces(sequential: int = 60, parallel: int = 40) -> list[Bench]:
     out = [Bench("piece", {"label": lbl, "parallel": False}) for lbl, _ in calibration_pieces(sequential, False)]
     out += [Bench("piece", {"label": lbl, "parallel": True}) for lbl, _ in calibration_pieces(parallel, True)]
     return out
+
+
+def launch_graph():
+    """Two one-op branches joined by an Add: a multi-stream run with next to nothing to compute,
+    so its time is the executor's own cost."""
+    b = GraphBuilder()
+    x = b.input("x", (1, 8))
+    return b.output(b.op("Add", [b.op("Relu", [x]), b.op("Sigmoid", [x])])).build()
+
+
+def stream_cap(backend: str) -> int | None:
+    """The most streams a calibration graph runs on: one per core on the CPU, no cap on a GPU."""
+    return (os.cpu_count() or 1) if backend == "cpu" else None

@@ -39,17 +39,21 @@ class Local:
         return float(w @ residuals / (w.sum() + self.prior))
 
     def to_json(self) -> dict:
+        """The correction as JSON."""
         return {"points": [list(p) for p in self.points], "residuals": list(self.residuals),
                 "bandwidth": self.bandwidth, "prior": self.prior}
 
     @classmethod
     def from_json(cls, d: dict) -> Local:
+        """The correction stored by :meth:`to_json`."""
         return cls(tuple(tuple(float(v) for v in p) for p in d["points"]), tuple(float(r) for r in d["residuals"]),
                    float(d["bandwidth"]), float(d["prior"]))
 
 
 @dataclass(frozen=True)
 class Poly:
+    """A fitted polynomial of standardized features (with an optional local correction)."""
+
     powers: tuple[tuple[int, ...], ...]
     coef: tuple[float, ...]
     intercept: float
@@ -76,6 +80,7 @@ class Poly:
         return total
 
     def to_json(self) -> dict:
+        """The polynomial as JSON."""
         d = {"powers": [list(p) for p in self.powers], "coef": list(self.coef), "intercept": self.intercept,
              "mean": list(self.mean), "scale": list(self.scale)}
         if self.local is not None:
@@ -86,6 +91,7 @@ class Poly:
 
     @classmethod
     def from_json(cls, d: dict) -> Poly:
+        """The polynomial stored by :meth:`to_json`."""
         return cls(tuple(tuple(int(e) for e in p) for p in d["powers"]), tuple(float(c) for c in d["coef"]),
                    float(d["intercept"]), tuple(float(v) for v in d["mean"]), tuple(float(v) for v in d["scale"]),
                    Local.from_json(d["local"]) if d.get("local") else None,

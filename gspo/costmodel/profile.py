@@ -49,6 +49,8 @@ def device_description(device: str = "cpu") -> str:
 
 @dataclass(frozen=True)
 class Profile:
+    """A device's fitted cost model: per-family op fits, fixed costs and the corrections."""
+
     device: str
     runtime: str
     call_cost: float  # seconds: one session run of a trivial graph
@@ -81,6 +83,7 @@ class Profile:
     meta: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        """The profile as JSON (what :func:`save_profile` writes)."""
         return {
             "schema": SCHEMA,
             "version": SCHEMA_VERSION,
@@ -106,6 +109,7 @@ class Profile:
 
     @classmethod
     def from_json(cls, d: dict, label: str = "profile") -> Profile:
+        """The profile stored by :meth:`to_json` (a ProfileError when it is not one)."""
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ProfileError(f"{label}: not a gspo profile")
         if d.get("version") != SCHEMA_VERSION:
@@ -136,6 +140,7 @@ class Profile:
 
 
 def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
+    """Write ``profile`` to ``path`` as JSON; returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")

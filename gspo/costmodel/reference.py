@@ -25,6 +25,7 @@ __all__ = ["reference_graph", "SpeedReference", "normalize"]
 
 
 def reference_graph() -> Graph:
+    """The small fixed graph (Conv, MatMul, elementwise) timed as the speed reference."""
     b = GraphBuilder("gspo-speed-reference", seed=11)
     x = b.input("x", (1, 32, 28, 28))
     y = b.op("Conv", [x, b.weight("w", (32, 32, 3, 3))], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
@@ -48,6 +49,7 @@ class SpeedReference:
         self._timer = timer
 
     def measure(self) -> float:
+        """The reference graph's median seconds now."""
         return self._timer(lambda: self._session.run(None, self._feeds))
 
 

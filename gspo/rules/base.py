@@ -1,12 +1,10 @@
 """What every rewrite rule is made of.
 
-A rule names the op types of its source pattern, finds *sites* in a graph, checks each one
-(returning a :class:`Match` that carries everything the rewrite needs, or a :class:`Fail` that
-says why not), and applies a match purely: ``apply(graph, match) -> graph``.
-
-The :class:`Edit` helper builds the replacement. New values get names derived from their
-content (:func:`~gspo.ir.graph.fresh_name`), and a node identical to one already in the graph
-is not added twice, so two rewrite paths that reach the same graph reach the same key.
+A rule states the op types of its source pattern (its root first), finds *sites* in a graph,
+checks each one (returning a :class:`Match` that carries everything the rewrite needs, or raising
+a :class:`Mismatch` that says why not) and applies a match purely: ``apply(graph, match) ->
+graph`` (built with :class:`~gspo.rules.edit.Edit`). The preconditions several rules share are
+the named functions here (:func:`plain_conv`, :func:`single_consumer`, :func:`constant`, ...).
 """
 
 from __future__ import annotations
@@ -19,30 +17,34 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from gspo.ir import Attr, Graph, Node, Value, Weight, fresh_name, infer_shapes
+from gspo.ir import Attr, Graph, Node, Value, Weight, broadcast_shapes
 from gspo.ir.builder import make_attr
 from gspo.ir.shapes import _pads as resolve_pads
 
 __all__ = [
     "Fail",
     "Mismatch",
+    "OpSet",
+    "position_ops",
     "need",
     "require",
     "Match",
     "Rule",
-    "Edit",
     "ConvParams",
     "conv_params",
     "plain_conv",
     "constant_params",
     "attrs_with",
+    "axis_of",
+    "broadcasts_within",
+    "is_static",
+    "static_values",
     "constant",
     "single_consumer",
     "can_rewire",
     "is_output",
 ]
 
-_CONST_LIMIT = 1 << 16
 T = TypeVar("T")
 
 
@@ -52,6 +54,10 @@ class Fail:
 
     reason: str
     nodes: tuple[str, ...] = ()
+
+    def mismatch(self) -> Mismatch:
+        """This failure as the :class:`Mismatch` a check raises."""
+        return Mismatch(self.reason, self.nodes)
 
 
 class Mismatch(Exception):
@@ -63,10 +69,11 @@ class Mismatch(Exception):
         self.fail = Fail(reason, nodes)
 
 
-def need(value: T | Fail) -> T:
-    """``value``, or a :class:`Mismatch` with its reason when it is a :class:`Fail`."""
+def need(value: T | Fail, reason: str | None = None) -> T:
+    """``value``, or a :class:`Mismatch` when it is a :class:`Fail` (with ``reason`` when
+    given, else the Fail's own)."""
     if isinstance(value, Fail):
-        raise Mismatch(value.reason, value.nodes)
+        raise Mismatch(reason) if reason else value.mismatch()
     return value
 
 
@@ -94,42 +101,82 @@ class Match:
 
     @property
     def node_names(self) -> tuple[str, ...]:
+        """The names of the match's nodes (their op type where unnamed)."""
         return tuple(n.name or n.op_type for n in self.nodes)
 
 
+class OpSet(str):
+    """A pattern position that any of several op types can fill; it reads as its example op.
+
+    ``OpSet("Relu", ELEMENTWISE)`` stands for every elementwise op and prints as ``Relu``.
+    """
+
+    ops: frozenset[str]
+
+    def __new__(cls, example: str, ops: Iterable[str]) -> OpSet:
+        """Make the position ``example`` that any op type in ``ops`` can fill."""
+        self = super().__new__(cls, example)
+        self.ops = frozenset(ops)
+        return self
+
+
+def position_ops(position: str) -> frozenset[str]:
+    """The op types that can fill a pattern position (one op type, or an :class:`OpSet`)."""
+    return position.ops if isinstance(position, OpSet) else frozenset([position])
+
+
 class Rule:
-    """Base class: subclasses set ``pattern`` and implement ``sites``, ``check`` and ``apply``."""
+    """Base class: a rule states its ``pattern`` and implements ``check`` and ``apply``.
+
+    ``pattern`` lists the op types of the source pattern, its root (the op every site is
+    anchored on) first; a position that several op types can fill is an :class:`OpSet`. An
+    empty pattern roots the rule on every op. ``check`` returns a :class:`Match` or raises a
+    :class:`Mismatch` (through :func:`need` and :func:`require`); ``apply`` rewrites a match.
+    A rule whose sites are more than one root node overrides ``sites``.
+    """
 
     pattern: tuple[str, ...] = ()
-    #: Op types that may stand at each position of the source pattern (defaults to ``pattern``);
-    #: the partitioner counts an op's mappings onto rule patterns from these.
-    pattern_ops: tuple[frozenset[str], ...] = ()
-    #: Op types whose every node is a one-node site (the default :meth:`sites`).
-    anchors: tuple[str, ...] = ()
     #: True for rules that merge operators (counted as merge sites by ``gspo rules``).
     merges: bool = False
+    #: True for rules the greedy variants apply wherever they match (they never undo each
+    #: other); False for the ones only the search explores (splits and moves).
+    greedy: bool = True
 
     @property
     def name(self) -> str:
+        """The rule's name: its class name."""
         return type(self).__name__
 
     def positions(self) -> tuple[frozenset[str], ...]:
         """For each position of the source pattern, the op types that can stand there."""
-        return self.pattern_ops or tuple(frozenset([op]) for op in self.pattern)
+        return tuple(position_ops(p) for p in self.pattern)
+
+    @cached_property
+    def root_ops(self) -> frozenset[str] | None:
+        """The op types a site is anchored on (``None``: any op)."""
+        return position_ops(self.pattern[0]) if self.pattern else None
+
+    def may_match(self, graph: Graph) -> bool:
+        """Whether ``graph`` has a node of the rule's root op (through the graph's index by op)."""
+        roots = self.root_ops
+        return roots is None or any(op in graph.nodes_by_op for op in roots)
 
     @property
     def description(self) -> str:
+        """The first line of the rule's docstring: the rewrite it makes."""
         doc = (type(self).__doc__ or "").strip().splitlines()
         return doc[0].replace("``", "") if doc else ""
 
     def sites(self, graph: Graph) -> Iterable[tuple[Node, ...]]:
-        """Candidate sites, anchors first, in graph order (deterministic)."""
-        return ((n,) for n in nodes_of(graph, *self.anchors))
+        """Candidate sites, anchors first, in graph order (deterministic): each root-op node."""
+        return ((n,) for n in nodes_of(graph, *sorted(self.root_ops or ())))
 
-    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match | Fail:
+    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match:
+        """The match at ``site``, or a :class:`Mismatch` saying why it does not apply."""
         raise NotImplementedError
 
     def apply(self, graph: Graph, match: Match) -> Graph:
+        """The graph with ``match`` rewritten."""
         raise NotImplementedError
 
     def match(self, graph: Graph, explain: bool = False) -> Iterator[Match | Fail]:
@@ -176,6 +223,7 @@ def producer(graph: Graph, value: str, ops: tuple[str, ...] | None = None) -> No
 
 
 def is_output(graph: Graph, value: str) -> bool:
+    """Whether ``value`` is one of the graph's outputs."""
     return value in graph.output_names()
 
 
@@ -211,7 +259,35 @@ def constant(graph: Graph, name: str) -> Weight | Fail:
 
 
 def array(graph: Graph, w: Weight) -> np.ndarray:
+    """The values of weight ``w`` (materialized from the graph's store)."""
     return w.evaluate(graph.store)
+
+
+def is_static(graph: Graph, *names: str) -> bool:
+    """Whether every value in ``names`` exists with a known shape."""
+    return all((v := graph.values.get(n)) is not None and v.is_static for n in names)
+
+
+def static_values(graph: Graph, *names: str) -> tuple[Value, ...]:
+    """The values ``names``, or a Mismatch ("unknown shapes") unless each has a known shape."""
+    require(is_static(graph, *names), "unknown shapes")
+    return tuple(graph.values[n] for n in names)
+
+
+def broadcasts_within(out_shape, shape, what: str = "the constant") -> None:
+    """A Mismatch unless a tensor of ``shape`` broadcasts into ``out_shape`` without growing it."""
+    try:
+        grows = broadcast_shapes(out_shape, shape) != tuple(out_shape)
+    except ValueError:
+        raise Mismatch("shapes do not broadcast") from None
+    require(not grows, f"{what} broadcasts the output to a larger shape")
+
+
+def axis_of(graph: Graph, node: Node, value: str) -> int:
+    """``node``'s ``axis`` attribute made non-negative for the rank of ``value``."""
+    rank = len(graph.values[value].shape)
+    ax = node.attr("axis", 0)
+    return ax + rank if ax < 0 else ax
 
 
 def attrs_with(node: Node, **changes: Any) -> tuple[Attr, ...]:
@@ -231,6 +307,8 @@ def attrs_with(node: Node, **changes: Any) -> tuple[Attr, ...]:
 
 @dataclass(frozen=True)
 class ConvParams:
+    """A Conv's attributes made explicit: kernel, strides, dilations, pads, group and channels."""
+
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     dilations: tuple[int, ...]
@@ -255,10 +333,10 @@ def conv_params(graph: Graph, node: Node) -> ConvParams | Fail:
     return ConvParams(kernel, strides, dil, pads, attrs.get("group", 1), w.shape[0], w.shape[1])
 
 
-def constant_params(graph: Graph, node: Node, first: int = 1) -> None:
-    """Require every input of ``node`` from position ``first`` on (weights, bias) to be a
-    constant initializer (skipped optional inputs aside)."""
-    for name in node.inputs[first:]:
+def constant_params(graph: Graph, node: Node, first: int = 1, last: int | None = None) -> None:
+    """A Mismatch unless every input of ``node`` from position ``first`` (up to, not including,
+    ``last``) is a constant initializer (skipped optional inputs aside): its weights and bias."""
+    for name in node.inputs[first:last]:
         if name:
             need(constant(graph, name))
 
@@ -271,180 +349,9 @@ def plain_conv(graph: Graph, node: Node) -> ConvParams:
     return p
 
 
-class Edit:
-    """Accumulates a rewrite of ``graph``: nodes to drop, nodes and weights to add."""
-
-    def __init__(self, graph: Graph):
-        self.graph = graph
-        self._remove: dict[bytes, Node] = {}
-        self._add: list[Node] = []
-        self._weights: dict[str, Weight] = {}
-        self._values: dict[str, Value] = {}
-
-    @cached_property
-    def _signatures(self) -> dict[tuple, Node]:
-        return {(n.op_type, n.domain, n.inputs, n.attrs): n for n in self.graph.nodes if not n.is_opaque}
-
-    def _names_taken(self) -> set[str]:
-        kept = {v.name for n in self.graph.nodes if n.key not in self._remove for v in n.outputs}
-        return kept | {v.name for n in self._add for v in n.outputs} | {v.name for v in self.graph.inputs}
-
-    def _labels_taken(self) -> set[str]:
-        kept = {n.name for n in self.graph.nodes if n.key not in self._remove}
-        return kept | {n.name for n in self._add}
-
-    def drop(self, *nodes: Node) -> Edit:
-        for n in nodes:
-            self._remove[n.key] = n
-        return self
-
-    def value(self, name: str) -> Value:
-        return self._values.get(name) or self.graph.values[name]
-
-    @cached_property
-    def _weight_names(self) -> dict[bytes, str]:
-        names = dict(self.graph.retired_weights)
-        names.update((w.key, name) for name, w in reversed(list(self.graph.weights.items())))
-        return names
-
-    def weight(self, hint: str, w: Weight) -> str:
-        """A name for weight ``w``: an existing (or retired) weight's if it is the same expression."""
-        if w.key in self._weight_names:
-            name = self._weight_names[w.key]
-            self._weights[name] = w
-            self._values[name] = Value(name, w.dtype, w.shape)
-            return name
-        name = fresh_name(hint, w.key)
-        self._weights[name] = w
-        self._values[name] = Value(name, w.dtype, w.shape)
-        return name
-
-    def _const(self, name: str) -> np.ndarray | None:
-        w = self._weights.get(name) or self.graph.weights.get(name)
-        if w is None or w.size > _CONST_LIMIT:
-            return None
-        return w.evaluate(self.graph.store)
-
-    def node(
-        self,
-        op_type: str,
-        inputs: Sequence[str],
-        attrs: Sequence[Attr] = (),
-        outputs: Sequence[str] | None = None,
-        n_outputs: int = 1,
-        like: Node | None = None,
-    ) -> list[str]:
-        """Add ``op_type(inputs)``; returns its output names.
-
-        ``outputs`` gives names to reuse (e.g. the names the replaced nodes produced, so that
-        their readers stay untouched); otherwise names derive from the node's content. A node
-        identical to one in the graph (same op, inputs and attributes) is reused, not added.
-        ``like`` lends its node name and stream.
-        """
-        inputs, attrs = tuple(inputs), tuple(attrs)
-        if outputs is None:
-            existing = self._signatures.get((op_type, "", inputs, attrs))
-            if existing is not None and existing.key not in self._remove:
-                return list(existing.output_names)
-            for n in self._add:
-                if (n.op_type, n.inputs, n.attrs) == (op_type, inputs, attrs):
-                    return list(n.output_names)
-        n_out = len(outputs) if outputs is not None else n_outputs
-        plain = {a.name: a.value for a in attrs}
-        ins = [self.value(i) if i else None for i in inputs]
-        types = infer_shapes(op_type, plain, ins, n_out, self._const)
-        if outputs is not None:
-            names = list(outputs)
-        else:
-            names = []
-            for i in range(n_out):
-                name = fresh_name(op_type.lower(), op_type, inputs, tuple((a.name, a.value) for a in attrs), i)
-                while name in self._names_taken():  # a different node already makes this value
-                    name = fresh_name(op_type.lower(), name)
-                names.append(name)
-        values = tuple(Value(nm, dt, tuple(sh)) for nm, (dt, sh) in zip(names, types))
-        for v in values:
-            self._values[v.name] = v
-        label = like.name if like is not None and like.name else names[0]
-        if label in self._labels_taken():
-            label = names[0]
-        stream = like.stream if like is not None else None
-        self._add.append(Node(op_type, inputs, values, attrs, name=label, stream=stream))
-        return names
-
-    def rewire(self, old: str, new: str) -> Edit:
-        """Point every reader of ``old`` (except dropped nodes) at ``new``."""
-        return self.rewire_all({old: new})
-
-    def rewire_all(self, mapping: dict[str, str]) -> Edit:
-        """Point every reader of each ``old`` value at ``mapping[old]``, all at once (a node that
-        reads several of them is replaced once, with every input renamed)."""
-        readers: dict[bytes, Node] = {}
-        for old in mapping:
-            for n in self.graph.consumers.get(old, ()):
-                if n.key not in self._remove:
-                    readers.setdefault(n.key, n)
-        for n in readers.values():
-            self.drop(n)
-            self._add.append(n.replace(inputs=tuple(mapping.get(i, i) for i in n.inputs)))
-        return self
-
-    def commit(self) -> Graph:
-        return self.graph.replace_nodes(self._remove.values(), self._add, self._weights)
-
-
-def int64s(values: Iterable[int]) -> np.ndarray:
-    return np.asarray(list(values), dtype=np.int64)
-
-
-def split_node(edit: Edit, x: str, axis: int, sizes: Sequence[int], outputs: Sequence[str], like: Node | None) -> None:
-    """``Split(x)`` into ``outputs`` of ``sizes`` along ``axis`` (attribute or input by opset)."""
-    from gspo.ir import Literal
-
-    if edit.graph.opset >= 13:
-        sizes_name = edit.weight("split", Literal.from_array(int64s(sizes)))
-        edit.node("Split", [x, sizes_name], [make_attr("axis", axis)], outputs=outputs, like=like)
-    else:
-        edit.node("Split", [x], [make_attr("axis", axis), make_attr("split", list(sizes))], outputs=outputs, like=like)
-
-
-def split_sizes(graph: Graph, node: Node) -> list[int] | Fail:
-    """The piece sizes of a Split node."""
+def split_sizes(graph: Graph, node: Node) -> list[int]:
+    """The piece sizes of a Split node, or a Mismatch when its outputs' shapes are unknown."""
     outs = [graph.values.get(v.name) for v in node.outputs]
+    require(all(v is not None and v.is_static for v in outs), "unknown shapes")
     ax = node.attr("axis", 0)
-    if any(v is None or not v.is_static for v in outs):
-        return Fail("unknown shapes")
     return [v.shape[ax] for v in outs]
-
-
-
-def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Fail | None:
-    """Why the readers of ``old`` cannot be made to read ``new`` instead (see :func:`bypass`)."""
-    if _renamable(graph, new, dropping):
-        return None
-    return can_rewire(graph, old, dropping)
-
-
-def _renamable(graph: Graph, new: str, dropping: Iterable[Node]) -> bool:
-    prod = graph.producers.get(new)
-    if prod is None or prod[0].is_opaque or is_output(graph, new):
-        return False
-    dropped = {n.key for n in dropping}
-    return all(n.key in dropped for n in graph.consumers.get(new, ()))
-
-
-def bypass(edit: Edit, old: str, new: str, dropping: Iterable[Node]) -> None:
-    """Make ``old``'s readers read ``new``: rename ``new``'s producer's output to ``old`` when
-    only dropped nodes read ``new`` (readers of ``old`` stay untouched, graph outputs keep their
-    names), else point the readers at ``new``."""
-    graph = edit.graph
-    dropping = list(dropping)
-    edit.drop(*dropping)
-    if _renamable(graph, new, dropping):
-        producer, index = graph.producers[new]
-        outs = list(producer.outputs)
-        outs[index] = graph.values[old]
-        edit.drop(producer)
-        edit._add.append(producer.replace(outputs=tuple(outs)))
-    else:
-        edit.rewire(old, new)

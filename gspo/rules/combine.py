@@ -13,19 +13,21 @@ import numpy as np
 from gspo.ir import Literal, concat
 from gspo.ir.builder import make_attr
 from gspo.rules.base import (
-    Edit,
-    Fail,
+    OpSet,
     Rule,
     array,
+    axis_of,
     constant,
-    conv_params,
+    need,
     nodes_of,
+    plain_conv,
     producer,
+    require,
     single_consumer,
-    split_node,
     split_sizes,
+    static_values,
 )
-from gspo.rules.move import _axis
+from gspo.rules.edit import Edit, split_node
 
 __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "RULES"]
 
@@ -34,54 +36,40 @@ _BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 
 
 def _two_producers(graph, add, op):
+    """The two ``op`` nodes whose outputs (read by ``add`` only, of one shape) ``add`` sums, or a Mismatch."""
     prods = []
     for name in add.inputs:
-        prod = producer(graph, name, (op,))
-        if isinstance(prod, Fail):
-            return Fail(f"Add is not fed by two {op}s")
-        users = single_consumer(graph, name)
-        if isinstance(users, Fail):
-            return users
-        prods.append(prod)
-    if prods[0] is prods[1] or prods[0].key == prods[1].key:
-        return Fail(f"both operands are one {op}")
+        prods.append(need(producer(graph, name, (op,)), f"Add is not fed by two {op}s"))
+        need(single_consumer(graph, name))
+    require(prods[0] is not prods[1] and prods[0].key != prods[1].key, f"both operands are one {op}")
     out0, out1 = (graph.values.get(p.outputs[0].name) for p in prods)
-    if out0 is None or out1 is None or not out0.is_static or out0.shape != out1.shape:
-        return Fail("the products' shapes differ")
+    same = out0 is not None and out1 is not None and out0.is_static and out0.shape == out1.shape
+    require(same, "the products' shapes differ")
     return prods
 
 
-class MergeConvsIntoAdd(Rule):
+class _SumOfProducts(Rule):
+    """A rule rooted on an Add of two operands."""
+
+    def sites(self, graph):
+        return ((n,) for n in nodes_of(graph, "Add") if len(n.inputs) == 2)
+
+
+class MergeConvsIntoAdd(_SumOfProducts):
     """``Conv(a, w1) + Conv(b, w2)`` -> ``Conv(Concat(a, b), Concat(w1, w2))``."""
 
     pattern = ("Add", "Conv", "Conv")
     merges = True
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Add") if len(n.inputs) == 2)
-
     def check(self, graph, site):
         add = site[0]
         convs = _two_producers(graph, add, "Conv")
-        if isinstance(convs, Fail):
-            return convs
-        p1, p2 = (conv_params(graph, c) for c in convs)
-        for p in (p1, p2):
-            if isinstance(p, Fail):
-                return p
-            if p.group != 1:
-                return Fail("group is not 1")
+        p1, p2 = (plain_conv(graph, c) for c in convs)
         for attr, reason in (("kernel", "kernel sizes differ"), ("strides", "strides differ"),
                              ("dilations", "dilations differ"), ("pads", "pads differ")):
-            if getattr(p1, attr) != getattr(p2, attr):
-                return Fail(reason)
-        for c in convs:
-            for name in c.inputs[1:]:
-                if name and isinstance(constant(graph, name), Fail):
-                    return constant(graph, name)
+            require(getattr(p1, attr) == getattr(p2, attr), reason)
         a, b = (graph.values[c.inputs[0]] for c in convs)
-        if a.shape[0] != b.shape[0] or a.shape[2:] != b.shape[2:]:
-            return Fail("inputs differ in batch or spatial size")
+        require(a.shape[0] == b.shape[0] and a.shape[2:] == b.shape[2:], "inputs differ in batch or spatial size")
         return self._match([add, *convs])
 
     def apply(self, graph, match):
@@ -97,31 +85,21 @@ class MergeConvsIntoAdd(Rule):
         return e.commit()
 
 
-class MergeMatMulsIntoAdd(Rule):
+class MergeMatMulsIntoAdd(_SumOfProducts):
     """``A @ B + C @ D`` -> ``Concat(A, C) @ Concat(B, D)`` for constant 2-D ``B``, ``D``."""
 
     pattern = ("Add", "MatMul", "MatMul")
     merges = True
 
-    def sites(self, graph):
-        return ((n,) for n in nodes_of(graph, "Add") if len(n.inputs) == 2)
-
     def check(self, graph, site):
         add = site[0]
         mms = _two_producers(graph, add, "MatMul")
-        if isinstance(mms, Fail):
-            return mms
         ws = [constant(graph, m.inputs[1]) for m in mms]
         for w in ws:
-            if isinstance(w, Fail):
-                return w
-            if len(w.shape) != 2:
-                return Fail("right operand is not 2-D")
-        a, c = (graph.values.get(m.inputs[0]) for m in mms)
-        if a is None or c is None or not a.is_static or not c.is_static:
-            return Fail("unknown shapes")
-        if len(a.shape) != len(c.shape) or a.shape[:-1] != c.shape[:-1]:
-            return Fail("left operands differ beyond their last axis")
+            require(len(need(w).shape) == 2, "right operand is not 2-D")
+        a, c = static_values(graph, *(m.inputs[0] for m in mms))
+        same_rows = len(a.shape) == len(c.shape) and a.shape[:-1] == c.shape[:-1]
+        require(same_rows, "left operands differ beyond their last axis")
         return self._match([add, *mms])
 
     def apply(self, graph, match):
@@ -134,60 +112,54 @@ class MergeMatMulsIntoAdd(Rule):
         return e.commit()
 
 
+def _pairwise_ops(graph, left, right, first) -> list:
+    """The ops combining piece ``i`` of ``left`` with piece ``i`` of ``right`` for every ``i``,
+    all like ``first`` and each piece read by its op only, or a Mismatch."""
+    ops = []
+    for lv, rv in zip(left.outputs, right.outputs):
+        op = need(single_consumer(graph, lv.name))
+        alike = op.op_type == first.op_type and op.attrs == first.attrs and op.inputs == (lv.name, rv.name)
+        require(alike, "the pieces are not combined pairwise by one kind of op")
+        need(single_consumer(graph, rv.name))
+        ops.append(op)
+    return ops
+
+
 class MergeBinaryOfSplits(Rule):
     """``Add(Split(a)[i], Split(b)[i])`` for every piece ``i`` -> ``Split(Add(a, b))`` (Sub, Mul, ...).
 
     Also Sub, Mul, Div, Max and Min; the operands keep their order, so the numbers are the same
     bit for bit."""
 
-    pattern = ("Split", "Add", "Split")
-    pattern_ops = (frozenset(["Split"]), frozenset(_BINARY), frozenset(["Split"]))
+    pattern = ("Split", OpSet("Add", _BINARY), "Split")
     merges = True
-
-    anchors = ("Split",)
 
     def check(self, graph, site):
         left = site[0]
-        first = single_consumer(graph, left.outputs[0].name)
-        if isinstance(first, Fail):
-            return first
-        if first.op_type not in _BINARY or first.is_opaque or len(first.inputs) != 2:
-            return Fail("the first piece is not read by an elementwise binary op")
-        if first.inputs[0] != left.outputs[0].name:
-            return Fail("the pieces are the second operand (matched from the other Split)")
-        right = producer(graph, first.inputs[1], ("Split",))
-        if isinstance(right, Fail):
-            return right
-        if right is left or right.key == left.key or len(right.outputs) != len(left.outputs):
-            return Fail("the other operand is not a piece of another Split of as many pieces")
+        first = need(single_consumer(graph, left.outputs[0].name))
+        binary = first.op_type in _BINARY and not first.is_opaque and len(first.inputs) == 2
+        require(binary, "the first piece is not read by an elementwise binary op")
+        require(first.inputs[0] == left.outputs[0].name, "the pieces are the second operand (matched from the other Split)")
+        right = need(producer(graph, first.inputs[1], ("Split",)))
+        other = right is not left and right.key != left.key and len(right.outputs) == len(left.outputs)
+        require(other, "the other operand is not a piece of another Split of as many pieces")
         a, b = (graph.values.get(s.inputs[0]) for s in (left, right))
-        if a is None or b is None or not a.is_static or a.shape != b.shape or a.dtype != b.dtype:
-            return Fail("the split tensors differ in shape")
-        if _axis(graph, left, left.inputs[0]) != _axis(graph, right, right.inputs[0]):
-            return Fail("the Splits' axes differ")
-        sizes = split_sizes(graph, left)
-        if isinstance(sizes, Fail) or sizes != split_sizes(graph, right):
-            return Fail("the Splits' boundaries differ")
-        ops = []
-        for lv, rv in zip(left.outputs, right.outputs):
-            op = single_consumer(graph, lv.name)
-            if isinstance(op, Fail):
-                return op
-            if op.op_type != first.op_type or op.attrs != first.attrs or op.inputs != (lv.name, rv.name):
-                return Fail("the pieces are not combined pairwise by one kind of op")
-            other = single_consumer(graph, rv.name)
-            if isinstance(other, Fail):
-                return other
-            ops.append(op)
-        return self._match([left, right, *ops])
+        alike = a is not None and b is not None and a.is_static and a.shape == b.shape and a.dtype == b.dtype
+        require(alike, "the split tensors differ in shape")
+        require(_axis(graph, left) == _axis(graph, right), "the Splits' axes differ")
+        require(split_sizes(graph, left) == split_sizes(graph, right), "the Splits' boundaries differ")
+        return self._match([left, right, *_pairwise_ops(graph, left, right, first)])
 
     def apply(self, graph, match):
         left, right, *ops = match.nodes
         e = Edit(graph).drop(left, right, *ops)
         (whole,) = e.node(ops[0].op_type, [left.inputs[0], right.inputs[0]], ops[0].attrs, like=ops[0])
-        split_node(e, whole, _axis(graph, left, left.inputs[0]), split_sizes(graph, left),
-                   [op.outputs[0].name for op in ops], like=left)
+        split_node(e, whole, _axis(graph, left), split_sizes(graph, left), [op.outputs[0].name for op in ops], like=left)
         return e.commit()
+
+
+def _axis(graph, split) -> int:
+    return axis_of(graph, split, split.inputs[0])
 
 
 RULES = [MergeConvsIntoAdd(), MergeMatMulsIntoAdd(), MergeBinaryOfSplits()]

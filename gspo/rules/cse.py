@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from gspo.rules.base import Edit, Fail, Rule, can_rewire
+from gspo.rules.base import Rule, can_rewire, need, require
+from gspo.rules.edit import Edit
 
 __all__ = ["MergeDuplicates", "RULES"]
 
@@ -15,6 +16,7 @@ class MergeDuplicates(Rule):
     pattern = ()
 
     def sites(self, graph):
+        """Each node with an identical earlier one: (that earlier node, the node)."""
         first: dict[tuple, object] = {}
         for n in graph.nodes:
             if n.is_opaque or n.op_type in _RANDOM:
@@ -29,11 +31,9 @@ class MergeDuplicates(Rule):
         keep, dup = site
         for v in dup.outputs:
             if v.name:
-                fail = can_rewire(graph, v.name)
-                if fail:
-                    return fail
-        if any(a.name and not b.name for a, b in zip(dup.outputs, keep.outputs)):
-            return Fail("an output the duplicate has is skipped by the original")
+                need(can_rewire(graph, v.name))
+        skipped = any(a.name and not b.name for a, b in zip(dup.outputs, keep.outputs))
+        require(not skipped, "an output the duplicate has is skipped by the original")
         return self._match([keep, dup])
 
     def apply(self, graph, match):

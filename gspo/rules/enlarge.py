@@ -22,13 +22,15 @@ from gspo.ir import Literal, Pad
 from gspo.ir.builder import make_attr
 from gspo.ir.features import DEPTHWISE_CHANNEL_MULTIPLE as CHANNEL_MULTIPLE
 from gspo.ir.features import depthwise_channels, is_misaligned_depthwise
-from gspo.rules.base import Edit, Fail, Rule, attrs_with, constant, conv_params, int64s
+from gspo.rules.base import Match, Rule, attrs_with, constant_params, conv_params, need, require
+from gspo.rules.edit import Edit, int64s
 from gspo.rules.merge import readers_by_input
 
 __all__ = ["CHANNEL_MULTIPLE", "EnlargeConvKernel", "PadDepthwiseChannels", "pad_channels", "slice_channels", "RULES"]
 
 
 def _enlarged_pads(p, target):
+    """Pads of a Conv whose kernel is zero-padded, centred, to ``target``."""
     n = len(p.kernel)
     grow = [(t - k) // 2 * d for t, k, d in zip(target, p.kernel, p.dilations)]
     return tuple(p.pads[i] + grow[i] for i in range(n)) + tuple(p.pads[n + i] + grow[i] for i in range(n))
@@ -40,6 +42,7 @@ class EnlargeConvKernel(Rule):
     pattern = ("Conv", "Conv")
 
     def sites(self, graph):
+        """Each ordered pair of distinct Convs reading one tensor: (the one to enlarge, its sibling)."""
         for convs in readers_by_input(graph, ("Conv",)).values():
             for small in convs:
                 for big in convs:
@@ -48,33 +51,23 @@ class EnlargeConvKernel(Rule):
 
     def check(self, graph, site):
         small, big = site
-        ps, pb = conv_params(graph, small), conv_params(graph, big)
-        for p in (ps, pb):
-            if isinstance(p, Fail):
-                return p
-        if ps.group != 1 or pb.group != 1:
-            return Fail("group is not 1")
-        if ps.strides != pb.strides:
-            return Fail("strides differ")
-        if ps.dilations != pb.dilations:
-            return Fail("dilations differ")
-        w = constant(graph, small.inputs[1])
-        if isinstance(w, Fail):
-            return w
+        ps, pb = need(conv_params(graph, small)), need(conv_params(graph, big))
+        require(ps.group == 1 and pb.group == 1, "group is not 1")
+        require(ps.strides == pb.strides, "strides differ")
+        require(ps.dilations == pb.dilations, "dilations differ")
+        constant_params(graph, small, last=2)
         target = tuple(max(a, b) for a, b in zip(ps.kernel, pb.kernel))
-        if target == ps.kernel:
-            return Fail("the sibling's kernel is not larger")
-        if any((t - k) % 2 for t, k in zip(target, ps.kernel)):
-            return Fail("kernel sizes differ by an odd amount")
+        require(target != ps.kernel, "the sibling's kernel is not larger")
+        require(not any((t - k) % 2 for t, k in zip(target, ps.kernel)), "kernel sizes differ by an odd amount")
         new_pads = _enlarged_pads(ps, target)
-        if new_pads != _enlarged_pads(pb, target):
-            return Fail("pads would not match the sibling's")
+        require(new_pads == _enlarged_pads(pb, target), "pads would not match the sibling's")
         return self._match([small, big], kernel=target, pads=new_pads)
 
     def match(self, graph, explain=False):
+        """Matches as :meth:`Rule.match`, each enlargement of a Conv once (whichever sibling asks)."""
         seen = set()
         for m in super().match(graph, explain):
-            if hasattr(m, "rule"):
+            if isinstance(m, Match):
                 key = (m.nodes[0].key, m["kernel"], m["pads"])
                 if key in seen:
                     continue
@@ -118,22 +111,14 @@ class PadDepthwiseChannels(Rule):
     """``DepthwiseConv(x)`` with C channels -> ``Slice(DepthwiseConv(Pad(x)))`` with C rounded up to a multiple of 4 (zero channels)."""
 
     pattern = ("Conv",)
-    anchors = ("Conv",)
 
     def check(self, graph, site):
         conv = site[0]
-        p = conv_params(graph, conv)
-        if isinstance(p, Fail):
-            return p
-        if depthwise_channels(graph, conv) is None:
-            return Fail("not a depthwise convolution (one input and one output channel per group)")
-        if not is_misaligned_depthwise(graph, conv):
-            return Fail(f"channels already a multiple of {CHANNEL_MULTIPLE}")
-        for name in conv.inputs[1:3]:
-            if name:
-                w = constant(graph, name)
-                if isinstance(w, Fail):
-                    return w
+        p = need(conv_params(graph, conv))
+        depthwise = depthwise_channels(graph, conv) is not None
+        require(depthwise, "not a depthwise convolution (one input and one output channel per group)")
+        require(is_misaligned_depthwise(graph, conv), f"channels already a multiple of {CHANNEL_MULTIPLE}")
+        constant_params(graph, conv)
         channels = -(-p.group // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
         return self._match([conv], channels=channels)
 

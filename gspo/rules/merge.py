@@ -12,27 +12,34 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import numpy as np
+
 from gspo.ir import Graph, Literal, Node, Pad, concat
 from gspo.ir.builder import make_attr
 from gspo.ir.dag import reachability
 from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
-    Edit,
     Fail,
+    Mismatch,
+    OpSet,
     Rule,
     attrs_with,
+    axis_of,
     constant,
+    constant_params,
     conv_params,
+    is_static,
+    need,
     nodes_of,
+    plain_conv,
     producer,
+    require,
     single_consumer,
-    split_node,
 )
+from gspo.rules.edit import Edit, split_node
 
 __all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "MergeSplitConvs", "RULES",
-           "readers_by_input"]
-
-import numpy as np
+           "readers_by_input", "shared_input_sites"]
 
 
 def readers_by_input(graph: Graph, ops: tuple[str, ...]) -> OrderedDict[str, list[Node]]:
@@ -43,39 +50,41 @@ def readers_by_input(graph: Graph, ops: tuple[str, ...]) -> OrderedDict[str, lis
     return out
 
 
-def _conv_signature(graph: Graph, node: Node):
-    p = conv_params(graph, node)
-    if isinstance(p, Fail):
-        return p
-    if p.group != 1:
-        return Fail("group is not 1")
-    w = constant(graph, node.inputs[1])
-    if isinstance(w, Fail):
-        return w
-    if len(node.inputs) > 2 and node.inputs[2] and isinstance(constant(graph, node.inputs[2]), Fail):
-        return Fail("bias is not a constant initializer")
+def _conv_signature(graph: Graph, node: Node) -> tuple:
+    """What two plain Convs must share to merge: kernel, strides, dilations and pads."""
+    p = plain_conv(graph, node)
     return (p.kernel, p.strides, p.dilations, p.pads)
 
 
 _DIFFS = ("kernel sizes differ", "strides differ", "dilations differ", "pads differ")
 
 
-def _best_group(sigs: list) -> tuple[list[int], Fail | None]:
+def _signatures(graph: Graph, nodes, signature) -> list:
+    """``signature(graph, node)`` for each node, or the :class:`Fail` saying why it has none."""
+    out = []
+    for n in nodes:
+        try:
+            out.append(signature(graph, n))
+        except Mismatch as e:
+            out.append(e.fail)
+    return out
+
+
+def _best_group(sigs: list) -> list[int]:
+    """The positions of the largest group (at least two) of equal signatures, or a Mismatch."""
     groups: OrderedDict = OrderedDict()
-    fails = [s for s in sigs if isinstance(s, Fail)]
     for i, s in enumerate(sigs):
         if not isinstance(s, Fail):
             groups.setdefault(s, []).append(i)
     best = max(groups.values(), key=len, default=[])
     if len(best) >= 2:
-        return best, None
+        return best
     ok = [s for s in sigs if not isinstance(s, Fail)]
     if len(ok) >= 2:
         a, b = ok[0], ok[1]
         for k, reason in enumerate(_DIFFS if isinstance(a[0], tuple) else ("attributes differ",) * 8):
-            if a[k] != b[k]:
-                return [], Fail(reason)
-    return [], fails[0] if fails else Fail("fewer than two mergeable readers")
+            require(a[k] == b[k], reason)
+    raise next((s for s in sigs if isinstance(s, Fail)), Fail("fewer than two mergeable readers")).mismatch()
 
 
 def _bias(graph: Graph, node: Node, channels: int):
@@ -85,6 +94,13 @@ def _bias(graph: Graph, node: Node, channels: int):
     return Literal.from_array(np.zeros(channels, np_dtype(graph.weights[node.inputs[1]].dtype)))
 
 
+def shared_input_sites(graph: Graph, ops: tuple[str, ...]):
+    """Sites of two or more ``ops`` nodes reading the same first input, in graph order."""
+    for nodes in readers_by_input(graph, ops).values():
+        if len(nodes) >= 2:
+            yield tuple(nodes)
+
+
 class MergeParallelConvs(Rule):
     """``Conv(x,w1), Conv(x,w2)`` -> ``Split(Conv(x, Concat(w1,w2)))``."""
 
@@ -92,13 +108,12 @@ class MergeParallelConvs(Rule):
     merges = True
 
     def sites(self, graph):
-        for convs in readers_by_input(graph, ("Conv",)).values():
-            if len(convs) >= 2:
-                yield tuple(convs)
+        """Each group of two or more Convs reading one tensor."""
+        return shared_input_sites(graph, ("Conv",))
 
     def check(self, graph, site):
-        group, fail = _best_group([_conv_signature(graph, n) for n in site])
-        return fail or self._match([site[i] for i in group])
+        group = _best_group(_signatures(graph, site, _conv_signature))
+        return self._match([site[i] for i in group])
 
     def apply(self, graph, match):
         convs = match.nodes
@@ -113,38 +128,30 @@ class MergeParallelConvs(Rule):
         return e.commit()
 
 
-def _linear_signature(graph: Graph, node: Node):
-    b = constant(graph, node.inputs[1])
-    if isinstance(b, Fail):
-        return b
-    if len(b.shape) != 2:
-        return Fail("right operand is not 2-D")
+def _linear_signature(graph: Graph, node: Node) -> tuple:
+    """What two MatMuls (or Gemms) on one input must share to merge, or a Mismatch."""
+    b = need(constant(graph, node.inputs[1]))
+    require(len(b.shape) == 2, "right operand is not 2-D")
     if node.op_type == "MatMul":
         return ("MatMul",)
     if len(node.inputs) > 2 and node.inputs[2]:
-        c = constant(graph, node.inputs[2])
-        if isinstance(c, Fail):
-            return c
-        if len(c.shape) != 1:
-            return Fail("Gemm bias is not a vector")
+        require(len(need(constant(graph, node.inputs[2])).shape) == 1, "Gemm bias is not a vector")
     return ("Gemm", node.attr("transA", 0), node.attr("transB", 0), node.attr("alpha", 1.0), node.attr("beta", 1.0))
 
 
 class MergeParallelMatMuls(Rule):
     """``MatMul(x,B1), MatMul(x,B2)`` -> ``Split(MatMul(x, Concat(B1,B2)))`` (also Gemm)."""
 
-    pattern = ("MatMul", "MatMul")
-    pattern_ops = (frozenset(["MatMul", "Gemm"]),) * 2
+    pattern = (OpSet("MatMul", ("MatMul", "Gemm")),) * 2
     merges = True
 
     def sites(self, graph):
-        for nodes in readers_by_input(graph, ("MatMul", "Gemm")).values():
-            if len(nodes) >= 2:
-                yield tuple(nodes)
+        """Each group of two or more MatMuls or Gemms reading one left operand."""
+        return shared_input_sites(graph, ("MatMul", "Gemm"))
 
     def check(self, graph, site):
-        group, fail = _best_group([_linear_signature(graph, n) for n in site])
-        return fail or self._match([site[i] for i in group])
+        group = _best_group(_signatures(graph, site, _linear_signature))
+        return self._match([site[i] for i in group])
 
     def apply(self, graph, match):
         nodes = match.nodes
@@ -163,6 +170,23 @@ class MergeParallelMatMuls(Rule):
         return e.commit()
 
 
+def _is_2d(graph: Graph, name: str) -> bool:
+    a = graph.values.get(name)
+    return a is not None and a.is_static and len(a.shape) == 2
+
+
+def _independent(graph: Graph, nodes: list[Node]) -> list[Node]:
+    """The earliest of ``nodes`` (in graph order) none of which depends on another."""
+    reach = reachability(graph)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    chosen: list[Node] = []
+    for n in nodes:
+        i = index[id(n)]
+        if not any((reach[i] >> index[id(c)]) & 1 or (reach[index[id(c)]] >> i) & 1 for c in chosen):
+            chosen.append(n)
+    return chosen
+
+
 class BatchSharedWeightMatMuls(Rule):
     """``MatMul(a1, B), MatMul(a2, B)`` -> ``Split(MatMul(Concat(a1, a2), B))`` along rows, for a
     constant 2-D ``B``, 2-D ``a_i`` and MatMuls that do not depend on each other (an unrolled
@@ -172,6 +196,7 @@ class BatchSharedWeightMatMuls(Rule):
     merges = True
 
     def sites(self, graph):
+        """Each group of two or more MatMuls with one constant right operand."""
         by_weight: OrderedDict[str, list[Node]] = OrderedDict()
         for n in nodes_of(graph, "MatMul"):
             if len(n.inputs) == 2 and n.inputs[1] in graph.weights:
@@ -181,27 +206,12 @@ class BatchSharedWeightMatMuls(Rule):
                 yield tuple(nodes)
 
     def check(self, graph, site):
-        w = constant(graph, site[0].inputs[1])
-        if isinstance(w, Fail):
-            return w
-        if len(w.shape) != 2:
-            return Fail("right operand is not 2-D")
-        usable = []
-        for n in site:
-            a = graph.values.get(n.inputs[0])
-            if a is not None and a.is_static and len(a.shape) == 2:
-                usable.append(n)
-        if len(usable) < 2:
-            return Fail("left operands are not 2-D with known shapes")
-        reach = reachability(graph)
-        index = {id(n): i for i, n in enumerate(graph.nodes)}
-        chosen: list[Node] = []
-        for n in usable:  # graph order: the earliest independent ones
-            i = index[id(n)]
-            if not any((reach[i] >> index[id(c)]) & 1 or (reach[index[id(c)]] >> i) & 1 for c in chosen):
-                chosen.append(n)
-        if len(chosen) < 2:
-            return Fail("the MatMuls sharing the weight depend on each other")
+        w = need(constant(graph, site[0].inputs[1]))
+        require(len(w.shape) == 2, "right operand is not 2-D")
+        usable = [n for n in site if _is_2d(graph, n.inputs[0])]
+        require(len(usable) >= 2, "left operands are not 2-D with known shapes")
+        chosen = _independent(graph, usable)
+        require(len(chosen) >= 2, "the MatMuls sharing the weight depend on each other")
         return self._match(chosen)
 
     def apply(self, graph, match):
@@ -215,33 +225,25 @@ class BatchSharedWeightMatMuls(Rule):
         return e.commit()
 
 
-def _split_pieces(graph: Graph, cat: Node) -> tuple[Node, list[Node]] | Fail:
-    """The Split whose every piece goes through one Conv into ``cat``, in order, and those Convs."""
+def _split_pieces(graph: Graph, cat: Node) -> tuple[Node, list[Node]]:
+    """The Split whose every piece goes through one Conv into ``cat``, in order, and those
+    Convs, or a Mismatch."""
     convs = []
     for name in cat.inputs:
-        conv = producer(graph, name, ("Conv",))
-        if isinstance(conv, Fail):
-            return Fail("a concatenated piece is not a Conv's output")
-        users = single_consumer(graph, name)
-        if isinstance(users, Fail):
-            return users
+        conv = need(producer(graph, name, ("Conv",)), "a concatenated piece is not a Conv's output")
+        need(single_consumer(graph, name))
         convs.append(conv)
-    split = producer(graph, convs[0].inputs[0], ("Split",))
-    if isinstance(split, Fail):
-        return Fail("the Convs do not read the pieces of a Split")
-    if [c.inputs[0] for c in convs] != list(split.output_names):
-        return Fail("the Convs do not read the Split's pieces in order")
+    split = need(producer(graph, convs[0].inputs[0], ("Split",)), "the Convs do not read the pieces of a Split")
+    require([c.inputs[0] for c in convs] == list(split.output_names), "the Convs do not read the Split's pieces in order")
     for c in convs:
-        if isinstance(single_consumer(graph, c.inputs[0]), Fail):
-            return Fail("a piece of the Split is read by more than its Conv")
+        need(single_consumer(graph, c.inputs[0]), "a piece of the Split is read by more than its Conv")
     return split, convs
 
 
-def _embedded_pads(p, kernel) -> tuple[int, ...] | Fail:
-    """Pads of a Conv whose kernel is zero-padded, centred, to ``kernel``."""
+def _embedded_pads(p, kernel) -> tuple[int, ...]:
+    """Pads of a Conv whose kernel is zero-padded, centred, to ``kernel`` (a Mismatch when it cannot be centred)."""
     n = len(p.kernel)
-    if any((k - pk) % 2 for k, pk in zip(kernel, p.kernel)):
-        return Fail("kernel sizes differ by an odd amount")
+    require(not any((k - pk) % 2 for k, pk in zip(kernel, p.kernel)), "kernel sizes differ by an odd amount")
     grow = [(k - pk) // 2 * d for k, pk, d in zip(kernel, p.kernel, p.dilations)]
     return tuple(p.pads[i] + grow[i] for i in range(n)) + tuple(p.pads[n + i] + grow[i] for i in range(n))
 
@@ -258,35 +260,21 @@ class MergeSplitConvs(Rule):
 
     pattern = ("Concat", "Conv", "Split")
     merges = True
-    anchors = ("Concat",)
 
     def check(self, graph, site):
         cat = site[0]
-        if not _static(graph, cat.outputs[0].name) or _channel_axis(graph, cat) != 1:
-            return Fail("not a Concat of channels")
-        found = _split_pieces(graph, cat)
-        if isinstance(found, Fail):
-            return found
-        split, convs = found
-        if _channel_axis(graph, split) != 1:
-            return Fail("the Split is not along channels")
-        params = [conv_params(graph, c) for c in convs]
-        for c, p in zip(convs, params):
-            if isinstance(p, Fail):
-                return p
-            for name in c.inputs[1:3]:
-                if name and isinstance(constant(graph, name), Fail):
-                    return constant(graph, name)
-        if len({(p.strides, p.dilations) for p in params}) != 1:
-            return Fail("strides or dilations differ")
-        if len({(p.cin, p.cout // p.group) for p in params}) != 1:
-            return Fail("the groups differ in channels")
+        require(is_static(graph, cat.outputs[0].name) and _channel_axis(graph, cat) == 1, "not a Concat of channels")
+        split, convs = _split_pieces(graph, cat)
+        require(_channel_axis(graph, split) == 1, "the Split is not along channels")
+        params = []
+        for c in convs:
+            params.append(need(conv_params(graph, c)))
+            constant_params(graph, c)
+        require(len({(p.strides, p.dilations) for p in params}) == 1, "strides or dilations differ")
+        require(len({(p.cin, p.cout // p.group) for p in params}) == 1, "the groups differ in channels")
         kernel = tuple(max(k) for k in zip(*(p.kernel for p in params)))
         pads = {_embedded_pads(p, kernel) for p in params}
-        if any(isinstance(x, Fail) for x in pads):
-            return next(x for x in pads if isinstance(x, Fail))
-        if len(pads) != 1:
-            return Fail("pads would not line up")
+        require(len(pads) == 1, "pads would not line up")
         return self._match([cat, split, *convs], kernel=kernel, pads=next(iter(pads)))
 
     def apply(self, graph, match):
@@ -307,16 +295,9 @@ class MergeSplitConvs(Rule):
         return e.commit()
 
 
-def _static(graph: Graph, name: str) -> bool:
-    v = graph.values.get(name)
-    return v is not None and v.is_static
-
-
 def _channel_axis(graph: Graph, node: Node) -> int:
-    """The axis attribute of a Concat or Split, made non-negative (4-D and up)."""
-    v = graph.values[node.inputs[0]]
-    axis = node.attr("axis", 0)
-    return axis + len(v.shape) if axis < 0 else axis
+    """The axis attribute of a Concat or Split, made non-negative."""
+    return axis_of(graph, node, node.inputs[0])
 
 
 RULES = [MergeParallelConvs(), MergeParallelMatMuls(), BatchSharedWeightMatMuls(), MergeSplitConvs()]

@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gspo.ir import Graph, Node, broadcast_shapes, fresh_name, slice_weight
+from gspo.ir import Graph, Node, fresh_name, slice_weight
 from gspo.ir.shapes import UNARY_OPS
 from gspo.rules.base import (
-    Edit,
-    Fail,
+    Mismatch,
+    OpSet,
     Rule,
-    bypass,
-    bypass_check,
+    axis_of,
+    broadcasts_within,
     can_rewire,
     constant,
+    is_static,
+    need,
     producer,
+    require,
     single_consumer,
-    split_node,
     split_sizes,
 )
+from gspo.rules.edit import Edit, bypass, bypass_check, split_node
 
 __all__ = [
     "PushThroughConcat",
@@ -47,42 +50,35 @@ class _Elementwise:
     const: str | None  # the constant operand of a binary op
 
 
-def elementwise(graph: Graph, node: Node) -> _Elementwise | Fail:
-    """``node`` as an elementwise op of one variable operand, or why it is not one.
+def elementwise(graph: Graph, node: Node) -> _Elementwise:
+    """``node`` as an elementwise op of one variable operand, or a Mismatch saying why it is not one.
 
     The variable operand must have the output's shape: an op whose constant broadcasts it to a
     larger shape (``Add(x[3,4], c[2,3,4])``) does not commute with a Split or Concat of ``x``.
     """
     if node.op_type in _UNARY:
         for name in node.inputs[1:]:
-            if name and isinstance(constant(graph, name), Fail):
-                return Fail(f"{node.op_type} has a non-constant parameter")
+            if name:
+                need(constant(graph, name), f"{node.op_type} has a non-constant parameter")
         ew = _Elementwise(0, None)
     elif node.op_type in _BINARY and len(node.inputs) == 2:
         consts = [i for i, name in enumerate(node.inputs) if name in graph.weights]
-        if len(consts) != 1:
-            return Fail("neither or both operands are constant")
+        require(len(consts) == 1, "neither or both operands are constant")
         ew = _Elementwise(1 - consts[0], node.inputs[consts[0]])
     else:
-        return Fail(f"{node.op_type} is not elementwise")
-    var, out = graph.values.get(node.inputs[ew.var]), graph.values.get(node.outputs[0].name)
-    if var is None or out is None or not var.is_static or not out.is_static:
-        return Fail("unknown shapes")
-    if var.shape != out.shape:
-        return Fail("the constant broadcasts the variable operand to a larger shape")
+        raise Mismatch(f"{node.op_type} is not elementwise")
+    require(is_static(graph, node.inputs[ew.var], node.outputs[0].name), "unknown shapes")
+    var, out = graph.values[node.inputs[ew.var]], graph.values[node.outputs[0].name]
+    require(var.shape == out.shape, "the constant broadcasts the variable operand to a larger shape")
     return ew
 
 
-def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> list | Fail:
-    """Per piece, the constant (a weight, or ``None`` for unary ops) or why it cannot be cut."""
+def _const_pieces(graph: Graph, ew: _Elementwise, shape, axis: int, sizes) -> list:
+    """Per piece, the constant (a weight, or ``None`` for unary ops), or a Mismatch when it cannot be cut."""
     if ew.const is None:
         return [None] * len(sizes)
     c = graph.weights[ew.const]
-    try:
-        if broadcast_shapes(shape, c.shape) != tuple(shape):
-            return Fail("the constant broadcasts the output to a larger shape")
-    except ValueError:
-        return Fail("shapes do not broadcast")
+    broadcasts_within(shape, c.shape)
     lead = len(shape) - len(c.shape)
     if axis < lead or c.shape[axis - lead] == 1:
         return [c] * len(sizes)
@@ -101,42 +97,24 @@ def _inputs_with(node: Node, ew: _Elementwise, var: str, const: str | None) -> l
     return ins
 
 
-def _axis(graph: Graph, node: Node, value: str) -> int:
-    rank = len(graph.values[value].shape)
-    ax = node.attr("axis", 0)
-    return ax + rank if ax < 0 else ax
-
-
-def _static(graph: Graph, *names: str) -> bool:
-    return all(graph.values.get(n) is not None and graph.values[n].is_static for n in names)
+_axis = axis_of
 
 
 class PushThroughConcat(Rule):
     """``Relu(Concat(a, b))`` -> ``Concat(Relu(a), Relu(b))`` (any elementwise op)."""
 
-    pattern = ("Relu", "Concat")
-    pattern_ops = (frozenset(ELEMENTWISE), frozenset(["Concat"]))
-
-    anchors = ELEMENTWISE
+    pattern = (OpSet("Relu", ELEMENTWISE), "Concat")
+    greedy = False
 
     def check(self, graph, site):
         node = site[0]
         ew = elementwise(graph, node)
-        if isinstance(ew, Fail):
-            return ew
-        cat = producer(graph, node.inputs[ew.var], ("Concat",))
-        if isinstance(cat, Fail):
-            return cat
-        users = single_consumer(graph, cat.outputs[0].name)
-        if isinstance(users, Fail):
-            return users
-        if not _static(graph, *cat.inputs, cat.outputs[0].name):
-            return Fail("unknown shapes")
+        cat = need(producer(graph, node.inputs[ew.var], ("Concat",)))
+        need(single_consumer(graph, cat.outputs[0].name))
+        require(is_static(graph, *cat.inputs, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
         sizes = [graph.values[i].shape[axis] for i in cat.inputs]
-        pieces = _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
-        if isinstance(pieces, Fail):
-            return pieces
+        _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
         return self._match([node, cat])
 
     def apply(self, graph, match):
@@ -154,63 +132,41 @@ class PushThroughConcat(Rule):
         return e.commit()
 
 
-def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise | Fail:
-    """The common elementwise form of ``nodes`` (same op, attributes, shared constants)."""
+def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise:
+    """The common elementwise form of ``nodes`` (same op, attributes, shared constants), or a Mismatch."""
     first = nodes[0]
     ew = elementwise(graph, first)
-    if isinstance(ew, Fail):
-        return ew
+    params = [i for k, i in enumerate(first.inputs) if k != ew.var]
     for n in nodes[1:]:
         other = elementwise(graph, n)
-        if isinstance(other, Fail):
-            return other
-        if n.op_type != first.op_type or n.attrs != first.attrs:
-            return Fail("the pieces' ops differ")
-        if other != ew or [i for k, i in enumerate(n.inputs) if k != ew.var] != [
-            i for k, i in enumerate(first.inputs) if k != ew.var
-        ]:
-            return Fail("the pieces' constants differ")
+        require(n.op_type == first.op_type and n.attrs == first.attrs, "the pieces' ops differ")
+        same = other == ew and [i for k, i in enumerate(n.inputs) if k != ew.var] == params
+        require(same, "the pieces' constants differ")
     if ew.const is not None:
         c = graph.weights[ew.const]
         lead = len(shape) - len(c.shape)
-        try:
-            widens = lead < 0 or broadcast_shapes(shape, c.shape) != tuple(shape)
-        except ValueError:
-            return Fail("shapes do not broadcast")
-        if widens:
-            return Fail("the constant broadcasts the output to a larger shape")
-        if axis >= lead and c.shape[axis - lead] != 1:
-            return Fail("the constant varies along the axis")
+        require(lead >= 0, "the constant broadcasts the output to a larger shape")
+        broadcasts_within(shape, c.shape)
+        require(axis < lead or c.shape[axis - lead] == 1, "the constant varies along the axis")
     return ew
 
 
 class PullThroughConcat(Rule):
     """``Concat(Relu(a), Relu(b))`` -> ``Relu(Concat(a, b))`` (any elementwise op)."""
 
-    pattern = ("Concat", "Relu")
-    pattern_ops = (frozenset(["Concat"]), frozenset(ELEMENTWISE))
-
-    anchors = ("Concat",)
+    pattern = ("Concat", OpSet("Relu", ELEMENTWISE))
+    greedy = False
 
     def check(self, graph, site):
         cat = site[0]
         prods = []
         for name in cat.inputs:
-            prod = producer(graph, name)
-            if isinstance(prod, Fail):
-                return Fail("a piece is not produced by an elementwise op")
-            users = single_consumer(graph, name)
-            if isinstance(users, Fail):
-                return users
-            prods.append(prod)
-        if len({p.key for p in prods}) != len(prods):
-            return Fail("a piece appears twice")
-        if not _static(graph, cat.outputs[0].name):
-            return Fail("unknown shapes")
+            prods.append(need(producer(graph, name), "a piece is not produced by an elementwise op"))
+            need(single_consumer(graph, name))
+        require(len({p.key for p in prods}) == len(prods), "a piece appears twice")
+        require(is_static(graph, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
-        ew = _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
-        if isinstance(ew, Fail):
-            return ew
+        _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
         return self._match([cat, *prods])
 
     def apply(self, graph, match):
@@ -226,29 +182,18 @@ class PullThroughConcat(Rule):
 class PushThroughSplit(Rule):
     """``Split(Relu(x))`` -> ``Relu`` of each piece of ``Split(x)`` (any elementwise op)."""
 
-    pattern = ("Split", "Relu")
-    pattern_ops = (frozenset(["Split"]), frozenset(ELEMENTWISE))
-
-    anchors = ("Split",)
+    pattern = ("Split", OpSet("Relu", ELEMENTWISE))
+    greedy = False
 
     def check(self, graph, site):
         split = site[0]
-        node = producer(graph, split.inputs[0])
-        if isinstance(node, Fail):
-            return node
+        node = need(producer(graph, split.inputs[0]))
         ew = elementwise(graph, node)
-        if isinstance(ew, Fail):
-            return ew
-        users = single_consumer(graph, split.inputs[0])
-        if isinstance(users, Fail):
-            return users
+        need(single_consumer(graph, split.inputs[0]))
         sizes = split_sizes(graph, split)
-        if isinstance(sizes, Fail) or not _static(graph, split.inputs[0]):
-            return Fail("unknown shapes")
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
-        pieces = _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
-        if isinstance(pieces, Fail):
-            return pieces
+        _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
         return self._match([split, node])
 
     def apply(self, graph, match):
@@ -267,34 +212,31 @@ class PushThroughSplit(Rule):
         return e.commit()
 
 
+def _piece_readers(graph: Graph, split: Node) -> list[Node]:
+    """The one interpreted reader of each of ``split``'s pieces, all different, or a Mismatch."""
+    users = []
+    for v in split.outputs:
+        u = need(single_consumer(graph, v.name))
+        require(not u.is_opaque, "a piece is read by an opaque node")
+        users.append(u)
+    require(len({u.key for u in users}) == len(users), "one node reads two pieces")
+    return users
+
+
 class PullThroughSplit(Rule):
     """``Relu`` of each piece of ``Split(x)`` -> ``Split(Relu(x))`` (any elementwise op)."""
 
-    pattern = ("Split", "Relu")
-    pattern_ops = (frozenset(["Split"]), frozenset(ELEMENTWISE))
-
-    anchors = ("Split",)
+    pattern = ("Split", OpSet("Relu", ELEMENTWISE))
+    greedy = False
 
     def check(self, graph, site):
         split = site[0]
-        users = []
-        for v in split.outputs:
-            u = single_consumer(graph, v.name)
-            if isinstance(u, Fail):
-                return u
-            if u.is_opaque:
-                return Fail("a piece is read by an opaque node")
-            users.append(u)
-        if len({u.key for u in users}) != len(users):
-            return Fail("one node reads two pieces")
-        if not _static(graph, split.inputs[0]):
-            return Fail("unknown shapes")
+        users = _piece_readers(graph, split)
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         ew = _same_elementwise(graph, users, axis, graph.values[split.inputs[0]].shape)
-        if isinstance(ew, Fail):
-            return ew
-        if any(u.inputs[ew.var] != v.name for u, v in zip(users, split.outputs)):
-            return Fail("the pieces are not the ops' variable inputs")
+        variable = all(u.inputs[ew.var] == v.name for u, v in zip(users, split.outputs))
+        require(variable, "the pieces are not the ops' variable inputs")
         return self._match([split, *users])
 
     def apply(self, graph, match):
@@ -312,26 +254,21 @@ class RemoveSplitConcat(Rule):
     """``Concat(Split(x))`` of all the pieces in order, on the same axis -> ``x``."""
 
     pattern = ("Concat", "Split")
-
-    anchors = ("Concat",)
+    greedy = False
 
     def check(self, graph, site):
         cat = site[0]
-        split = producer(graph, cat.inputs[0], ("Split",))
-        if isinstance(split, Fail):
-            return split
-        if tuple(cat.inputs) != split.output_names:
-            return Fail("not all pieces, in order")
-        if not _static(graph, split.inputs[0]):
-            return Fail("unknown shapes")
-        if _axis(graph, cat, cat.outputs[0].name) != _axis(graph, split, split.inputs[0]):
-            return Fail("axes differ")
+        split = need(producer(graph, cat.inputs[0], ("Split",)))
+        require(tuple(cat.inputs) == split.output_names, "not all pieces, in order")
+        require(is_static(graph, split.inputs[0]), "unknown shapes")
+        require(_axis(graph, cat, cat.outputs[0].name) == _axis(graph, split, split.inputs[0]), "axes differ")
         dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
-        fail = bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping)
-        return fail or self._match([cat, split])
+        need(bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping))
+        return self._match([cat, split])
 
     @staticmethod
     def _only_concat(graph, split, cat):
+        """Whether ``cat`` is the only reader of ``split``'s pieces (none is a graph output)."""
         return all(u == cat for v in split.outputs for u in graph.consumers.get(v.name, ())) and not any(
             v.name in graph.output_names() for v in split.outputs
         )
@@ -348,28 +285,18 @@ class RemoveConcatSplit(Rule):
     """``Split(Concat(a, b))`` at the same boundaries, on the same axis -> ``a, b``."""
 
     pattern = ("Split", "Concat")
-
-    anchors = ("Split",)
+    greedy = False
 
     def check(self, graph, site):
         split = site[0]
-        cat = producer(graph, split.inputs[0], ("Concat",))
-        if isinstance(cat, Fail):
-            return cat
-        users = single_consumer(graph, cat.outputs[0].name)
-        if isinstance(users, Fail):
-            return users
-        if not _static(graph, *cat.inputs, split.inputs[0]):
-            return Fail("unknown shapes")
+        cat = need(producer(graph, split.inputs[0], ("Concat",)))
+        need(single_consumer(graph, cat.outputs[0].name))
+        require(is_static(graph, *cat.inputs, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
-        if _axis(graph, cat, cat.outputs[0].name) != axis:
-            return Fail("axes differ")
-        if split_sizes(graph, split) != [graph.values[i].shape[axis] for i in cat.inputs]:
-            return Fail("boundaries differ")
+        require(_axis(graph, cat, cat.outputs[0].name) == axis, "axes differ")
+        require(split_sizes(graph, split) == [graph.values[i].shape[axis] for i in cat.inputs], "boundaries differ")
         for v in split.outputs:
-            fail = can_rewire(graph, v.name)
-            if fail:
-                return fail
+            need(can_rewire(graph, v.name))
         return self._match([split, cat])
 
     def apply(self, graph, match):
@@ -391,33 +318,22 @@ class SwapNestedSplits(Rule):
 
     pattern = ("Split", "Split")
 
-    anchors = ("Split",)
-
     def check(self, graph, site):
         outer = site[0]
-        if not _static(graph, outer.inputs[0]):
-            return Fail("unknown shapes")
+        require(is_static(graph, outer.inputs[0]), "unknown shapes")
         inners = []
         for v in outer.outputs:
-            u = single_consumer(graph, v.name)
-            if isinstance(u, Fail):
-                return u
-            if u.op_type != "Split" or u.is_opaque or u.inputs[0] != v.name:
-                return Fail("a piece is not split again")
+            u = need(single_consumer(graph, v.name))
+            require(u.op_type == "Split" and not u.is_opaque and u.inputs[0] == v.name, "a piece is not split again")
             inners.append(u)
-        if len({u.key for u in inners}) != len(inners):
-            return Fail("one Split reads two pieces")
+        require(len({u.key for u in inners}) == len(inners), "one Split reads two pieces")
         a = _axis(graph, outer, outer.inputs[0])
         b = {_axis(graph, u, u.inputs[0]) for u in inners}
-        if len(b) != 1 or a in b:
-            return Fail("the pieces are split on different axes, or on the same axis")
+        require(len(b) == 1 and a not in b, "the pieces are split on different axes, or on the same axis")
         sizes = [split_sizes(graph, u) for u in inners]
-        if any(isinstance(s, Fail) for s in sizes) or isinstance(split_sizes(graph, outer), Fail):
-            return Fail("unknown shapes")
-        if any(s != sizes[0] for s in sizes):
-            return Fail("the pieces are split at different boundaries")
-        if len(sizes[0]) >= len(inners):
-            return Fail("swapping would not make fewer Splits")
+        split_sizes(graph, outer)
+        require(all(s == sizes[0] for s in sizes), "the pieces are split at different boundaries")
+        require(len(sizes[0]) < len(inners), "swapping would not make fewer Splits")
         return self._match([outer, *inners])
 
     def apply(self, graph, match):

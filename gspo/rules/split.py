@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from gspo.ir import slice_weight
 from gspo.ir.builder import make_attr
-from gspo.rules.base import Edit, Rule, constant, need, plain_conv, require
+from gspo.rules.base import Rule, constant, need, plain_conv, require
+from gspo.rules.edit import Edit
 
 __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 
@@ -16,8 +17,7 @@ class SplitConv(Rule):
     """``Conv(x, w)`` -> ``Concat(Conv(x, w[:h]), Conv(x, w[h:]))`` along output channels."""
 
     pattern = ("Conv",)
-
-    anchors = ("Conv",)
+    greedy = False
 
     def check(self, graph, site):
         conv = site[0]
@@ -44,8 +44,7 @@ class SplitMatMul(Rule):
     """``MatMul(x, B)`` -> ``Concat(MatMul(x, B[:, :h]), MatMul(x, B[:, h:]))`` along output columns."""
 
     pattern = ("MatMul",)
-
-    anchors = ("MatMul",)
+    greedy = False
 
     def check(self, graph, site):
         mm = site[0]

@@ -1,6 +1,14 @@
 """Execution and timing: the only package that imports onnxruntime."""
 
-from gspo.runtime.bench import DeviceTime, Timing, interleaved, measure_once, timed_runner
+from gspo.runtime.bench import (
+    DeviceTime,
+    Repeats,
+    Timing,
+    interleaved,
+    measure_once,
+    median_seconds,
+    timed_runner,
+)
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import (
     choose_schedule,
@@ -24,6 +32,7 @@ __all__ = [
     "CpuExecutor",
     "DeviceTime",
     "Plan",
+    "Repeats",
     "Segment",
     "Timing",
     "TraceEvent",
@@ -34,6 +43,7 @@ __all__ = [
     "make_executor",
     "make_plan",
     "measure_once",
+    "median_seconds",
     "parse_streams",
     "saved_schedule",
     "OutputDiff",

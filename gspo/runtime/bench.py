@@ -1,6 +1,9 @@
-"""Timing discipline: warm-up, interleaved rounds (A B, B A, ...), medians, minima, ratios.
+"""The timing harness: warm-up, interleaved rounds (A B, B A, ...), medians, minima, ratios.
 
-Sessions are built before timing, never inside the loop. Idle onnxruntime threads do not spin
+Every measurement in gspo goes through here: :func:`interleaved` compares runners (``gspo
+bench``, optimize's verification and confirmation, placement), :func:`median_seconds` times one
+callable until a time target is met (calibration and its evaluation). Sessions are built before
+timing, never inside the loop. Idle onnxruntime threads do not spin
 (``SessionConfig.allow_spinning`` is off), and the order of the runners rotates every round so
 that neither is always first after the other. A runner that times itself on the device (the
 CUDA executor's :meth:`timed_runner`, with CUDA events) returns a :class:`DeviceTime`, which is
@@ -14,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DeviceTime", "Timing", "interleaved", "measure_once", "timed_runner"]
+__all__ = ["DeviceTime", "Repeats", "Timing", "interleaved", "measure_once", "median_seconds", "timed_runner"]
 
 
 class DeviceTime(float):
@@ -37,16 +40,31 @@ def timed_runner(executor, feeds) -> Callable[[], object]:
 
 
 @dataclass(frozen=True)
+class Repeats:
+    """How often :func:`median_seconds` runs a callable: ``warmup`` untimed calls, then at least
+    ``min_runs`` timed ones, more until ``target_s`` seconds have been spent, at most ``max_runs``."""
+
+    min_runs: int = 5
+    max_runs: int = 30
+    target_s: float = 0.1
+    warmup: int = 2
+
+
+@dataclass(frozen=True)
 class Timing:
+    """The seconds of each timed run of one runner."""
+
     label: str
     seconds: tuple[float, ...]
 
     @property
     def median(self) -> float:
+        """The median run, in seconds."""
         return statistics.median(self.seconds)
 
     @property
     def min(self) -> float:
+        """The fastest run, in seconds."""
         return min(self.seconds)
 
     def ratio_to(self, reference: Timing) -> float:
@@ -78,3 +96,16 @@ def interleaved(
         if progress is not None:
             progress(r + 1)
     return [Timing(label, tuple(t)) for (label, _), t in zip(runners, times)]
+
+
+def median_seconds(fn: Callable[[], object], repeats: Repeats = Repeats()) -> float:
+    """Median seconds of ``fn`` over the runs ``repeats`` asks for (after its warm-up calls); a
+    :class:`DeviceTime` that ``fn`` returns is taken instead of the host's clock."""
+    for _ in range(repeats.warmup):
+        fn()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < repeats.min_runs or (spent < repeats.target_s and len(times) < repeats.max_runs):
+        times.append(measure_once(fn))
+        spent += times[-1]
+    return statistics.median(times)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from gspo.ir import Graph, GraphError
 from gspo.ir.onnx_io import check_graph
-from gspo.rules import DEFAULT_RULES, Rule
+from gspo.rules import DEFAULT_RULES, Rule, applicable
 from gspo.streams import Schedule, assign_streams
 
 __all__ = ["SearchConfig", "Candidate", "SearchResult", "search", "joint_cost"]
@@ -174,7 +174,7 @@ def _consider(state: _State, current: Candidate, rule: Rule, rewritten: Graph) -
 def _expand(state: _State, current: Candidate, rules: Sequence[Rule]) -> None:
     """Every match of every rule on ``current``; raises ``_OutOfTime`` between two matches
     (on a large graph one expansion rewrites and costs hundreds of matches)."""
-    for rule in rules:
+    for rule in applicable(rules, current.graph):
         for match in rule.match(current.graph):
             if state.deadline is not None and time.perf_counter() > state.deadline:
                 raise _OutOfTime

@@ -38,18 +38,7 @@ from gspo.ir import Graph, load, save
 from gspo.ir.frontend import describe_defaults
 from gspo.ir.onnx_io import from_model, save_bytes, serialize, to_model, uses_external_data
 from gspo.partition import DEFAULT_THRESHOLD, Partition, partition
-from gspo.rules import (
-    DEFAULT_RULES,
-    Rule,
-    apply_greedily,
-    canon,
-    combine,
-    cse,
-    enlarge,
-    fold,
-    merge,
-    move,
-)
+from gspo.rules import DEFAULT_RULES, GREEDY_RULES, WHOLE_MODEL_RULES, Rule, apply_greedily
 from gspo.runtime import (
     capture_values,
     compare_outputs,
@@ -74,16 +63,6 @@ from gspo.streams import Placement, Schedule, apply_schedule, assign_streams
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
 
 log = logging.getLogger(__name__)
-
-#: The TASO-like greedy variant every piece also gets verified with: folds, canonical forms, CSE,
-#: enlargement and merges applied wherever they match (no splits or moves, which only the search
-#: explores, except swapping nested Splits, which only ever removes Splits).
-GREEDY_RULES = tuple(fold.RULES + canon.RULES + cse.RULES + enlarge.RULES + combine.RULES + merge.RULES) + (
-    move.SwapNestedSplits(),)
-#: The same over the whole model, batching first: merges across pieces (an unrolled RNN's input
-#: projections sit in different pieces, one per step) need the whole graph, and batching them
-#: must come before the per-step merges that would use up their MatMuls.
-WHOLE_MODEL_RULES = (merge.BatchSharedWeightMatMuls(), *GREEDY_RULES)
 
 #: Shares of ``--time-budget``: the search gets half (spread over the pieces and jobs), the final
 #: whole-model comparison and its confirmation keep a fifth, piece verification gets the rest.

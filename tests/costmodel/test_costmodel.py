@@ -131,26 +131,26 @@ def test_local_correction_bends_toward_measured_points_and_fades_away():
 def test_family_fit_picks_the_local_correction_only_when_it_predicts_held_out_ops_better():
     import numpy as np
 
-    from gspo.costmodel.calibrate import _fit_family
+    from gspo.costmodel.fit import fit_family
 
     xs = [[a / 3, b / 3] for a in range(12) for b in range(6)]
     smooth = [1 + 0.2 * a - 0.1 * b + 0.05 * a * b for a, b in xs]
     noise = np.random.default_rng(1).normal(0, 0.3, len(xs))
     # A quadratic plus independent noise: a neighbour's residual says nothing about an op's own.
-    assert _fit_family(xs, list(smooth + noise)).local is None
+    assert fit_family(xs, list(smooth + noise)).local is None
     cliff = [y + (0.8 if a > 2 else 0.0) for y, (a, b) in zip(smooth, xs)]
-    assert _fit_family(xs, cliff).local is not None
+    assert fit_family(xs, cliff).local is not None
 
 
 def test_a_large_penalty_gives_every_family_the_common_factor():
     import numpy as np
 
-    from gspo.costmodel.calibrate import _scale_fit
+    from gspo.costmodel.fit import scale_fit
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0.1, 1.0, (30, 3))  # each row: family cost / measured time
-    free = _scale_fit(x, 0.0)[0]
-    pooled = _scale_fit(x, 1e9)[0]
+    free = scale_fit(x, 0.0)[0]
+    pooled = scale_fit(x, 1e9)[0]
     assert np.ptp(pooled) < 1e-6 < np.ptp(free)
     # the common factor that makes the geometric mean of estimate/measured 1
     common = np.exp(-np.log(x.sum(axis=1)).mean())
@@ -160,15 +160,15 @@ def test_a_large_penalty_gives_every_family_the_common_factor():
 def test_family_factors_are_recovered_exactly_and_without_bias_under_noise():
     import numpy as np
 
-    from gspo.costmodel.calibrate import _scale_fit
+    from gspo.costmodel.fit import scale_fit
 
     rng = np.random.default_rng(1)
     truth = np.array([0.8, 0.5, 1.3])
     costs = rng.uniform(0.1, 1.0, (200, 3))  # single-op cost sums per family, per piece
     exact = costs / (costs @ truth)[:, None]
-    assert _scale_fit(exact, 0.0)[0] == pytest.approx(truth, rel=1e-4)
+    assert scale_fit(exact, 0.0)[0] == pytest.approx(truth, rel=1e-4)
     noisy = exact / rng.lognormal(0.0, 0.3, 200)[:, None]  # measured times off by +-30%
-    fitted = _scale_fit(noisy, 0.0)[0]
+    fitted = scale_fit(noisy, 0.0)[0]
     assert np.median(noisy @ fitted) == pytest.approx(1.0, abs=0.04)  # ratio-space LS gives ~0.9
     assert fitted == pytest.approx(truth, rel=0.15)
 
@@ -253,7 +253,7 @@ def test_measurements_are_put_in_reference_units():
     """A machine at half speed for every other measurement (the reference slows down with it)
     fits the same profile, in reference units, as a steady machine; without the reference the
     drift would distort the fit."""
-    from gspo.costmodel.calibrate import fit
+    from gspo.costmodel.fit import fit
     from gspo.costmodel.microbench import single_ops
 
     ops = single_ops()[::3]
@@ -320,7 +320,7 @@ def test_op_costs_are_not_shared_between_ops_that_differ_only_in_input_shape():
 def test_family_scales_recover_in_context_factors():
     """Pieces whose measured time is 2x their conv cost plus 0.5x their elementwise cost: the
     fitted per-family factors are 2 and 0.5, and the model then predicts the pieces exactly."""
-    from gspo.costmodel.calibrate import _family_scales
+    from gspo.costmodel.fit import family_scales
 
     class Piece:
         def __init__(self, g):
@@ -342,7 +342,7 @@ def test_family_scales_recover_in_context_factors():
             fam = op_features(g, node).family
             by[fam] = by.get(fam, 0.0) + cost
         timed.append((Piece(g), 2 * by["conv"] + 0.5 * by["elementwise"]))
-    scales, penalty, reorder = _family_scales(model, timed, 0.0)
+    scales, penalty, reorder = family_scales(model, timed, 0.0)
     assert reorder == 0.0  # the profile has no blocked layout
     assert penalty == 0.0  # exact data: cross-validation wants no pull toward a common factor
     assert scales["conv"] == pytest.approx(2.0, rel=1e-3) and scales["elementwise"] == pytest.approx(0.5, rel=1e-3)
@@ -388,17 +388,17 @@ def test_beta_fit_takes_the_zoo_pieces_when_they_predict_held_out_pieces_better(
     there; with too few pieces to cross-validate they are left out."""
     import numpy as np
 
-    from gspo.costmodel.calibrate import _fit_beta
+    from gspo.costmodel.fit import fit_beta
 
     rng = np.random.default_rng(0)
     px = [[2.0, v, 0.5, 0.5, 0.5] for v in rng.uniform(-5, -3, 40)]
     py = [0.8] * 40
     qx = [[2.0, v, 0.9, 0.1, 0.9] for v in rng.uniform(-4, -2, 20)]
     qy = [0.4] * 20
-    poly, weight = _fit_beta(px, py, qx, qy)
+    poly, weight = fit_beta(px, py, qx, qy)
     assert weight > 0
     assert all(abs(poly(x) - 0.4) < 0.1 for x in qx)
-    poly, weight = _fit_beta(px, py, qx[:4], qy[:4])
+    poly, weight = fit_beta(px, py, qx[:4], qy[:4])
     assert weight == 0 and all(abs(poly(x) - 0.8) < 0.1 for x in px)
 
 
@@ -560,7 +560,7 @@ def test_the_sequential_estimate_adds_the_reorders_a_graph_saves_over_its_ops_al
 def test_a_reorder_cost_column_is_recovered_beside_the_family_factors():
     import numpy as np
 
-    from gspo.costmodel.calibrate import REORDER_UNIT, _scale_fit
+    from gspo.costmodel.fit import REORDER_UNIT, scale_fit
 
     rng = np.random.default_rng(2)
     truth, reorder = np.array([0.9, 0.5]), 1.2e-5
@@ -569,7 +569,7 @@ def test_a_reorder_cost_column_is_recovered_beside_the_family_factors():
     measured = costs @ truth + reorder * deltas
     x = costs / measured[:, None]
     extra = (deltas * REORDER_UNIT / measured)[:, None]
-    scales, r = _scale_fit(x, 0.0, extra)
+    scales, r = scale_fit(x, 0.0, extra)
     assert scales == pytest.approx(truth, rel=1e-3)
     assert r[0] * REORDER_UNIT == pytest.approx(reorder, rel=1e-3)
 
@@ -628,7 +628,8 @@ def _layout_cases():
 
 @pytest.mark.parametrize("name", sorted(_layout_cases()))
 def test_reorders_are_counted_where_onnxruntime_puts_them(name):
-    from gspo.costmodel.layout import count_reorders, detect_block
+    from gspo.costmodel.calibrate import detect_block
+    from gspo.costmodel.layout import count_reorders
 
     block = detect_block()
     if block == 0:
@@ -638,7 +639,8 @@ def test_reorders_are_counted_where_onnxruntime_puts_them(name):
 
 
 def test_an_op_alone_reorders_as_its_own_graph_does():
-    from gspo.costmodel.layout import count_reorders, detect_block, own_reorders, reorder_delta
+    from gspo.costmodel.calibrate import detect_block
+    from gspo.costmodel.layout import count_reorders, own_reorders, reorder_delta
 
     block = detect_block()
     if block == 0:

@@ -6,8 +6,8 @@ from hypothesis import strategies as st
 from gspo.ir.builder import GraphBuilder
 from gspo.rules import apply_greedily
 from gspo.rules.enlarge import EnlargeConvKernel, PadDepthwiseChannels
-from gspo.rules.fold import FoldChannelSlice
 from gspo.rules.merge import MergeParallelConvs
+from gspo.rules.simplify import FoldChannelSlice
 from tests.rules.util import apply_first, assert_equivalent, ops, reasons
 
 

@@ -9,10 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from gspo import ir
-from gspo.rules import DEFAULT_RULES, MERGE_RULES, apply_greedily, cse, fold
+from gspo.rules import DEFAULT_RULES, MERGE_RULES, WHOLE_MODEL_RULES, apply_greedily, cse, fold
+from gspo.rules import GREEDY_RULES as GREEDY
 from gspo.runtime import verify
-from gspo.search.optimize import GREEDY_RULES as GREEDY
-from gspo.search.optimize import WHOLE_MODEL_RULES
 from gspo.zoo import MODELS, build
 from tests.ir.conformance import DATA
 

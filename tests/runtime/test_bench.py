@@ -41,3 +41,14 @@ def test_timed_runner_prefers_the_executors_own_and_falls_back_to_run():
 
     assert timed_runner(Plain(), {"x": 1})() == {"y": 1}
     assert measure_once(timed_runner(Device(), {"x": 1})) == 0.5
+
+
+def test_median_seconds_warms_up_then_runs_until_the_target_or_the_cap():
+    from gspo.runtime import Repeats, median_seconds
+
+    calls = []
+    assert median_seconds(lambda: calls.append(1), Repeats(min_runs=3, max_runs=4, target_s=0.0, warmup=2)) >= 0
+    assert len(calls) == 2 + 3  # the target is met at once: the minimum
+    calls.clear()
+    median_seconds(lambda: calls.append(1), Repeats(min_runs=3, max_runs=4, target_s=60.0, warmup=1))
+    assert len(calls) == 1 + 4  # the target is never met: the cap

@@ -12,7 +12,7 @@ from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir import Literal
 from gspo.rules import DEFAULT_RULES, Rule
-from gspo.rules.base import Edit
+from gspo.rules.edit import Edit
 from gspo.runtime import verify
 from gspo.search import OptimizeError, SearchConfig, optimize, search
 from gspo.zoo import build
@@ -130,7 +130,7 @@ def test_an_unchanged_model_file_is_written_back_byte_for_byte(tmp_path):
 class BreakConvs(Rule):
     """Test-only rule: scales a Conv weight by 2 (changes the outputs)."""
 
-    anchors = ("Conv",)
+    pattern = ("Conv",)
 
     def check(self, graph, site):
         return self._match(site)
