@@ -114,6 +114,7 @@ def test_a_placed_result_is_saved_and_run_as_placed(tmp_path, monkeypatch):
         return placed[0] if placed and baseline == "original" else real_pick(outcomes, baseline, margin, select, estimate)
 
     monkeypatch.setattr(opt, "pick", prefer_openvino)
+    monkeypatch.setattr(opt, "_beyond_noise", lambda outcomes, label, margin: label == "original@openvino")
     src = ir.save(_chain(3), tmp_path / "m.onnx")
     r = optimize(src, budget=2, timing_runs=5, jobs=1, db_path=str(tmp_path / "c.sqlite"), backends=("ort", "openvino"))
     assert r.report["chosen"] == "original@openvino" and r.report["placement"]["chosen"] == {"openvino": 3 * 2}
