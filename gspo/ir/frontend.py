@@ -185,9 +185,9 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
 
 def _unknown_outputs(model: onnx.ModelProto) -> int:
     """How many outputs of standard-domain nodes have no static shape after shape inference."""
-    from gspo.ir.onnx_io import _infer_values
+    from gspo.ir.onnx_io import infer_values
 
-    values = _infer_values(model, "<front end>")
+    values = infer_values(model, "<front end>")
     count = 0
     for n in model.graph.node:
         if n.domain not in ("", "ai.onnx"):

@@ -17,13 +17,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import onnx
-from onnx import AttributeProto, TensorProto, helper
+from onnx import TensorProto, helper
 
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
 from gspo.errors import first_line as _first_line
 from gspo.ir import frontend
 from gspo.ir._hash import digest
-from gspo.ir.graph import Attr, Graph, ModelExtras, Node, Value
+from gspo.ir.graph import Graph, ModelExtras
+from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
 from gspo.outputs import OutputError, atomic_write
 
@@ -52,20 +53,8 @@ log = logging.getLogger(__name__)
 MAX_IR_VERSION = 13
 #: Oldest default-domain opset gspo accepts.
 MIN_OPSET = 7
-STREAM_KEY = "gspo.stream"
 SCHEDULE_KEY = "gspo.schedule"
 PLACEMENT_KEY = "gspo.placement"
-_SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-_PROTO_ATTRS = {
-    AttributeProto.TENSOR: ("t", TensorProto),
-    AttributeProto.SPARSE_TENSOR: ("sparse_tensor", onnx.SparseTensorProto),
-    AttributeProto.TYPE_PROTO: ("tp", onnx.TypeProto),
-}
-_PROTO_LIST_ATTRS = {
-    AttributeProto.TENSORS: ("tensors", TensorProto),
-    AttributeProto.SPARSE_TENSORS: ("sparse_tensors", onnx.SparseTensorProto),
-    AttributeProto.TYPE_PROTOS: ("type_protos", onnx.TypeProto),
-}
 _STRIP_ELEMENTS = 4096
 
 
@@ -186,19 +175,8 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str
     return True
 
 
-def from_model(
-    model: onnx.ModelProto,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    label: str = "<model>",
-    plain: bool = False,
-) -> Graph:
-    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
-
-    Dynamic input dimensions that ``input_shapes`` does not pin get a default value
-    (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
-    ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
-    folded constants and shape arithmetic, ``Constant`` weights as initializers.
-    """
+def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], ...]:
+    """The model's opsets, after checking that gspo supports them and that onnx's checker passes."""
     opsets = tuple((o.domain, int(o.version)) for o in model.opset_import)
     default = [v for d, v in opsets if d in ("", "ai.onnx")]
     if default and default[0] < MIN_OPSET:
@@ -214,10 +192,16 @@ def from_model(
         onnx.checker.check_model(model)
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
+    return opsets
 
+
+def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
+    """The model with its inputs pinned (dynamic dimensions given a default when not pinned)
+    and, with ``plain``, through the front end; also the defaulted dimensions and the dynamic
+    graph inputs and outputs to write back (empty when the result cannot keep them)."""
     weight_names = {t.name for t in model.graph.initializer}
     real_inputs = [vi for vi in model.graph.input if vi.name not in weight_names]
-    pins = _check_pins(real_inputs, input_shapes or {}, label)
+    pins = _check_pins(real_inputs, input_shapes, label)
     defaults, defaulted = frontend.default_pins(real_inputs, pins)
     dynamic_io: tuple[bytes, ...] = ()
     if defaulted:
@@ -229,23 +213,13 @@ def from_model(
         dynamic_io = dynamic_io if generic else ()
     elif pins:
         model = frontend.pin_inputs(model, pins)
+    return model, defaulted, dynamic_io
 
+
+def _extras(model: onnx.ModelProto, weight_names: set[str], defaulted, dynamic_io) -> ModelExtras:
+    """What a model holds besides its graph, kept to be written back as it was."""
     g = model.graph
-    weight_names = {t.name for t in g.initializer}
-    real_inputs = [vi for vi in g.input if vi.name not in weight_names]
-    values = _infer_values(model, label)
-    weights = {}
-    for t in g.initializer:
-        payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
-        weights[t.name] = Init(t.name, t.data_type, tuple(int(d) for d in t.dims), digest(payload))
-
-    outer = {vi.name for vi in real_inputs} | weight_names
-    nodes = []
-    for n in g.node:
-        nodes.append(_node_from_proto(n, values, outer))
-        outer.update(o for o in n.output if o)
-
-    extras = ModelExtras(
+    return ModelExtras(
         ir_version=int(model.ir_version),
         producer_name=model.producer_name,
         producer_version=model.producer_version,
@@ -264,9 +238,42 @@ def from_model(
         defaulted=defaulted,
         dynamic_io=dynamic_io,
     )
+
+
+def from_model(
+    model: onnx.ModelProto,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    label: str = "<model>",
+    plain: bool = False,
+) -> Graph:
+    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
+
+    Dynamic input dimensions that ``input_shapes`` does not pin get a default value
+    (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
+    ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
+    folded constants and shape arithmetic, ``Constant`` weights as initializers.
+    """
+    opsets = _check_model(model, label)
+    model, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    g = model.graph
+    weight_names = {t.name for t in g.initializer}
+    real_inputs = [vi for vi in g.input if vi.name not in weight_names]
+    values = infer_values(model, label)
+    weights = {}
+    for t in g.initializer:
+        payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
+        weights[t.name] = Init(t.name, t.data_type, tuple(int(d) for d in t.dims), digest(payload))
+
+    outer = {vi.name for vi in real_inputs} | weight_names
+    nodes = []
+    for n in g.node:
+        nodes.append(node_from_proto(n, values, outer))
+        outer.update(o for o in n.output if o)
+
+    extras = _extras(model, weight_names, defaulted, dynamic_io)
     graph = Graph(
-        inputs=tuple(_value(vi, values) for vi in real_inputs),
-        outputs=tuple(_value(vi, values) for vi in g.output),
+        inputs=tuple(value_of(vi, values) for vi in real_inputs),
+        outputs=tuple(value_of(vi, values) for vi in g.output),
         nodes=tuple(nodes),
         weights=weights,
         opsets=opsets,
@@ -316,7 +323,14 @@ def _check_pins(inputs, pins: Mapping[str, Sequence[int]], label: str) -> dict[s
     return {name: tuple(int(d) for d in dims) for name, dims in pins.items()}
 
 
-def _infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+def infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
     """Shape inference on a copy whose large initializers carry dims but no data."""
     light = onnx.ModelProto()
     light.CopyFrom(model)
@@ -334,7 +348,7 @@ def _infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tu
     g = inferred.graph
     values: dict[str, tuple[int, tuple | None]] = {}
     for vi in list(g.input) + list(g.value_info) + list(g.output):
-        values[vi.name] = _type_of(vi)
+        values[vi.name] = type_of(vi)
     for t in model.graph.initializer:
         values[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
     return values
@@ -360,148 +374,6 @@ def check_graph(graph: Graph, nodes: Sequence[int] | None = None) -> str | None:
     except Exception as e:
         return _first_line(e)
     return None
-
-
-def _numel(dims) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
-
-
-def _type_of(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
-    if not vi.type.HasField("tensor_type"):
-        return (0, None)
-    tt = vi.type.tensor_type
-    if not tt.HasField("shape"):
-        return (tt.elem_type, None)
-    dims = tuple(
-        int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tt.shape.dim
-    )
-    return (tt.elem_type, dims)
-
-
-def _value(vi: onnx.ValueInfoProto, values) -> Value:
-    dtype, shape = values.get(vi.name) or _type_of(vi)
-    return Value(vi.name, dtype, shape)
-
-
-def _is_understood(n: onnx.NodeProto) -> bool:
-    if n.domain not in ("", "ai.onnx"):
-        return False
-    if any(a.type in _SUBGRAPH_TYPES for a in n.attribute):
-        return False
-    return onnx.defs.has(n.op_type)
-
-
-def _attr_from_proto(a: AttributeProto) -> Attr:
-    if a.type in _PROTO_ATTRS:
-        field_name, _ = _PROTO_ATTRS[a.type]
-        return Attr(a.name, a.type, getattr(a, field_name).SerializeToString())
-    if a.type in _PROTO_LIST_ATTRS:
-        field_name, _ = _PROTO_LIST_ATTRS[a.type]
-        return Attr(a.name, a.type, tuple(x.SerializeToString() for x in getattr(a, field_name)))
-    value = helper.get_attribute_value(a)
-    if isinstance(value, list):
-        value = tuple(value)
-    return Attr(a.name, a.type, value)
-
-
-def _attr_to_proto(a: Attr) -> AttributeProto:
-    if a.type in _PROTO_ATTRS:
-        field_name, cls = _PROTO_ATTRS[a.type]
-        proto = AttributeProto(name=a.name, type=a.type)
-        getattr(proto, field_name).CopyFrom(cls.FromString(a.value))
-        return proto
-    if a.type in _PROTO_LIST_ATTRS:
-        field_name, cls = _PROTO_LIST_ATTRS[a.type]
-        proto = AttributeProto(name=a.name, type=a.type)
-        getattr(proto, field_name).extend(cls.FromString(x) for x in a.value)
-        return proto
-    return helper.make_attribute(a.name, list(a.value) if isinstance(a.value, tuple) else a.value, attr_type=a.type)
-
-
-def _subgraph_reads(g: onnx.GraphProto) -> set[str]:
-    """Names a subgraph reads from enclosing scopes."""
-    defined = {vi.name for vi in g.input} | {t.name for t in g.initializer}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    reads: set[str] = set()
-    for n in g.node:
-        reads.update(i for i in n.input if i and i not in defined)
-        for a in n.attribute:
-            for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs)):
-                reads.update(r for r in _subgraph_reads(sub) if r not in defined)
-        defined.update(n.output)
-    reads.update(o.name for o in g.output if o.name not in defined)
-    return reads
-
-
-def _stream_of(n: onnx.NodeProto) -> int | None:
-    for p in n.metadata_props:
-        if p.key == STREAM_KEY:
-            try:
-                return int(p.value)
-            except ValueError:
-                return None
-    return None
-
-
-def _node_from_proto(n: onnx.NodeProto, values, outer: set[str]) -> Node:
-    outputs = tuple(Value(o, *values.get(o, (0, None))) if o else Value("", 0, None) for o in n.output)
-    stream = _stream_of(n)
-    if _is_understood(n):
-        return Node(
-            op_type=n.op_type,
-            inputs=tuple(n.input),
-            outputs=outputs,
-            attrs=tuple(_attr_from_proto(a) for a in n.attribute),
-            domain=n.domain,
-            name=n.name,
-            stream=stream,
-        )
-    implicit: set[str] = set()
-    for a in n.attribute:
-        for sub in ([a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []):
-            implicit |= _subgraph_reads(sub)
-    clean = onnx.NodeProto()
-    clean.CopyFrom(n)
-    _set_stream(clean, None)
-    return Node(
-        op_type=n.op_type,
-        inputs=tuple(n.input),
-        outputs=outputs,
-        domain=n.domain,
-        name=n.name,
-        stream=stream,
-        opaque=clean.SerializeToString(),
-        implicit_inputs=tuple(sorted(i for i in implicit & outer if i not in n.input)),
-    )
-
-
-# ----------------------------------------------------------------------- saving
-def _set_stream(proto: onnx.NodeProto, stream: int | None) -> None:
-    keep = [(p.key, p.value) for p in proto.metadata_props if p.key != STREAM_KEY]
-    del proto.metadata_props[:]
-    for k, v in keep:
-        proto.metadata_props.add(key=k, value=v)
-    if stream is not None:
-        proto.metadata_props.add(key=STREAM_KEY, value=str(stream))
-
-
-def _value_info(v: Value) -> onnx.ValueInfoProto:
-    shape = None if v.shape is None else [d if isinstance(d, int) else (None if d == "?" else d) for d in v.shape]
-    return helper.make_tensor_value_info(v.name, v.dtype, shape)
-
-
-def _unique(label: str, taken: set[str]) -> str | None:
-    """Node names must be unique in ONNX; labels a rewrite duplicated get a suffix."""
-    if not label:
-        return None
-    name, k = label, 1
-    while name in taken:
-        name, k = f"{label}__{k}", k + 1
-    taken.add(name)
-    return name
 
 
 def _ir_version(graph: Graph, opsets) -> int:
@@ -531,39 +403,31 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     """
     ex = graph.extras
     dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
-    nodes = []
     labels: set[str] = set()
-    for n in graph.nodes:
-        if n.opaque is not None:
-            proto = onnx.NodeProto.FromString(n.opaque)
-        else:
-            proto = helper.make_node(n.op_type, list(n.inputs), list(n.output_names), name=_unique(n.name, labels), domain=n.domain or None)
-            proto.attribute.extend(_attr_to_proto(a) for a in n.attrs)
-        _set_stream(proto, n.stream)
-        nodes.append(proto)
+    nodes = [node_to_proto(n, labels) for n in graph.nodes]
     stubbed = {name for name, w in graph.weights.items() if light and w.size > _STRIP_ELEMENTS}
     initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items() if name not in stubbed]
     live = set(graph.values)
-    value_info = [] if dynamic else [
+    infos = [] if dynamic else [
         vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
     if light:  # every shape gspo believes, for strict shape inference to check
         io = {v.name for v in graph.inputs} | set(graph.output_names())
-        value_info = [_value_info(v) for n in graph.nodes if not n.is_opaque for v in n.outputs
-                      if v.name and v.name not in io and v.is_static]
+        infos = [value_info(v) for n in graph.nodes if not n.is_opaque for v in n.outputs
+                 if v.name and v.name not in io and v.is_static]
     listed = {v.name: v for v in graph.inputs}
     listed.update((name, graph.value(name)) for name in ex.weight_inputs if name in graph.weights)
     order = [name for name in ex.input_order if name in listed]
     order += [name for name in listed if name not in ex.input_order]
-    inputs = [dynamic.get(name) or _value_info(listed[name]) for name in order]
+    inputs = [dynamic.get(name) or value_info(listed[name]) for name in order]
     inputs += [helper.make_tensor_value_info(name, graph.weights[name].dtype, graph.weights[name].shape)
                for name in stubbed if name not in listed]
     g = helper.make_graph(
         nodes,
         graph.name or "graph",
         inputs,
-        [dynamic.get(v.name) or _value_info(v) for v in graph.outputs],
+        [dynamic.get(v.name) or value_info(v) for v in graph.outputs],
         initializer=initializers,
-        value_info=value_info,
+        value_info=infos,
         doc_string=ex.graph_doc_string or None,
         sparse_initializer=[onnx.SparseTensorProto.FromString(b) for b in ex.sparse_initializers],
     )

@@ -9,24 +9,20 @@ result.
 
 The steps, each a function below: :func:`_prepare` loads the model as given and as the front end
 makes it plain, draws valid inputs and checks the plain graph against the original;
-:func:`_search_pieces` searches the pieces of the plain graph in a process pool;
+:func:`~gspo.search.pool.search_pieces` searches the pieces of the plain graph in a process pool;
 :func:`_choose_piece` verifies and times each piece's options on the values that really reach
 it; :func:`_final_options` and :func:`_choose_final` compare the whole models; and
-:func:`_keeps_dynamic` decides whether the output can keep the input's dynamic dimensions.
+:func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the input's dynamic dimensions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import multiprocessing
 import os
-import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +30,13 @@ import numpy as np
 from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.costmodel.db import CalibrationDB
 from gspo.errors import GspoError
-from gspo.ir import Graph, load, save
+from gspo.ir import Graph, load
 from gspo.ir.frontend import describe_defaults
-from gspo.ir.onnx_io import from_model, save_bytes, serialize, to_model, uses_external_data
-from gspo.partition import DEFAULT_THRESHOLD, Partition, partition
-from gspo.rules import DEFAULT_RULES, GREEDY_RULES, WHOLE_MODEL_RULES, Rule, apply_greedily
+from gspo.ir.onnx_io import from_model, to_model, uses_external_data
+from gspo.partition import Partition, partition
+from gspo.rules import GREEDY_RULES, WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime import (
     capture_values,
-    compare_outputs,
     make_session,
     random_inputs,
     run,
@@ -54,10 +49,18 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.inputs import check_inputs
-from gspo.runtime.verify import DEFAULT_ATOL, DEFAULT_NTOL, DEFAULT_RTOL, Tolerance
-from gspo.search.backtrack import Candidate, SearchConfig, search
+from gspo.search.backtrack import Candidate
+from gspo.search.config import (
+    OptimizeConfig,
+    OptimizeError,
+    OptimizeResult,
+    Prepared,
+)
+from gspo.search.dynamic import keeps_dynamic
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
-from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick, spread
+from gspo.search.pool import rebuild, search_pieces
+from gspo.search.report import build_report, estimated_cost, speed_verdict
+from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick
 from gspo.streams import Placement, Schedule, apply_schedule, assign_streams
 
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
@@ -75,145 +78,7 @@ FINAL_SHARE = 0.2
 STREAMS_SKIP_MARGIN = 0.25
 
 
-class OptimizeError(GspoError):
-    """The optimized model differs from the original; nothing was written."""
-
-
-@dataclass(frozen=True)
-class OptimizeConfig:
-    """Settings of ``optimize`` (the CLI builds this from its options)."""
-
-    device: str = "cpu"
-    profile: str | None = None
-    force_profile: bool = False
-    alpha: float = 1.05
-    budget: int = 40
-    #: Seconds for the whole optimization (anytime): 90 keeps a full zoo model under 2 minutes
-    #: on 2 cores (benchmarks/RESULTS.md); None = no limit.
-    time_budget: float | None = 90.0
-    threshold: int = DEFAULT_THRESHOLD
-    max_streams: int | None = None
-    jobs: int = 0
-    use_rules: bool = True
-    use_streams: bool = True
-    keep: int = 3
-    seed: int = 0
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
-    ntol: float = DEFAULT_NTOL
-    #: Random input sets every candidate is verified on (user inputs replace them).
-    verify_runs: int = 2
-    timing_runs: int = 30
-    #: Seconds of timing per piece, and per whole-model comparison, at most (runs shrink to fit,
-    #: at least 5).
-    piece_timing_budget: float = 1.0
-    final_timing_budget: float = 8.0
-    #: How much faster than the unmodified piece a piece's pick must measure: the best of several
-    #: noisy options is biased low, so the bar is high.
-    margin: float = 0.05
-    #: The same for the whole model, whose choice is made among two or three options and must
-    #: hold in two separate timings (the confirmation): a lower bar, so that a real gain of 2-5%
-    #: (NASNet-A Large's padded stem, measured 3.6-8.3% in four sets) is not thrown away as noise.
-    final_margin: float = 0.02
-    #: "measured": pick by measured latency (never slower as measured; may differ between runs
-    #: when candidates are within noise). "estimated": pick by the cost model among the verified
-    #: candidates (byte-identical output for the same input, seed and profile).
-    select: str = "measured"
-    #: Pass the model through the front end (constant folding, shape arithmetic as constants).
-    frontend: bool = True
-    #: Backends to place the model or its pieces on (``None``: every one installed here).
-    backends: tuple[str, ...] | None = None
-    #: Calibration database caching piece timings per backend (``None``: the user's cache).
-    db_path: str | None = None
-    rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
-
-    def validate(self) -> None:
-        """Raise :class:`GspoError` with a one-line message on an option out of range."""
-        finite = {"--alpha": self.alpha, "--rtol": self.rtol, "--atol": self.atol, "ntol": self.ntol,
-                  "margin": self.margin, "final margin": self.final_margin}
-        if self.time_budget is not None:
-            finite["--time-budget"] = self.time_budget
-        for name, value in finite.items():
-            if not math.isfinite(value):
-                raise GspoError(f"{name} must be a finite number (got {value})")
-        if self.alpha < 1:
-            raise GspoError(f"--alpha must be at least 1 (got {self.alpha})")
-        if self.budget < 0:
-            raise GspoError(f"--budget must not be negative (got {self.budget})")
-        if self.time_budget is not None and self.time_budget <= 0:
-            raise GspoError(f"--time-budget must be positive (got {self.time_budget})")
-        if self.max_streams is not None and self.max_streams < 1:
-            raise GspoError(f"--max-streams must be at least 1 (got {self.max_streams})")
-        if self.jobs < 0:
-            raise GspoError(f"--jobs must not be negative (got {self.jobs})")
-        if self.threshold < 1:
-            raise GspoError(f"--threshold must be at least 1 (got {self.threshold})")
-        if min(self.rtol, self.atol, self.ntol) < 0:
-            raise GspoError("tolerances must not be negative")
-        if self.verify_runs < 1:
-            raise GspoError(f"verify_runs must be at least 1 (got {self.verify_runs})")
-        if not (0 <= self.margin < 1 and 0 <= self.final_margin < 1):
-            raise GspoError(f"margins must be in [0, 1) (got {self.margin}, {self.final_margin})")
-        if self.select not in ("measured", "estimated"):
-            raise GspoError(f"--select must be measured or estimated (got {self.select!r})")
-        if self.device not in ("cpu", "cuda"):
-            raise GspoError(f"unknown device {self.device!r}")
-        if self.device == "cuda":
-            from gspo.runtime.cuda import require_gpu
-
-            require_gpu()
-            raise GspoError("gspo optimize --device cuda is not implemented yet (no GPU to build it on)")
-
-    @property
-    def tolerance(self) -> Tolerance:
-        """The equivalence tolerance these settings give."""
-        return Tolerance(self.rtol, self.atol, self.ntol)
-
-
-@dataclass(frozen=True)
-class OptimizeResult:
-    """What ``optimize`` found: the graph to save, its schedule (``None``: one stream), the report.
-
-    ``keep_dynamic``: the result was checked at other input sizes and is saved with the input's
-    dynamic dimensions.
-    """
-
-    original: Graph
-    graph: Graph
-    schedule: Schedule | None
-    report: dict
-    keep_dynamic: bool = False
-    #: The file the model came from, when its bytes are the result as they are (nothing changed
-    #: and no input shape pinned): saving then copies it.
-    source: Path | None = None
-    #: The backend of each op, when not onnxruntime for all (``gspo run`` follows it).
-    placement: Placement | None = None
-
-    @property
-    def unchanged(self) -> bool:
-        """Whether the result is the input as given (same graph, no schedule, no placement)."""
-        return self.graph.key == self.original.key and self.schedule is None and self.placement is None
-
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the optimized model (its schedule and placement, if any, in the model's
-        metadata); an unchanged model read from a file is written as the same bytes."""
-        if self.unchanged and self.source is not None:
-            return save_bytes(self.source.read_bytes(), path, overwrite)
-        return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
-                    keep_dynamic=self.keep_dynamic, placement=self.placement.to_json() if self.placement else None)
-
-
 # ------------------------------------------------------------------ preparing
-@dataclass
-class _Prepared:
-    """The model as given and as searched, the inputs every check runs on, and what happened."""
-
-    original: Graph
-    work: Graph
-    feeds: list[dict[str, np.ndarray]]
-    notes: list[str]
-
-
 def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph]:
     if isinstance(model, Graph):
         if not use_frontend:
@@ -223,7 +88,7 @@ def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) 
     return original, (load(model, input_shapes, plain=True) if use_frontend else original)
 
 
-def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> _Prepared:
+def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     """Load, draw inputs, and check the front end's graph against the model as given."""
     original, work = _loaded(model, input_shapes, cfg.frontend)
     if inputs is not None:
@@ -235,7 +100,7 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> _Prepared:
     feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
     if work is original:
         _require_runs(original, feeds[0])
-        return _Prepared(original, work, feeds, notes)
+        return Prepared(original, work, feeds, notes)
     try:
         with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance) as trial:
             if trial.rejected:
@@ -243,7 +108,7 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> _Prepared:
                 work = original
     except ReferenceError_ as e:
         raise GspoError(f"onnxruntime cannot run the model: {e}") from None
-    return _Prepared(original, work, feeds, notes)
+    return Prepared(original, work, feeds, notes)
 
 
 def _require_runs(graph: Graph, feeds) -> None:
@@ -251,55 +116,6 @@ def _require_runs(graph: Graph, feeds) -> None:
         run(make_session(graph), feeds)
     except GspoError as e:
         raise GspoError(f"onnxruntime cannot run the model: {e}") from None
-
-
-# ------------------------------------------------------------------- the pool
-_WORK: dict = {}  # set before the fork; read-only in the workers
-
-
-def _search_piece(index: int):
-    piece, cost_fn, cfg, per_piece_time = _WORK["pieces"][index], _WORK["cost_fn"], _WORK["cfg"], _WORK["time"]
-    scfg = SearchConfig(cfg.alpha, cfg.budget, per_piece_time, _WORK["max_streams"], cfg.use_rules, cfg.use_streams,
-                        cfg.keep, cfg.rules)
-    result = search(piece.graph, cost_fn, scfg)
-    cands = [(c.graph.nodes, dict(c.graph.weights), dict(c.graph.retired_weights), c.schedule, c.cost, c.applied)
-             for c in (result.start, *result.candidates)]
-    return index, cands, result.expanded, result.generated, result.seconds, result.invalid_reasons
-
-
-def _rebuild(template: Graph, packed) -> Candidate:
-    nodes, weights, retired, schedule, cost, applied = packed
-    g = dataclasses.replace(template, nodes=nodes, weights=weights, retired_weights=retired)
-    return Candidate(g, schedule, cost, applied)
-
-
-def _quiet_worker() -> None:
-    """A search process leaves interrupts to the parent (which ends the pool) and dies silently
-    when the pool ends it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _search_pieces(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress):
-    """Search every piece (in a process pool when ``jobs`` > 1); results in piece order."""
-    _WORK.update(pieces=pieces, cost_fn=cost_fn, cfg=cfg, max_streams=max_streams, time=per_piece_time)
-    results = [None] * len(pieces)
-    try:
-        if jobs <= 1 or len(pieces) <= 1:
-            for i in range(len(pieces)):
-                results[i] = _search_piece(i)
-                if progress:
-                    progress(i + 1, len(pieces))
-        else:
-            ctx = multiprocessing.get_context("fork")
-            with ctx.Pool(jobs, initializer=_quiet_worker) as pool:
-                for done, r in enumerate(pool.imap_unordered(_search_piece, range(len(pieces))), 1):
-                    results[r[0]] = r
-                    if progress:
-                        progress(done, len(pieces))
-    finally:
-        _WORK.clear()
-    return results
 
 
 # --------------------------------------------------------------------- pieces
@@ -335,18 +151,8 @@ def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timi
             outcomes = trial.time(cfg.timing_runs, timing_budget)
     except ReferenceError_ as e:
         return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
-    best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: _estimate(o, cost_fn))
+    best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
     return best.option, outcomes, ""
-
-
-def _estimate(option: Option, cost_fn) -> float:
-    """The option's estimated cost (infinite when the cost model cannot read its graph)."""
-    if option.estimated_s is not None:
-        return option.estimated_s
-    try:
-        return cost_fn(option.graph, option.schedule)
-    except (GspoError, KeyError, TypeError, ValueError):
-        return float("inf")
 
 
 def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
@@ -362,7 +168,7 @@ def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], n
     }
 
 
-def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_streams, cost_fn, deadline,
+def _optimize_pieces(parts: Partition, searched, prepared: Prepared, cfg, max_streams, cost_fn, deadline,
                      progress) -> tuple[list[Option], list[dict], list[dict]]:
     """Each piece's chosen option and its report, sharing what is left of the time budget; and
     the values that cross between pieces (per input set)."""
@@ -373,7 +179,7 @@ def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_s
     chosen, reports = [], []
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
     for k, piece in enumerate(pieces):
-        cands = [_rebuild(piece.graph, p) for p in searched[k][1]]
+        cands = [rebuild(piece.graph, p) for p in searched[k][1]]
         options = _piece_options(piece, cands, cfg, max_streams, allowed)
         timing_budget = cfg.piece_timing_budget
         if deadline is not None:
@@ -395,7 +201,7 @@ def _optimize_pieces(parts: Partition, searched, prepared: _Prepared, cfg, max_s
 
 
 # ---------------------------------------------------------------- whole model
-def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
+def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
                    allowed, deadline: float | None = None) -> tuple[list[Option], dict | None]:
     """The original, the merged result (and on streams, unless clearly slower by estimate or
     the time budget is spent), and the whole model rewritten greedily when something can be
@@ -433,7 +239,7 @@ def _final_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], c
     return distinct(options), skipped
 
 
-def _backend_options(prepared: _Prepared, merged: Graph, rules: tuple[str, ...], pieces: list[Graph],
+def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], pieces: list[Graph],
                      boundary: list[dict], cfg: OptimizeConfig, cost_model, deadline) -> tuple[list[Option], dict]:
     """The original and the optimized model each whole on every other backend, and the
     optimized model with each piece on its fastest backend when that is estimated to pay (see
@@ -474,7 +280,7 @@ def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> flo
         return None
 
 
-def _choose_final(prepared: _Prepared, options: list[Option], cfg, budget, cost_fn) -> tuple[Outcome, list[Outcome]]:
+def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_fn) -> tuple[Outcome, list[Outcome]]:
     """Verify the whole-model options against the original and pick one (confirmed by a second
     timing when it is not the original).
 
@@ -486,7 +292,7 @@ def _choose_final(prepared: _Prepared, options: list[Option], cfg, budget, cost_
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
         outcomes = trial.time(cfg.timing_runs, budget)
-        estimate = lambda o: _estimate(o, cost_fn)  # noqa: E731
+        estimate = lambda o: estimated_cost(o, cost_fn)  # noqa: E731
         best = pick(outcomes, "original", cfg.final_margin, cfg.select, estimate)
         if best.label != "original" and cfg.select == "measured":
             # A measured choice replaces the input only when it is faster beyond the timings'
@@ -505,103 +311,7 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float) -> boo
     chosen = pick(outcomes, "original", margin)
     if chosen.label != label:
         return False
-    return _speed_verdict(list(outcomes), chosen)[2] == "faster"
-
-
-def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:
-    """Random inputs for ``graph`` with the dynamic dimensions ``dims`` ((input, axis) -> size)."""
-    resized = tuple(dataclasses.replace(v, shape=tuple(dims.get((v.name, i), d) for i, d in enumerate(v.shape)))
-                    for v in graph.inputs)
-    return random_inputs(dataclasses.replace(graph, inputs=resized), seed)
-
-
-def _keeps_dynamic(prepared: _Prepared, graph: Graph, schedule: Schedule | None, cfg) -> tuple[bool, str]:
-    """Whether the result can be saved with the input's dynamic dimensions: it must compute the
-    same as the original at other sizes too (batch 2; other dimensions halved)."""
-    defaulted = prepared.original.extras.defaulted
-    if not defaulted:
-        return False, ""
-    if graph.key == prepared.original.key:
-        return True, "kept"
-    if not graph.extras.dynamic_io:
-        return False, "fixed: the model's shape arithmetic depends on its dynamic dimensions"
-    sizes = [{(d.input, d.axis): (2 if d.value == 1 else max(1, d.value // 2)) for d in defaulted}]
-    try:
-        ref = make_session(serialize(prepared.original, keep_dynamic=True))
-        got = make_session(serialize(graph, schedule.to_json() if schedule else None, keep_dynamic=True))
-        for dims in sizes:
-            feeds = _feeds_at(prepared.work, dims, cfg.seed)
-            try:
-                want = run(ref, feeds)
-            except GspoError:
-                continue  # the original does not run at this size either: nothing to compare
-            t = cfg.tolerance
-            res = compare_outputs(want, run(got, feeds), t.rtol, t.atol, t.ntol)
-            if not res.equivalent:
-                return False, f"fixed: at other sizes the result differs ({res.worst.name})"
-    except GspoError as e:
-        return False, f"fixed: at other sizes the result does not run ({e})"
-    return True, "kept"
-
-
-# --------------------------------------------------------------------- report
-def _speed_verdict(outcomes: list[Outcome], best: Outcome) -> tuple[float, float, str]:
-    """Speedup of the pick over the original, the timings' relative spread, and the verdict."""
-    base = next(o for o in outcomes if o.label == "original")
-    speedup = base.median_s / best.median_s
-    noise = max(spread(base.timing), spread(best.timing))
-    if best.label == "original":
-        return speedup, noise, "unchanged"
-    return speedup, noise, ("faster" if speedup - 1 > noise else "no measurable change")
-
-
-def _report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
-            skipped, cost_model, dynamic_note) -> dict:
-    speedup, noise, verdict = _speed_verdict(outcomes, best)
-    base = next(o for o in outcomes if o.label == "original")
-    rules = Counter(best.option.rules) if best.label != "original" else Counter()
-    return {
-        "model": prepared.original.name,
-        "machine": device_description("cpu"),
-        "profile": cfg.profile or "cpu",
-        "profile_device": profile.device,
-        "pieces": len(parts.pieces),
-        "threshold": cfg.threshold,
-        "cut_weight": parts.cut_weight,
-        "frontend": {"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
-                     "used": prepared.work is not prepared.original},
-        "notes": prepared.notes,
-        "dynamic_dims": dynamic_note or None,
-        "search_seconds": t_search,
-        "total_seconds": t_total,
-        "latency_before_ms": base.median_s * 1e3,
-        "latency_after_ms": best.median_s * 1e3,
-        "speedup": speedup,
-        "timing_spread": noise,
-        "verdict": verdict,
-        "estimated_before_ms": base.option.estimated_s * 1e3,
-        "estimated_after_ms": _estimate(best.option, cost_model.cost) * 1e3,
-        "chosen": best.label,
-        "select": cfg.select,
-        "unchanged": best.label == "original",
-        "substitutions": dict(sorted(rules.items())),
-        "streams": best.option.schedule.num_streams if best.option.schedule else 1,
-        "syncs": len(best.option.schedule.events) if best.option.schedule else 0,
-        "equivalence": {d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
-                        for d in best.diffs},
-        "max_rel_err": max((d.norm_rel for d in best.diffs), default=0.0),
-        "candidates_rejected_by_verification": sum(1 for p in pieces_detail for c in p["candidates"] if c["rejected"])
-        + sum(1 for o in outcomes if o.rejected),
-        "rejected": [{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
-                     for p in pieces_detail for c in p["candidates"] if c["rejected"]]
-        + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected],
-        "invalid_rewrites": dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
-        "final_candidates": [{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
-                              "rejected": o.rejected} for o in outcomes],
-        "final_streams_skipped": skipped,
-        "pieces_detail": pieces_detail,
-        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
-    }
+    return speed_verdict(list(outcomes), chosen)[2] == "faster"
 
 
 # ----------------------------------------------------------------- optimize
@@ -646,7 +356,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         return cost_model.cost(g, s)
 
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
-    searched = _search_pieces(parts.pieces, cost_fn, cfg, max_streams, search_time, jobs, show("search"))
+    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, search_time, jobs, show("search"))
     t_search = time.perf_counter() - t0
     chosen, pieces_detail, boundary = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
                                                        show("verify"))
@@ -662,10 +372,10 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
     best, outcomes = _choose_final(prepared, final, cfg, final_budget, cost_fn)
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
-    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg)
+    keep_dynamic, dynamic_note = keeps_dynamic(prepared, graph, schedule, cfg)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
-    report = _report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
+    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
                      pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}

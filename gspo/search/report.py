@@ -1,0 +1,79 @@
+"""optimize's report: the speedup with its noise, and every figure behind the choice."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from gspo.costmodel import device_description
+from gspo.errors import GspoError
+from gspo.search.trial import Option, Outcome, spread
+
+
+def estimated_cost(option: Option, cost_fn) -> float:
+    """The option's estimated cost (infinite when the cost model cannot read its graph)."""
+    if option.estimated_s is not None:
+        return option.estimated_s
+    try:
+        return cost_fn(option.graph, option.schedule)
+    except (GspoError, KeyError, TypeError, ValueError):
+        return float("inf")
+
+
+def speed_verdict(outcomes: list[Outcome], best: Outcome) -> tuple[float, float, str]:
+    """Speedup of the pick over the original, the timings' relative spread, and the verdict."""
+    base = next(o for o in outcomes if o.label == "original")
+    speedup = base.median_s / best.median_s
+    noise = max(spread(base.timing), spread(best.timing))
+    if best.label == "original":
+        return speedup, noise, "unchanged"
+    return speedup, noise, ("faster" if speedup - 1 > noise else "no measurable change")
+
+
+def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
+            skipped, cost_model, dynamic_note) -> dict:
+    speedup, noise, verdict = speed_verdict(outcomes, best)
+    base = next(o for o in outcomes if o.label == "original")
+    rules = Counter(best.option.rules) if best.label != "original" else Counter()
+    return {
+        "model": prepared.original.name,
+        "machine": device_description("cpu"),
+        "profile": cfg.profile or "cpu",
+        "profile_device": profile.device,
+        "pieces": len(parts.pieces),
+        "threshold": cfg.threshold,
+        "cut_weight": parts.cut_weight,
+        "frontend": {"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
+                     "used": prepared.work is not prepared.original},
+        "notes": prepared.notes,
+        "dynamic_dims": dynamic_note or None,
+        "search_seconds": t_search,
+        "total_seconds": t_total,
+        "latency_before_ms": base.median_s * 1e3,
+        "latency_after_ms": best.median_s * 1e3,
+        "speedup": speedup,
+        "timing_spread": noise,
+        "verdict": verdict,
+        "estimated_before_ms": base.option.estimated_s * 1e3,
+        "estimated_after_ms": estimated_cost(best.option, cost_model.cost) * 1e3,
+        "chosen": best.label,
+        "select": cfg.select,
+        "unchanged": best.label == "original",
+        "substitutions": dict(sorted(rules.items())),
+        "streams": best.option.schedule.num_streams if best.option.schedule else 1,
+        "syncs": len(best.option.schedule.events) if best.option.schedule else 0,
+        "equivalence": {d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
+                        for d in best.diffs},
+        "max_rel_err": max((d.norm_rel for d in best.diffs), default=0.0),
+        "candidates_rejected_by_verification": sum(1 for p in pieces_detail for c in p["candidates"] if c["rejected"])
+        + sum(1 for o in outcomes if o.rejected),
+        "rejected": [{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
+                     for p in pieces_detail for c in p["candidates"] if c["rejected"]]
+        + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected],
+        "invalid_rewrites": dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
+        "final_candidates": [{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
+                              "rejected": o.rejected} for o in outcomes],
+        "final_streams_skipped": skipped,
+        "pieces_detail": pieces_detail,
+        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
+    }
