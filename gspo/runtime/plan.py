@@ -87,12 +87,42 @@ def _constants_read(graph: Graph, ops: tuple[int, ...], const: set[int]) -> set[
     return found
 
 
+def _run_events(schedule: Schedule, runs, empty: set[int]) -> set[tuple[int, int]]:
+    """The schedule's events between runs (by index in ``runs``), none touching a run in
+    ``empty`` (one left with only constant nodes, which no segment runs).
+
+    An event into or out of an empty run still orders what comes before and after it: each one
+    is contracted, its waits moved to the next run of its stream that is kept, its signals to
+    the previous one, and every run it waited for joined to every run that waited for it. (An
+    op's event from a constant node also vouches for the ops before that node on its stream.)
+    """
+    run_of = {op: k for k, (_, ops, _) in enumerate(runs) for op in ops}
+    pairs = {(run_of[a], run_of[b]) for a, b in schedule.events if run_of[a] != run_of[b]}
+    by_stream: dict[int, list[int]] = {}
+    for k, (stream, _, _) in enumerate(runs):
+        by_stream.setdefault(stream, []).append(k)
+    for k in sorted(empty):
+        line = by_stream[runs[k][0]]
+        at = line.index(k)
+        before = next((j for j in reversed(line[:at]) if j not in empty), None)
+        after = next((j for j in line[at + 1:] if j not in empty), None)
+        ins = {a for a, b in pairs if b == k}
+        outs = {b for a, b in pairs if a == k}
+        pairs -= {(a, k) for a in ins} | {(k, b) for b in outs}
+        pairs |= {(a, after) for a in ins if after is not None}
+        pairs |= {(before, b) for b in outs if before is not None}
+        pairs |= {(a, b) for a in ins for b in outs}
+        pairs = {(a, b) for a, b in pairs if a != b and runs[a][0] != runs[b][0]}
+    return pairs
+
+
 def make_plan(graph: Graph, schedule: Schedule, placement: Placement | None = None) -> Plan:
     """Cut each stream into segments at sync points and where the backend changes (the
     schedule and the placement are checked first).
 
     Nodes that compute constants (:func:`constant_nodes`) belong to no segment: each segment
-    computes the constants it reads itself, and events from or to them are dropped.
+    computes the constants it reads itself. Their events stay with the segment they were cut
+    into, or are contracted where that segment is left empty (:func:`_run_events`).
     """
     check_schedule(graph, schedule)
     if placement is not None:
@@ -101,11 +131,11 @@ def make_plan(graph: Graph, schedule: Schedule, placement: Placement | None = No
     outputs = set(graph.output_names())
     const = {i for i in constant_nodes(graph) if not any(v.name in outputs for v in graph.nodes[i].outputs)}
     cut = split_runs(segment_runs(schedule), placement)
-    runs = [(s, [op for op in ops if index[op] not in const], b) for s, ops, b in cut]
-    runs = [(s, ops, b) for s, ops, b in runs if ops]
-    seg_of = {op: k for k, (_, ops, _) in enumerate(runs) for op in ops}
-    pairs = sorted({(seg_of[a], seg_of[b]) for a, b in schedule.events
-                    if a in seg_of and b in seg_of and seg_of[a] != seg_of[b]})
+    kept = [(s, [op for op in ops if index[op] not in const], b) for s, ops, b in cut]
+    pairs = _run_events(schedule, cut, {k for k, (_, ops, _) in enumerate(kept) if not ops})
+    renumber_kept = {k: n for n, k in enumerate(k for k, (_, ops, _) in enumerate(kept) if ops)}
+    runs = [r for r in kept if r[1]]
+    pairs = sorted({(renumber_kept[a], renumber_kept[b]) for a, b in pairs})
     waits = {k: [] for k in range(len(runs))}
     signals = {k: [] for k in range(len(runs))}
     for e, (a, b) in enumerate(pairs):

@@ -54,3 +54,44 @@ def test_a_stream_of_constants_alone_gets_no_segment():
     feeds = {n: np.ones((1, 2, 8, 8), np.float32) for n in "xy"}
     with CpuExecutor(g, schedule) as ex:
         np.testing.assert_allclose(ex.run(feeds)["out"], run(make_session(g), feeds)["out"])
+
+
+def _implied_through_constants_model():
+    """``out = Relu(x) + Cast(Constant)``: the Relu and the constants on other streams than the Add."""
+    f = TensorProto.FLOAT
+    nodes = [helper.make_node("Relu", ["x"], ["a"]),
+             helper.make_node("Constant", [], ["c1"], value=numpy_helper.from_array(np.array([2], np.int64))),
+             helper.make_node("Cast", ["c1"], ["c2"], to=f),
+             helper.make_node("Add", ["a", "c2"], ["out"])]
+    return ir.load_bytes(onnx_model(nodes, [helper.make_tensor_value_info("x", f, [1, 64])],
+                                    [helper.make_tensor_value_info("out", f, [1, 64])]).SerializeToString())
+
+
+def _waits_for_the_relu(plan) -> bool:
+    relu = next(seg for seg in plan.segments if "a" in seg.outputs)
+    add = next(seg for seg in plan.segments if "out" in seg.outputs)
+    return bool(set(relu.signals) & set(add.waits))
+
+
+def test_an_event_from_a_constant_node_still_orders_the_ops_before_it():
+    """Relu then Constant on stream 0, the Add on stream 1 waiting for the Constant only (the
+    Relu before it is implied): the Constant runs in no segment, but its event must stay, or
+    the Add reads the Relu's output before it exists (a race: 'onnxruntime failed on stream 1')."""
+    g = _implied_through_constants_model()
+    schedule = Schedule((("a", "c1", "c2"), ("out",)), (("c2", "out"),))
+    plan = make_plan(g, schedule)
+    assert plan.num_events == 1 and _waits_for_the_relu(plan)
+    feeds = {"x": np.ones((1, 64), np.float32)}
+    with CpuExecutor(g, schedule) as ex:
+        for _ in range(20):
+            np.testing.assert_allclose(ex.run(feeds)["out"], run(make_session(g), feeds)["out"])
+
+
+def test_a_run_of_constants_alone_passes_on_what_it_was_told():
+    """Relu then Constant on stream 0, the Cast of that constant on stream 2 (waiting for it),
+    the Add on stream 1 waiting for the Cast: the Cast's run is left empty, and the Add must
+    still wait for the Relu."""
+    g = _implied_through_constants_model()
+    schedule = Schedule((("a", "c1"), ("out",), ("c2",)), (("c1", "c2"), ("c2", "out")))
+    plan = make_plan(g, schedule)
+    assert _waits_for_the_relu(plan) and {seg.stream for seg in plan.segments} == {0, 1}
