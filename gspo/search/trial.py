@@ -147,17 +147,41 @@ class Trial:
     def time(self, runs: int, budget: float | None = None, labels: Sequence[str] | None = None) -> list[Outcome]:
         """The rejected options, then the equivalent ones (those in ``labels``, when given)
         timed interleaved: ``runs`` rounds, fewer (at least 5) when a ``budget`` in seconds
-        cannot hold them."""
-        chosen = [(o, ex, d) for o, ex, d in self._ok if labels is None or o.label in labels]
+        cannot hold them. An option that fails while it is timed is rejected with the reason
+        (the others are timed again); the reference failing is an error."""
+        while True:
+            chosen = [(o, ex, d) for o, ex, d in self._ok if labels is None or o.label in labels]
+            failed: dict[str, GspoError] = {}
+            try:
+                return self.rejected + self._timed(chosen, runs, budget, failed)
+            except GspoError:
+                if not failed or any(o.label in failed and ex is self.executors[0] for o, ex, _ in chosen):
+                    raise
+                for entry in [e for e in self._ok if e[0].label in failed]:
+                    self._ok.remove(entry)
+                    self.rejected.append(Outcome(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
+
+    def _timed(self, chosen, runs: int, budget: float | None, failed: dict) -> list[Outcome]:
         feeds = self.feeds[0]
+
+        def runner(option: Option, ex):
+            def call():
+                try:
+                    return ex.run(feeds)
+                except GspoError as e:
+                    failed[option.label] = e
+                    raise
+            return call
+
+        calls = [(o.label, runner(o, ex)) for o, ex, _ in chosen]
         if budget is not None and chosen:
             start = time.perf_counter()
-            for _, ex, _ in chosen:
-                ex.run(feeds)
+            for _, call in calls:
+                call()
             one_round = time.perf_counter() - start
             runs = max(5, min(runs, int(budget / max(one_round, 1e-6))))
-        timings = interleaved([(o.label, (lambda ex=ex: ex.run(feeds))) for o, ex, _ in chosen], runs, 3)
-        return self.rejected + [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
+        timings = interleaved(calls, runs, 3)
+        return [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:
         """Free every executor the trial opened."""

@@ -63,6 +63,37 @@ def test_an_option_that_fails_at_run_time_is_rejected():
     assert rej.label == "bad" and "onnxruntime" in rej.rejected
 
 
+def test_an_option_that_fails_while_timed_is_rejected_and_the_rest_timed(monkeypatch):
+    """Verified, then failing on a later run (as a stream race did): rejected with the reason,
+    not the end of the run; the reference failing is still an error."""
+    trial_mod = sys.modules["gspo.search.trial"]
+    real = trial_mod._executor
+    flaky_key = _relu(2).key
+
+    class Flaky:
+        def __init__(self, ex):
+            self.ex, self.calls = ex, 0
+
+        def run(self, feeds):
+            self.calls += 1
+            if self.calls > 3:
+                raise ReferenceError_("onnxruntime failed on stream 1: 'a'")
+            return self.ex.run(feeds)
+
+        def close(self):
+            self.ex.close()
+
+    monkeypatch.setattr(trial_mod, "_executor",
+                        lambda g, s, p=None: Flaky(real(g, s, p)) if g.key == flaky_key else real(g, s, p))
+    plain = _relu(1)
+    options = [Option("original", plain), Option("flaky", _relu(2)), Option("thrice", _relu(3))]
+    with Trial(plain, options, [random_inputs(plain, 0)]) as trial:
+        out = trial.time(runs=5)
+    assert [o.label for o in out if o.timing] == ["original", "thrice"]
+    (rej,) = [o for o in out if o.rejected]
+    assert rej.label == "flaky" and rej.rejected.startswith("failed while timed: onnxruntime failed on stream 1")
+
+
 def test_an_option_with_different_outputs_is_rejected_and_says_which():
     g = _relu(1)
     sig = g.replace_nodes([g.nodes[0]], [g.nodes[0].replace(op_type="Sigmoid")])
