@@ -159,7 +159,8 @@ def write_markdown(rows: list[dict], meta: dict) -> str:
         "# gspo on real exported models",
         "",
         f"Measured {meta['date']} on `{meta['machine']}`, onnxruntime {meta['onnxruntime']}, gspo {meta['gspo']}.",
-        f"Command: `{meta['command']}` (models from `benchmarks/realworld/export.py`, random weights).",
+        f"Command: `{meta['command']}` (models from `benchmarks/realworld/export.py`, random weights)."
+        + (f" {meta['note']}" if meta.get("note") else ""),
         "",
         f"**{len(rows)} models: {len(ok)} optimized, {len(failed)} failed, {len(bad)} not equivalent.** "
         f"Geometric-mean speedup over plain onnxruntime at its best thread setting: "
