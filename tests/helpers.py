@@ -59,3 +59,12 @@ def random_dag_graph(draw, st, max_nodes=30, shape=(1, 4)):
             used.add(a)
     outs = [v for v in values[1:] if v not in used]
     return b.output(*outs).build()
+
+
+def one_line_error(result, code=2) -> str:
+    """The one line a failed CLI run printed (``gspo: error: ...``), after checking its exit code."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.strip().splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]

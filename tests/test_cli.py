@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from gspo import ir
 from gspo.cli import cli
 from gspo.ir import Literal
-from tests.helpers import branchy, relu_model
+from tests.helpers import branchy, one_line_error, relu_model
 
 
 def gspo(*args):
@@ -25,12 +25,6 @@ def model(tmp_path):
     return ir.save(branchy(), tmp_path / "m.onnx")
 
 
-def one_line_error(result, code=2):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.strip().splitlines() if line]
-    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
-    assert "Traceback" not in result.output
-    return lines[0]
 
 
 def test_every_command_has_help_with_an_example():

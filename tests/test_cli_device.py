@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from gspo import ir
 from gspo.cli import cli
 from gspo.runtime.cuda import gpu_status
-from tests.helpers import branchy
+from tests.helpers import branchy, one_line_error
 from tests.runtime import fake_cuda
 from tests.runtime.fake_cuda import CPU, FakeCudart, FakeOrt
 
@@ -24,11 +24,6 @@ def gspo(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.strip().splitlines() if line]
-    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
-    return lines[0]
 
 
 @pytest.fixture

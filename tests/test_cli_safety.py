@@ -19,7 +19,7 @@ import gspo.outputs as outputs
 from gspo import ir
 from gspo.cli import cli
 from gspo.ir.onnx_io import SCHEDULE_KEY
-from tests.helpers import branchy
+from tests.helpers import branchy, one_line_error
 
 FAST = ("--budget", "2", "--jobs", "1", "--time-budget", "20", "--select", "estimated")
 
@@ -28,11 +28,6 @@ def gspo(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
-def one_line_error(result, code=2):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.strip().splitlines() if line]
-    assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
-    return lines[0]
 
 
 @pytest.fixture
