@@ -4,7 +4,7 @@ that cross from one piece of a partitioned model to the next."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -79,17 +79,23 @@ def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
     return check_inputs(read_npz(path), graph, path)
 
 
-def capture_values(graph: Graph, feeds: Mapping[str, np.ndarray], names: Iterable[str],
-                   config: SessionConfig = SessionConfig()) -> dict[str, np.ndarray]:
+def capture_values(graph: Graph, feeds: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]],
+                   names: Iterable[str], config: SessionConfig = SessionConfig()):
     """The values ``names`` take when ``graph`` runs on ``feeds`` (graph inputs are passed
-    through): what each piece of a partitioned model really receives from the pieces before it."""
-    wanted = [n for n in dict.fromkeys(names) if n not in feeds]
-    out = {n: feeds[n] for n in names if n in feeds}
-    if not wanted:
-        return out
-    listed = set(graph.output_names())
-    extra = tuple(graph.values[n] for n in wanted if n not in listed)
-    probe = dataclasses.replace(graph, outputs=graph.outputs + extra)
-    values = run(make_session(probe, config), feeds)
-    out.update((n, values[n]) for n in wanted)
-    return out
+    through): what each piece of a partitioned model really receives from the pieces before it.
+
+    ``feeds`` is one input set (a dict is returned) or a list of them (a list is returned, from
+    one session: building it is most of the cost on a large model).
+    """
+    sets = [feeds] if isinstance(feeds, Mapping) else list(feeds)
+    names = list(dict.fromkeys(names))
+    outs = [{n: f[n] for n in names if n in f} for f in sets]
+    wanted = [n for n in names if not all(n in f for f in sets)]
+    if wanted and sets:
+        listed = set(graph.output_names())
+        extra = tuple(graph.values[n] for n in wanted if n not in listed)
+        session = make_session(dataclasses.replace(graph, outputs=graph.outputs + extra), config)
+        for f, out in zip(sets, outs):
+            values = run(session, f)
+            out.update((n, values[n]) for n in wanted if n not in f)
+    return outs[0] if isinstance(feeds, Mapping) else outs

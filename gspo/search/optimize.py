@@ -174,7 +174,7 @@ def _optimize_pieces(parts: Partition, searched, prepared: Prepared, cfg, max_st
     the values that cross between pieces (per input set)."""
     pieces = parts.pieces
     names = [v.name for p in pieces for v in p.graph.inputs]
-    boundary = [capture_values(prepared.work, f, names) for f in prepared.feeds]
+    boundary = capture_values(prepared.work, prepared.feeds, names)
     allowed = {r.name for r in cfg.rules}
     chosen, reports = [], []
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured

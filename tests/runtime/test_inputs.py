@@ -54,3 +54,20 @@ def test_capture_values_gives_the_intermediate_values_a_piece_receives():
     got = capture_values(g, feeds, ["x", "mid"])
     np.testing.assert_array_equal(got["mid"], [[0, 2, 0, 4]])
     np.testing.assert_array_equal(got["x"], feeds["x"])
+
+
+def test_capture_values_of_several_input_sets_builds_one_session(monkeypatch):
+    import gspo.runtime.inputs as inputs_mod
+
+    b = GraphBuilder()
+    x = b.input("x", (1, 4))
+    b.output(b.op("Neg", [b.op("Relu", [x], out="mid")], out="y"))
+    g = b.build()
+    built = []
+    real = inputs_mod.make_session
+    monkeypatch.setattr(inputs_mod, "make_session", lambda *a, **k: built.append(1) or real(*a, **k))
+    sets = [{"x": np.array([[-1.0, 2.0, -3.0, 4.0]], np.float32)}, {"x": np.array([[5.0, -6.0, 7.0, -8.0]], np.float32)}]
+    got = capture_values(g, sets, ["x", "mid"])
+    assert len(built) == 1 and len(got) == 2
+    np.testing.assert_array_equal(got[1]["mid"], [[5, 0, 7, 0]])
+    np.testing.assert_array_equal(got[0]["x"], sets[0]["x"])
