@@ -28,6 +28,7 @@ EVALUATION_PASSES = 6
 
 
 class Context:
+    """What every command can read: whether to show tracebacks."""
     def __init__(self, debug: bool):
         self.debug = debug
 
@@ -82,6 +83,7 @@ def handle_errors(fn):
 
 
 def input_shape_option(fn):
+    """The ``--input-shape NAME=D1,D2,...`` option (repeatable)."""
     return click.option(
         "--input-shape",
         "input_shapes",
@@ -110,6 +112,7 @@ def _say_defaults(path: str, graph) -> None:
 
 
 def inputs_option(fn):
+    """The ``--inputs FILE.npz`` option: real inputs instead of random ones."""
     return click.option(
         "--inputs", "inputs_file", type=click.Path(dir_okay=False), metavar="FEEDS.npz",
         help="Run on these inputs (an .npz with one array per graph input) instead of random ones.",
@@ -125,6 +128,7 @@ class Number(click.ParamType):
         self.low, self.high, self.low_open = low, high, low_open
 
     def convert(self, value, param, ctx):
+        """The value as a float, or a usage error naming why it is refused."""
         try:
             x = float(value)
         except (TypeError, ValueError):
@@ -146,6 +150,7 @@ class GspoGroup(click.Group):
     """click's usage errors in gspo's form (``gspo: error: ...``, exit 2); SIGTERM stops cleanly."""
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """Run the command line: usage errors in one line, SIGINT and SIGTERM a clean stop."""
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         previous = signal.signal(signal.SIGTERM, _on_signal)
@@ -191,6 +196,7 @@ def cli(ctx: click.Context, debug: bool, verbose: int) -> None:
 
 # ------------------------------------------------------------------- run/bench
 def streams_option(fn):
+    """The ``--streams N|auto`` option of run and bench."""
     return click.option(
         "--streams", default="auto", show_default=True, metavar="N|auto",
         help="Streams: 'auto' uses the schedule gspo optimize saved in the model, else one stream; "
@@ -199,6 +205,7 @@ def streams_option(fn):
 
 
 def device_option(fn):
+    """The ``--device cpu|cuda`` option."""
     return click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)(fn)
 
 
@@ -228,6 +235,7 @@ def _progress_printer(label: str):
 
 
 def main() -> None:
+    """The ``gspo`` entry point (a broken pipe ends it quietly)."""
     try:
         cli(prog_name="gspo")
     except BrokenPipeError:  # output piped into `head` and the like: stop quietly

@@ -65,6 +65,7 @@ def _si(x: float) -> str:
 
 
 def model_info(graph) -> dict:
+    """What ``gspo info`` reports about a graph, as a dict."""
     from gspo.ir import dag, graph_features, node_features
 
     feats = graph_features(graph)

@@ -378,6 +378,7 @@ class CudaExecutor:
 
     @property
     def num_streams(self) -> int:
+        """Number of CUDA streams the plan runs on."""
         return len(self._streams) or self.plan.num_streams
 
     def providers(self) -> list[list[str]]:

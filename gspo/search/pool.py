@@ -23,6 +23,7 @@ def _search_piece(index: int):
 
 
 def rebuild(template: Graph, packed) -> Candidate:
+    """A candidate from what a search process sent back (nodes and weights on the piece's graph)."""
     nodes, weights, retired, schedule, cost, applied = packed
     g = dataclasses.replace(template, nodes=nodes, weights=weights, retired_weights=retired)
     return Candidate(g, schedule, cost, applied)

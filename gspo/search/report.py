@@ -32,6 +32,7 @@ def speed_verdict(outcomes: list[Outcome], best: Outcome) -> tuple[float, float,
 
 def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
             skipped, cost_model, dynamic_note) -> dict:
+    """optimize's report: the settings, the machine and profile, every candidate and what decided."""
     speedup, noise, verdict = speed_verdict(outcomes, best)
     base = next(o for o in outcomes if o.label == "original")
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
