@@ -75,7 +75,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
         # a plain ONNX file, run as its users run it: plain onnxruntime at its better thread setting
         for t in THREADS:
             sess = make_session(result_path.read_bytes(), SessionConfig(intra_op_threads=t))
-            runners.append((f"gspo@{t}", lambda s=sess: s.run(None, feeds)))
+            runners.append((f"gspo@{t}", lambda s=sess, n=names: s.run(n, feeds)))
     else:
         runners.append(("gspo", lambda: placed.run(feeds)))
     want = dict(zip([v.name for v in g.outputs], runners[0][1]()))
@@ -106,6 +106,10 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
                    refused=len(result.report["placement"].get("refused", [])),
                    rules=result.report["substitutions"], split=_split(result.report["placement"]))
         row.update(_time(path, out, args.runs))
+        if out.read_bytes() == path.read_bytes():
+            # The input handed back unchanged runs exactly as the input does in onnxruntime; the
+            # two measurements of that one file differ only by the machine's noise.
+            row.update(same_file=True, measured_gspo_ms=row["gspo_ms"], gspo_ms=row["ort_ms"])
     except Exception as e:  # the model's status, one line
         row["status"] = f"{type(e).__name__}: {first_line(e)}"
         return row
@@ -125,12 +129,28 @@ def _split(placement: dict) -> dict | None:
             "mixed_ms": round(placement["mixed_s"] * 1e3, 3), "whole_ms": whole}
 
 
+def _tried(r) -> bool:
+    """Whether the split was a candidate: estimated faster than every single backend by the margin."""
+    s = r["split"]
+    best = min(s["whole_ms"].values()) if s["whole_ms"] else float("nan")
+    return r["chosen"].endswith("@mixed") or s["mixed_ms"] < best * (1 - MIXED_MARGIN)
+
+
 def _split_lines(rows) -> list[str]:
     """Why a split across backends was or was not chosen, per model whose pieces disagree."""
     split = [r for r in rows if r["status"] == "ok" and r.get("split")]
     if not split:
         return ["", "On every model all pieces ran fastest on one backend: no split to consider."]
-    lines = ["", "## Models whose pieces prefer different backends", "",
+    tried = [r for r in split if _tried(r)]
+    won = [r for r in split if r["chosen"].endswith("@mixed")]
+    summary = (f"On {len(split)} models the pieces prefer different backends. On {len(split) - len(tried)} of them the "
+               f"split is estimated within {MIXED_MARGIN:.0%} of the best single backend or slower: each crossing costs "
+               f"{min(r['split']['crossing_ms'] / max(r['split']['crossings'], 1) for r in split):.2f}-"
+               f"{max(r['split']['crossing_ms'] / max(r['split']['crossings'], 1) for r in split):.2f} ms, about what the "
+               f"pieces gain by moving. The split was tried (measured as a whole model) on {len(tried)} "
+               f"({', '.join(r['model'] for r in tried) or 'none'}) and chosen on {len(won)}"
+               + (": the whole model on one backend measured faster." if tried and not won else "."))
+    lines = ["", "## Models whose pieces prefer different backends", "", summary, "",
              "From the search's piece timings (sum of each piece at its fastest backend, then the measured "
              "cost of the values crossing between backends) against the pieces summed on one backend. A "
              f"split is tried only when it is estimated {MIXED_MARGIN:.0%} faster than the best single backend.", "",
@@ -138,8 +158,7 @@ def _split_lines(rows) -> list[str]:
              "one backend ms | split tried |", "|---|---|---|---|---|---|---|---|"]
     for r in split:
         s = r["split"]
-        best = min(s["whole_ms"].values()) if s["whole_ms"] else float("nan")
-        tried = "yes" if r["chosen"].endswith("@mixed") or s["mixed_ms"] < best * (1 - MIXED_MARGIN) else "no"
+        tried = "yes" if _tried(r) else ("no" if s["whole_ms"] else "no (pieces not all timed in the budget)")
         lines.append(f"| {r['model']} | {', '.join(f'{b} {n}' for b, n in s['pieces'].items())} | "
                      f"{s['pieces_best_ms']:.2f} | {s['crossings']} | {s['crossing_ms']:.2f} | {s['mixed_ms']:.2f} | "
                      f"{', '.join(f'{b} {v:.2f}' for b, v in s['whole_ms'].items())} | {tried} |")
@@ -153,13 +172,15 @@ def markdown(rows, meta) -> str:
     lines = [
         "# Backend placement: gspo against onnxruntime and OpenVINO", "",
         f"Measured {meta['date']} on `{meta['machine']}`, onnxruntime {meta['ort']}, {meta['openvino']}.",
-        f"Command: `{meta['command']}`.", "",
+        "Commands: " + "; then ".join(f"`{c}`" for c in meta["commands"])
+        + (" (each later one measured again the models it names)." if len(meta["commands"]) > 1 else "."), "",
         f"**{len(ok)} of {len(rows)} models measured; gspo within 2% of the faster single backend (or faster) on "
         f"{len(within)}; equivalent on {sum(r['equivalent'] for r in ok)}.** Geometric means: gspo / onnxruntime "
         f"{geo([r['gspo_ms'] / r['ort_ms'] for r in ok]):.3f}, gspo / OpenVINO {geo([r['gspo_ms'] / r['openvino_ms'] for r in ok]):.3f}, "
         f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster).", "",
         "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
-        "gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
+        "A result that is the input unchanged (`same file`) runs as the input does, so its time is onnxruntime's. "
+        "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
         "| model | ort ms | openvino ms | gspo ms | gspo / best | chosen | placement | equivalent |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -168,7 +189,8 @@ def markdown(rows, meta) -> str:
             lines.append(f"| {r['model']} | - | - | - | - | FAILED: {r['status'][:80]} | - | - |")
             continue
         pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
-        lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {r['gspo_ms']:.2f} | "
+        gspo = "= ort (same file)" if r.get("same_file") else f"{r['gspo_ms']:.2f}"
+        lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {gspo} | "
                      f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {'yes' if r['equivalent'] else 'NO'} |")
     return "\n".join(lines + _split_lines(rows)) + "\n"
 
@@ -178,16 +200,24 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="*", help="Only these (zoo names or corpus names).")
     ap.add_argument("--time-budget", type=float, default=90.0)
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--render", action="store_true", help="Only rewrite RESULTS.md from results.json and meta.json.")
     args = ap.parse_args(argv)
+    if args.render:
+        rows = json.loads((HERE / "results.json").read_text())
+        (HERE / "RESULTS.md").write_text(markdown(rows, json.loads((HERE / "meta.json").read_text())))
+        return 0
     ok, why = backend_status("openvino")
     if not ok:
         print(f"placement/run.py: {why}", file=sys.stderr)
         return 2
     results_path = HERE / "results.json"
     old = {r["model"]: r for r in json.loads(results_path.read_text())} if results_path.exists() and args.models else {}
+    command = ".venv/bin/python benchmarks/placement/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)
+    meta_path = HERE / "meta.json"
+    earlier = json.loads(meta_path.read_text())["commands"] if args.models and meta_path.exists() else []
     meta = {"date": datetime.date.today().isoformat(), "machine": device_description("cpu"), "ort": runtime_version(),
-            "openvino": backend_status("openvino")[1],
-            "command": ".venv/bin/python benchmarks/placement/run.py " + shlex.join(sys.argv[1:] if argv is None else argv)}
+            "openvino": backend_status("openvino")[1], "commands": earlier + [command]}
+    meta_path.write_text(json.dumps(meta, indent=1) + "\n")
     with tempfile.TemporaryDirectory() as d:
         for name, source, path in _models(args.models):
             row = run_model(name, source, path, args, Path(d))
