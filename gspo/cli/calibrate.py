@@ -18,6 +18,32 @@ from gspo.errors import GspoError
 from gspo.outputs import atomic_write, check_outputs, replacing
 
 
+def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime) -> None:
+    """``calibrate --evaluate``: a profile's error and rank correlation on held-out subgraphs."""
+    from gspo.costmodel import device_description, load_profile
+    from gspo.costmodel.evaluate import evaluate
+
+    passes = EVALUATION_PASSES if passes is None else passes
+    if passes < 2:
+        raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
+    check_outputs({"--report": report}, (evaluate_profile,), force)
+    profile = load_profile(evaluate_profile, device_description("cpu"), runtime, foreign_profile)
+    results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
+    # reference_s: the unit of every measured time in the report (the profile's speed reference).
+    data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
+            "results": [r.to_json() for r in results]}
+    if report:
+        atomic_write(report, json.dumps(data, indent=1) + "\n")
+    if as_json:
+        click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
+        return
+    for r in results:
+        noise = (f"; test-retest noise {100 * r.noise:.2f}%, left in the mean of {passes} passes"
+                 f" {100 * r.noise_of_mean:.2f}%") if r.noise is not None else ""
+        click.echo(f"{r.kind:<10} {len(r.measured):>4} subgraphs  mean error {100 * r.mape:6.2f}%  Spearman {r.spearman:.3f}"
+                   f"  (raw timings, drift not cancelled: {100 * r.mape_raw:.2f}%{noise})")
+
+
 @cli.command()
 @click.option("--device", type=click.Choice(["cpu"]), default=None, help="Calibrate on the CPU.")
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate on the CUDA device; save the profile as NAME.")
@@ -51,33 +77,13 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         gspo calibrate --device cpu -o quick.json --passes 1
         gspo calibrate --evaluate cpu.json --json
     """
-    from gspo.costmodel import device_description, load_profile, save_profile
+    from gspo.costmodel import device_description, save_profile
     from gspo.costmodel.profile import PROFILE_DIRS
     from gspo.runtime import runtime_version
 
     runtime = runtime_version()
     if evaluate_profile:
-        from gspo.costmodel.evaluate import evaluate
-
-        passes = EVALUATION_PASSES if passes is None else passes
-        if passes < 2:
-            raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
-        check_outputs({"--report": report}, (evaluate_profile,), force)
-        profile = load_profile(evaluate_profile, device_description("cpu"), runtime, foreign_profile)
-        results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
-        # reference_s: the unit of every measured time in the report (the profile's speed reference).
-        data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
-                "results": [r.to_json() for r in results]}
-        if report:
-            atomic_write(report, json.dumps(data, indent=1) + "\n")
-        if as_json:
-            click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
-            return
-        for r in results:
-            noise = (f"; test-retest noise {100 * r.noise:.2f}%, left in the mean of {passes} passes"
-                     f" {100 * r.noise_of_mean:.2f}%") if r.noise is not None else ""
-            click.echo(f"{r.kind:<10} {len(r.measured):>4} subgraphs  mean error {100 * r.mape:6.2f}%  Spearman {r.spearman:.3f}"
-                       f"  (raw timings, drift not cancelled: {100 * r.mape_raw:.2f}%{noise})")
+        _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime)
         return
     if gpu_name:
         from gspo.runtime.cuda import require_gpu

@@ -315,6 +315,24 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float) -> boo
 
 
 # ----------------------------------------------------------------- optimize
+def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], boundary, cfg: OptimizeConfig,
+                 cost_model: CostModel, max_streams: int, deadline, cost_fn):
+    """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
+    verified and timed against the original: the pick, every outcome, what was skipped, and
+    what the placement measured."""
+    merged = parts.merge([o.graph for o in chosen])
+    rules = tuple(r for o in chosen for r in o.rules)
+    allowed = {r.name for r in cfg.rules}
+    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
+    placed, placement_report = _backend_options(prepared, merged, rules, [o.graph for o in chosen], boundary, cfg,
+                                                cost_model, deadline)
+    final_budget = cfg.final_timing_budget
+    if cfg.time_budget is not None:
+        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
+    best, outcomes = _choose_final(prepared, distinct(final + placed), cfg, final_budget, cost_fn)
+    return best, outcomes, skipped, placement_report
+
+
 def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              inputs: Mapping[str, np.ndarray] | None = None, **options) -> OptimizeResult:
@@ -360,17 +378,8 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     t_search = time.perf_counter() - t0
     chosen, pieces_detail, boundary = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
                                                        show("verify"))
-    merged = parts.merge([o.graph for o in chosen])
-    rules = tuple(r for o in chosen for r in o.rules)
-    allowed = {r.name for r in cfg.rules}
-    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
-    placed, placement_report = _backend_options(prepared, merged, rules, [o.graph for o in chosen], boundary, cfg,
-                                                cost_model, deadline)
-    final = distinct(final + placed)
-    final_budget = cfg.final_timing_budget
-    if cfg.time_budget is not None:
-        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
-    best, outcomes = _choose_final(prepared, final, cfg, final_budget, cost_fn)
+    best, outcomes, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
+                                                             max_streams, deadline, cost_fn)
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
     keep_dynamic, dynamic_note = keeps_dynamic(prepared, graph, schedule, cfg)
     if schedule is not None:
