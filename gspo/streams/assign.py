@@ -7,7 +7,9 @@ Notes:
     3. That matching is augmented (augmenting paths over the transitive closure) to a maximum
        matching of the closure's bipartite graph: a minimum *chain* cover, whose size is the
        DAG's maximum antichain width (Dilworth), so the fewest streams that keep every pair of
-       independent ops on different streams. Augmenting keeps most MEG edges matched.
+       independent ops on different streams. Augmenting keeps most MEG edges matched. On a
+       very large graph augmenting stops after :data:`AUGMENT_WORK`, leaving a valid cover
+       with a few chains more than the minimum.
     4. ``max_streams`` merges the lightest chains (by FLOPs) until the cap holds.
     5. Events: ops are visited in topological order with vector clocks per stream; a
        cross-stream dependency gets an event only if the clocks do not already imply it, and
@@ -34,6 +36,13 @@ from gspo.ir.dag import dependencies, reachability
 from gspo.streams.schedule import Schedule, node_id
 
 __all__ = ["assign_streams", "chain_cover", "make_events"]
+
+
+#: Closure edges the augmenting paths may look at in one chain cover. Augmenting is cubic in the
+#: graph's size at worst (a 1,500-op NASNet-A Large export: minutes); past this much work the
+#: remaining chains stay as they are: a valid cover with a few more chains than the minimum
+#: (streams beyond the cap merge anyway). Counted, not timed, so the result is deterministic.
+AUGMENT_WORK = 3_000_000
 
 
 def _bits(x: int):
@@ -69,9 +78,10 @@ def chain_cover(deps: Sequence[Sequence[int]], reach: Sequence[int]) -> list[lis
     for u, v in matching.items():
         if u < n:
             nxt[u], prv[v - n] = v - n, u
+    work = [AUGMENT_WORK]
     for u in range(n):
-        if nxt[u] is None:
-            _augment(u, reach, nxt, prv)
+        if nxt[u] is None and work[0] > 0:
+            _augment(u, reach, nxt, prv, work)
     chains = []
     for u in range(n):
         if prv[u] is None:
@@ -82,12 +92,13 @@ def chain_cover(deps: Sequence[Sequence[int]], reach: Sequence[int]) -> list[lis
     return chains
 
 
-def _augment(start: int, reach: Sequence[int], nxt: list, prv: list) -> bool:
-    """One augmenting path from free left vertex ``start`` over closure edges (iterative DFS)."""
+def _augment(start: int, reach: Sequence[int], nxt: list, prv: list, work: list[int]) -> bool:
+    """One augmenting path from free left vertex ``start`` over closure edges (iterative DFS),
+    spending ``work[0]`` (closure edges looked at); none found when it runs out."""
     visited: set[int] = set()
-    stack = [(start, _candidates(start, reach, prv))]
+    stack = [(start, _candidates(start, reach, prv, work))]
     path: list[tuple[int, int]] = []
-    while stack:
+    while stack and work[0] > 0:
         u, it = stack[-1]
         advanced = False
         for v in it:
@@ -100,7 +111,7 @@ def _augment(start: int, reach: Sequence[int], nxt: list, prv: list) -> bool:
                     nxt[a], prv[b] = b, a
                 return True
             path.append((u, v))
-            stack.append((prv[v], _candidates(prv[v], reach, prv)))
+            stack.append((prv[v], _candidates(prv[v], reach, prv, work)))
             advanced = True
             break
         if not advanced:
@@ -110,10 +121,11 @@ def _augment(start: int, reach: Sequence[int], nxt: list, prv: list) -> bool:
     return False
 
 
-def _candidates(u: int, reach: Sequence[int], prv: list):
+def _candidates(u: int, reach: Sequence[int], prv: list, work: list[int]):
     """Successors of ``u``: free chain starts first (joining two chains breaks none), nearest
     first; then matched ones (re-routing through them breaks a link)."""
     succ = list(_bits(reach[u]))
+    work[0] -= len(succ) + 1
     return iter([v for v in succ if prv[v] is None] + [v for v in succ if prv[v] is not None])
 
 
