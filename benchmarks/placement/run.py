@@ -73,8 +73,9 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     closers.append(placed)
     if saved_placement(result) is None and saved_schedule(result) is None:
         # a plain ONNX file, run as its users run it: plain onnxruntime at its better thread setting
+        result_bytes = result_path.read_bytes()
         for t in THREADS:
-            sess = make_session(result_path.read_bytes(), SessionConfig(intra_op_threads=t))
+            sess = make_session(result_bytes, SessionConfig(intra_op_threads=t))
             runners.append((f"gspo@{t}", lambda s=sess, n=names: s.run(n, feeds)))
     else:
         runners.append(("gspo", lambda: placed.run(feeds)))

@@ -60,12 +60,13 @@ def _timed(original: Path, optimized: Path, runs: int) -> dict:
     g = load(original)
     feeds = random_inputs(g, seed=7)
     runners, closers = [], []
+    result = load(optimized)
+    streams = saved_schedule(result) is not None  # a schedule: run as gspo run runs it
     for path, label in ((original, "ort"), (optimized, "gspo")):
         data = path.read_bytes()
         for t in THREADS:
-            saved = load(path) if label == "gspo" else None
-            if saved is not None and saved_schedule(saved) is not None:  # streams: run as gspo run runs it
-                ex = make_executor(saved, config=SessionConfig(intra_op_threads=t))
+            if label == "gspo" and streams:
+                ex = make_executor(result, config=SessionConfig(intra_op_threads=t))
                 closers.append(ex)
                 runners.append((f"{label}@{t}", lambda ex=ex: ex.run(feeds)))
                 continue
