@@ -295,10 +295,13 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
         estimate = lambda o: estimated_cost(o, cost_fn)  # noqa: E731
         best = pick(outcomes, "original", cfg.final_margin, cfg.select, estimate)
         if best.label != "original" and cfg.select == "measured":
-            # A measured choice replaces the input only when it is faster beyond the timings'
-            # spread, and again in a second timing of the same sessions: this machine's speed
-            # drifts, and one lucky set of runs must not replace the input with something slower.
-            confirm = trial.time(cfg.timing_runs, budget, labels=("original", best.label))
+            # A measured choice replaces the input only when it is faster beyond the noise (the
+            # timings' spread, or on one stream a sign test over the interleaved rounds), and
+            # again in a second timing of the same sessions: this machine's speed drifts, and one
+            # lucky set of runs must not replace the input with something slower.
+            # Two runners leave room for twice the rounds in the same budget (more rounds, a
+            # sharper sign test).
+            confirm = trial.time(2 * cfg.timing_runs, budget, labels=("original", best.label))
             if not (_beyond_noise(outcomes, best.label, cfg.final_margin)
                     and _beyond_noise(confirm, best.label, cfg.final_margin)):
                 best = next(o for o in outcomes if o.label == "original")
@@ -306,12 +309,13 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
 
 
 def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float) -> bool:
-    """Whether ``label`` measured faster than the original by more than ``margin`` and more
-    than the spread of either timing."""
+    """Whether ``label`` measured faster than the original by more than ``margin``, and beyond
+    the noise: by more than the spread of either timing, or, on one stream, in significantly
+    more interleaved rounds than chance gives (:func:`~gspo.search.report.speed_verdict`)."""
     chosen = pick(outcomes, "original", margin)
     if chosen.label != label:
         return False
-    return speed_verdict(list(outcomes), chosen)[2] == "faster"
+    return speed_verdict(list(outcomes), chosen, margin)[2] == "faster"
 
 
 # ----------------------------------------------------------------- optimize

@@ -7,7 +7,7 @@ from collections import Counter
 
 from gspo.costmodel import device_description
 from gspo.errors import GspoError
-from gspo.search.trial import Option, Outcome, spread
+from gspo.search.trial import PAIRED_ALPHA, Option, Outcome, rounds_faster, sign_test, spread
 
 
 def estimated_cost(option: Option, cost_fn) -> float:
@@ -20,21 +20,44 @@ def estimated_cost(option: Option, cost_fn) -> float:
         return float("inf")
 
 
-def speed_verdict(outcomes: list[Outcome], best: Outcome) -> tuple[float, float, str]:
-    """Speedup of the pick over the original, the timings' relative spread, and the verdict."""
+def speed_verdict(outcomes: list[Outcome], best: Outcome, margin: float = 0.0) -> tuple[float, float, str]:
+    """Speedup of the pick over the original, the timings' relative spread, and the verdict.
+
+    "faster" when the speedup exceeds the spread (the interquartile range over the median, the
+    larger of the two timings), or when the pick runs on one stream and was faster by ``margin``
+    in so many of the interleaved rounds that chance is ruled out (:func:`consistently_faster`).
+    """
     base = next(o for o in outcomes if o.label == "original")
     speedup = base.median_s / best.median_s
     noise = max(spread(base.timing), spread(best.timing))
     if best.label == "original":
         return speedup, noise, "unchanged"
-    return speedup, noise, ("faster" if speedup - 1 > noise else "no measurable change")
+    faster = speedup - 1 > noise or consistently_faster(base, best, margin)
+    return speedup, noise, ("faster" if faster else "no measurable change")
+
+
+def consistently_faster(base: Outcome, best: Outcome, margin: float) -> bool:
+    """Whether ``best`` beat ``base`` by ``margin`` in significantly more of the interleaved
+    rounds than chance gives (sign test at :data:`~gspo.search.trial.PAIRED_ALPHA`).
+
+    Each round times both one after the other, so a drift of the machine's speed falls on both
+    and a small steady gain shows through a spread larger than itself. Not for an option on
+    several streams: its speed depends on the other core being free, which the rounds of one
+    timing do not vary, so it must beat the spread itself.
+    """
+    schedule = best.option.schedule
+    if schedule is not None and schedule.num_streams > 1:
+        return False
+    wins, rounds = rounds_faster(base.timing, best.timing, margin)
+    return sign_test(wins, rounds) < PAIRED_ALPHA
 
 
 def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
             skipped, cost_model, dynamic_note) -> dict:
     """optimize's report: the settings, the machine and profile, every candidate and what decided."""
-    speedup, noise, verdict = speed_verdict(outcomes, best)
+    speedup, noise, verdict = speed_verdict(outcomes, best, cfg.final_margin)
     base = next(o for o in outcomes if o.label == "original")
+    wins, rounds = rounds_faster(base.timing, best.timing, cfg.final_margin)
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
     return {
         "model": prepared.original.name,
@@ -54,6 +77,7 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome
         "latency_after_ms": best.median_s * 1e3,
         "speedup": speedup,
         "timing_spread": noise,
+        "rounds_faster": [wins, rounds],
         "verdict": verdict,
         "estimated_before_ms": base.option.estimated_s * 1e3,
         "estimated_after_ms": estimated_cost(best.option, cost_model.cost) * 1e3,

@@ -11,6 +11,7 @@ reuses the sessions, which on a large model take longer to build than to time).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,12 @@ from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved
 from gspo.runtime.verify import OutputDiff, Tolerance
 from gspo.streams import Placement, Schedule
 
-__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "distinct", "pick", "spread"]
+__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "PAIRED_ALPHA", "distinct", "pick", "rounds_faster",
+           "sign_test", "spread"]
+
+#: The chance an option no faster than the reference by the margin still wins so many of the
+#: interleaved rounds that :func:`sign_test` calls it consistently faster.
+PAIRED_ALPHA = 0.01
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,23 @@ def spread(timing: Timing) -> float:
         return 0.0
     q = statistics.quantiles(timing.seconds, n=4)
     return (q[2] - q[0]) / timing.median
+
+
+def rounds_faster(reference: Timing, timing: Timing, margin: float) -> tuple[int, int]:
+    """In how many interleaved rounds ``timing`` ran faster than ``reference`` by more than
+    ``margin``, and out of how many rounds (the two timed in the same rounds, one after the other,
+    so that the machine's drift over the rounds falls on both)."""
+    pairs = list(zip(reference.seconds, timing.seconds))
+    return sum(t < r * (1 - margin) for r, t in pairs), len(pairs)
+
+
+def sign_test(wins: int, rounds: int) -> float:
+    """The one-sided sign test's p value: the chance of at least ``wins`` heads in ``rounds``
+    tosses of a fair coin, i.e. of so many wins when the median paired ratio is not below the
+    bar."""
+    if rounds <= 0:
+        return 1.0
+    return sum(math.comb(rounds, k) for k in range(max(0, wins), rounds + 1)) / 2 ** rounds
 
 
 def pick(outcomes: Sequence[Outcome], baseline: str, margin: float, select: str = "measured",

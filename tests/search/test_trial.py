@@ -9,8 +9,16 @@ import pytest
 
 from gspo import ir
 from gspo.ir import Attr
-from gspo.runtime import random_inputs
-from gspo.search.trial import Option, ReferenceError_, Trial, pick
+from gspo.runtime import Timing, random_inputs
+from gspo.search.trial import (
+    PAIRED_ALPHA,
+    Option,
+    ReferenceError_,
+    Trial,
+    pick,
+    rounds_faster,
+    sign_test,
+)
 
 
 def _relu(times: int = 1):
@@ -118,3 +126,19 @@ def test_pick_needs_the_margin_and_estimated_selection_ignores_timings():
     assert pick(out, "original", margin=0.99).label == "original"  # nothing is 100x faster
     chosen = pick(out, "original", 0.0, "estimated", lambda o: 1.0 if o.label == "same" else 2.0)
     assert chosen is by["same"]
+
+
+def test_rounds_faster_pairs_the_rounds_and_counts_wins_beyond_the_margin():
+    ref = Timing("a", (1.0, 2.0, 1.0, 2.0))
+    other = Timing("b", (0.95, 1.0, 0.99, 2.5))  # 5%, 50%, 1%, -25%
+    assert rounds_faster(ref, other, 0.02) == (2, 4)
+    assert rounds_faster(ref, other, 0.0) == (3, 4)
+
+
+def test_the_sign_test_is_a_fair_coins_tail():
+    assert sign_test(0, 10) == 1.0
+    assert sign_test(10, 10) == pytest.approx(1 / 1024)
+    assert sign_test(9, 10) == pytest.approx(11 / 1024)
+    assert sign_test(22, 30) < PAIRED_ALPHA < sign_test(21, 30)
+    assert sign_test(6, 6) > PAIRED_ALPHA  # six rounds can never rule chance out at 1%
+    assert sign_test(1, 0) == 1.0

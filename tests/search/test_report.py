@@ -1,0 +1,42 @@
+"""optimize's report: the verdict on a speedup, with its noise."""
+
+from __future__ import annotations
+
+from gspo import ir
+from gspo.runtime import Timing
+from gspo.search.report import consistently_faster, speed_verdict
+from gspo.search.trial import Option, Outcome
+from gspo.streams import Schedule
+
+_GRAPH = ir.builder.GraphBuilder()
+_GRAPH = _GRAPH.output(_GRAPH.op("Relu", [_GRAPH.input("x", (1, 4))], out="y")).build()
+# a +-20% drift over 30 rounds that both options feel alike
+_DRIFT = tuple(1.0 + 0.2 * ((7 * i) % 11 - 5) / 5 for i in range(30))
+
+
+def _outcome(label: str, factor: float, schedule: Schedule | None = None) -> Outcome:
+    return Outcome(Option(label, _GRAPH, schedule), Timing(label, tuple(factor * t for t in _DRIFT)))
+
+
+def test_a_steady_gain_within_the_spread_is_faster_on_one_stream_only():
+    base, one = _outcome("original", 1.0), _outcome("optimized", 0.92)
+    two = _outcome("optimized+streams", 0.92, Schedule((("y",), ())))
+    outcomes = [base, one, two]
+    speedup, noise, verdict = speed_verdict(outcomes, one, 0.02)
+    assert noise > speedup - 1 > 0.02  # within the spread of the runs
+    assert verdict == "faster" and consistently_faster(base, one, 0.02)
+    # streams: the rounds of one timing do not vary the other core's load, so the spread rules
+    assert speed_verdict(outcomes, two, 0.02)[2] == "no measurable change"
+    assert not consistently_faster(base, two, 0.02)
+
+
+def test_a_gain_below_the_margin_is_no_measurable_change():
+    base, small = _outcome("original", 1.0), _outcome("optimized", 0.99)
+    assert speed_verdict([base, small], small, 0.02)[2] == "no measurable change"
+    assert speed_verdict([base, small], base, 0.02)[2] == "unchanged"
+
+
+def test_a_gain_beyond_the_spread_is_faster_even_in_few_rounds():
+    base = Outcome(Option("original", _GRAPH), Timing("original", (1.0, 1.01, 0.99, 1.0, 1.02)))
+    fast = Outcome(Option("optimized", _GRAPH), Timing("optimized", (0.8, 0.81, 0.79, 0.8, 0.82)))
+    assert speed_verdict([base, fast], fast, 0.02)[2] == "faster"
