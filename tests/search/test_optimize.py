@@ -7,8 +7,10 @@ import sys
 import numpy as np
 import pytest
 
-from gspo.search import optimize
-from gspo.search.trial import Outcome
+from gspo.runtime import Timing
+from gspo.search import OptimizeConfig, optimize
+from gspo.search.trial import Option, Outcome
+from gspo.streams import Schedule, node_id
 from gspo.zoo import build
 
 FAST = dict(budget=4, timing_runs=5, backends=("ort",))
@@ -96,3 +98,37 @@ def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypa
     assert r.report["pieces"] > 1
     assert all(len(p["candidates"]) == 0 for p in r.report["pieces_detail"])
     assert r.unchanged
+
+
+class _Retimed:
+    """A Trial stand-in whose second timing gives each label the seconds in ``seconds``."""
+
+    def __init__(self, outcomes, seconds):
+        self.outcomes, self.seconds = outcomes, seconds
+
+    def time(self, runs, budget=None, labels=None):
+        return [Outcome(o.option, Timing(o.label, self.seconds[o.label])) for o in self.outcomes if o.label in labels]
+
+
+_NOISY = tuple(np.random.default_rng(1).uniform(0.8, 1.2, 30))  # the first timing: a +-20% spread
+
+
+@pytest.mark.parametrize("streams, kept", [(False, "optimized"), (True, "original")])
+def test_the_confirmation_decides_a_one_stream_pick_but_streams_must_beat_the_spread_twice(streams, kept):
+    """First timing: 'optimized' 5% faster by median inside a +-20% spread that the two do not
+    share round by round. Second timing: faster by 5% in every one of its 60 rounds, which settles
+    it on one stream (and beats its 2% spread); a schedule on two streams also had to beat the
+    spread in the first."""
+    g = build("squeezenet", "tiny")
+    schedule = Schedule((tuple(node_id(n) for n in g.nodes), ())) if streams else None
+    original, optimized = Option("original", g), Option("optimized", g, schedule)
+    first = [Outcome(original, Timing("original", _NOISY)),
+             Outcome(optimized, Timing("optimized", tuple(0.95 * t for t in reversed(_NOISY))))]
+    drift = tuple(1.0 + 0.02 * ((7 * i) % 11 - 5) / 5 for i in range(60))  # a 2% spread
+    trial = _Retimed(first, {"original": drift, "optimized": tuple(0.95 * t for t in drift)})
+    best, outcomes = opt._confirm(trial, first, first[1], OptimizeConfig(), None)
+    assert best.label == kept
+    if kept == "optimized":  # the report shows the confirmation's timings of the two
+        assert [o.timing.seconds for o in outcomes] == [drift, tuple(0.95 * t for t in drift)]
+    else:
+        assert outcomes == first
