@@ -46,7 +46,8 @@ from gspo.outputs import atomic_write, check_outputs
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
 @inputs_option
 @click.option("--backends", metavar="LIST", default=None,
-              help="Backends to place the model or its pieces on, e.g. 'ort,openvino' [default: every one installed].")
+              help="Backends to place the model or its pieces on: ort, openvino, cuda (e.g. 'ort,openvino') "
+                   "[default: every one that can run here].")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
 @input_shape_option
 @handle_errors
@@ -62,9 +63,10 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     dimensions get defaults (1 for a batch, 128 otherwise) unless pinned with --input-shape; the
     output keeps them dynamic when it computes the same at another size.
 
-    With OpenVINO installed (pip install 'gspo[openvino]'), the whole model and each piece are
-    also timed on it; when a placement off onnxruntime wins, it is saved in the model and
-    gspo run / gspo bench follow it.
+    With OpenVINO installed (pip install 'gspo[openvino]'), or onnxruntime-gpu and an NVIDIA GPU
+    (pip install 'gspo[gpu]'), the whole model and each piece are also timed there; when a
+    placement off onnxruntime's CPU provider wins, it is saved in the model and gspo run /
+    gspo bench follow it.
 
     \b
     Example:

@@ -5,7 +5,11 @@ Every backend loads serialized ONNX bytes into a *runner* with onnxruntime's cal
 
 * ``ort``: onnxruntime's CPU provider (all graph optimizations, no spinning threads);
 * ``openvino``: OpenVINO's CPU plugin (``pip install 'gspo[openvino]'``), compiled for latency
-  at f32 precision (no bf16 or f16 arithmetic, so results stay equivalent).
+  at f32 precision (no bf16 or f16 arithmetic, so results stay equivalent);
+* ``cuda``: onnxruntime's CUDA provider on device 0 (``pip install 'gspo[gpu]'`` and an NVIDIA
+  GPU), TF32 off; host arrays in and out (:class:`~gspo.runtime.cuda.CudaRunner`), so a value
+  crossing between the CPU and the GPU is copied. Available only when
+  :func:`~gspo.runtime.cuda.gpu_status` finds a working device (checked once a process).
 
 No backend is imported before it is asked for; a missing one is a one-line error naming the
 package to install.
@@ -26,11 +30,13 @@ __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends"
            "backend_versions"]
 
 #: Every backend gspo knows, in the order they are preferred on a tie.
-BACKENDS = ("ort", "openvino")
+BACKENDS = ("ort", "openvino", "cuda")
 DEFAULT_BACKEND = "ort"
 _INSTALL = {"openvino": "pip install 'gspo[openvino]' (the openvino package)"}
 _core_lock = threading.Lock()
 _core = None
+#: gpu_status() of device 0, once a process (its probe builds a CUDA session).
+_cuda_checked: dict[int, tuple[bool, str]] = {}
 
 
 def _openvino():
@@ -49,7 +55,17 @@ def backend_status(name: str) -> tuple[bool, str]:
         except ImportError:
             return False, f"OpenVINO is not installed: {_INSTALL['openvino']}"
         return True, f"OpenVINO {ov.__version__.split('-')[0]} CPU"
+    if name == "cuda":
+        return _cuda_status()
     return False, f"unknown backend {name!r} (known: {', '.join(BACKENDS)})"
+
+
+def _cuda_status() -> tuple[bool, str]:
+    from gspo.runtime import cuda
+
+    if 0 not in _cuda_checked:
+        _cuda_checked[0] = cuda.gpu_status()
+    return _cuda_checked[0]
 
 
 def available_backends() -> tuple[str, ...]:
@@ -84,6 +100,10 @@ def backend_versions(names: Sequence[str]) -> str:
             parts.append(f"ort-{runtime_version()}")
         elif name == "openvino":
             parts.append(f"openvino-{_openvino().__version__.split('-')[0]}")
+        elif name == "cuda":
+            from gspo.runtime import cuda
+
+            parts.append(cuda.backend_key(0))
     return "+".join(parts)
 
 
@@ -143,4 +163,8 @@ def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()
     ok, why = backend_status(name)
     if not ok:
         raise GspoError(f"backend {name!r} cannot run here: {why}")
+    if name == "cuda":
+        from gspo.runtime.cuda import load_cuda_runner
+
+        return load_cuda_runner(model, config.intra_op_threads)
     return _load_openvino(model, config.intra_op_threads)

@@ -44,8 +44,9 @@ from gspo.runtime.runtimes import (
 )
 from gspo.streams import Schedule
 
-__all__ = ["CUDA_MAJOR", "CudaConfig", "CudaError", "CudaExecutor", "PieceTime", "check", "cuda_provider_options",
-           "gpu_status", "native_handle", "require_cuda_provider", "require_gpu", "stream_overlap"]
+__all__ = ["CUDA_MAJOR", "CudaConfig", "CudaError", "CudaExecutor", "CudaRunner", "PieceTime", "backend_key", "check",
+           "cuda_provider_options", "device_name", "gpu_status", "load_cuda_runner", "native_handle",
+           "require_cuda_provider", "require_gpu", "stream_overlap"]
 
 log = logging.getLogger(__name__)
 
@@ -274,6 +275,17 @@ def require_gpu(config: CudaConfig = CudaConfig(), option: str = "--device cuda"
         raise CudaError(f"{option}: {why}")
 
 
+def device_name(device_id: int = 0) -> str:
+    """The CUDA device's name, as ``cudaGetDeviceProperties`` gives it."""
+    name = check(_cudart().cudaGetDeviceProperties(device_id), "cudaGetDeviceProperties").name
+    return (name.decode(errors="replace") if isinstance(name, bytes) else str(name)).rstrip("\x00").strip()
+
+
+def backend_key(device_id: int = 0) -> str:
+    """What measurements on the CUDA backend depend on: onnxruntime-gpu's version and the device."""
+    return f"cuda-{_onnxruntime().__version__}-{device_name(device_id)}"
+
+
 # ----------------------------------------------------------------- sessions
 def cuda_provider_options(stream: int | None, config: CudaConfig) -> dict[str, str]:
     """The CUDA provider's options for a session on stream handle ``stream`` (None: its own)."""
@@ -318,6 +330,44 @@ def stream_overlap(pieces: Sequence[PieceTime]) -> float:
             total += t - last
         busy, last = busy + step, t
     return total
+
+
+class CudaRunner:
+    """One model on onnxruntime's CUDA provider behind the backends' ``run(names, feeds)``: host
+    arrays in and out, onnxruntime copying them to and from the device, so that a piece placed on
+    the GPU can sit between pieces on the CPU (see :mod:`gspo.runtime.backends`). For a whole
+    model on streams, with values kept on the device, see :class:`CudaExecutor`."""
+
+    def __init__(self, session):
+        self._session = session
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        """The outputs ``names`` of one run on ``feeds`` (host arrays)."""
+        try:
+            return self._session.run(list(names), dict(feeds))
+        except Exception as e:
+            raise CudaError(f"onnxruntime CUDA failed to run the model: {first_line(e)}") from None
+
+
+def load_cuda_runner(model: bytes, threads: int = 0, config: CudaConfig = CudaConfig()) -> CudaRunner:
+    """A :class:`CudaRunner` of serialized ONNX ``model`` (TF32 off unless ``config`` asks;
+    ``threads``: intra-op threads of the ops that stay on the CPU).
+
+    Raises:
+        CudaError: onnxruntime cannot load the model on CUDA, or fell back to the CPU for it.
+    """
+    ort = _onnxruntime()
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.intra_op_num_threads = int(threads)
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    try:
+        session = ort.InferenceSession(model, sess_options=so,
+                                       providers=[(CUDA, cuda_provider_options(None, config)), "CPUExecutionProvider"])
+    except Exception as e:
+        raise CudaError(f"onnxruntime cannot load the model on CUDA: {first_line(e)}") from None
+    require_cuda_provider(session, ort, "a piece placed on CUDA")
+    return CudaRunner(session)
 
 
 class CudaExecutor:

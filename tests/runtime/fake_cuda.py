@@ -72,6 +72,9 @@ class FakeCudart:
     def cudaGetErrorString(self, err):  # noqa: N802
         return (self.cudaError_t.cudaSuccess, f"text of {err.name}".encode())
 
+    def cudaGetDeviceProperties(self, device):  # noqa: N802
+        return self._result("cudaGetDeviceProperties", SimpleNamespace(name=b"Fake GPU 16GB\x00\x00"))
+
     def cudaSetDevice(self, device):  # noqa: N802
         self.log.append(("set_device", device))
         return self._result("cudaSetDevice")
@@ -164,6 +167,12 @@ class FakeSession:
 
     def io_binding(self):
         return FakeBinding(self)
+
+    def run(self, names, feeds):
+        """A run on host arrays (onnxruntime copies them to and from the device)."""
+        assert all(isinstance(v, np.ndarray) for v in feeds.values())
+        self.ort.log.append(("host_run", self.index, tuple(names)))
+        return [np.zeros((1,), np.float32) for _ in names]
 
     def run_with_iobinding(self, binding, run_options):
         assert run_options.entries.get("disable_synchronize_execution_providers") == "1"

@@ -17,6 +17,9 @@ from gspo.runtime.backends import (
     check_backends,
     load_runner,
 )
+from gspo.runtime.cuda import CudaError, gpu_status
+from gspo.search.placement import time_pieces
+from tests.runtime import fake_cuda
 
 
 def _model():
@@ -59,3 +62,58 @@ def test_a_model_a_backend_cannot_read_is_one_line():
     with pytest.raises(GspoError) as e:
         load_runner("openvino", b"not a model", SessionConfig())
     assert "\n" not in str(e.value)
+
+
+# ------------------------------------------------------------------ the CUDA backend
+@pytest.fixture
+def cuda_fakes(monkeypatch):
+    """onnxruntime-gpu and cuda-python stand-ins (tests/runtime/fake_cuda.py), and the process's
+    CUDA status not yet checked."""
+    import gspo.runtime.backends as backends
+
+    monkeypatch.setattr(backends, "_cuda_checked", {})
+    log: list = []
+    return fake_cuda.install(monkeypatch, fake_cuda.FakeOrt(log), fake_cuda.FakeCudart(log), log)
+
+
+def test_cuda_is_offered_only_where_a_gpu_works(monkeypatch):
+    import gspo.runtime.backends as backends
+
+    monkeypatch.setattr(backends, "_cuda_checked", {})
+    ok, why = gpu_status()
+    assert backend_status("cuda") == (ok, why)
+    assert ("cuda" in available_backends()) == ok
+    if ok:
+        pytest.skip("a GPU works here: the refusal cannot be shown")
+    with pytest.raises(GspoError, match="backend 'cuda' cannot run here: ") as e:
+        check_backends(["ort", "cuda"])
+    assert "\n" not in str(e.value)
+    with pytest.raises(GspoError, match="backend 'cuda' cannot run here: "):
+        load_runner("cuda", serialize(_model()))
+
+
+def test_a_piece_on_cuda_runs_on_the_cuda_provider_with_tf32_off_on_host_arrays(cuda_fakes):
+    log, ort, _ = cuda_fakes
+    assert "cuda" in available_backends() and check_backends(["cuda"]) == ("ort", "cuda")
+    probes = len(ort.sessions)
+    runner = load_runner("cuda", serialize(_model()), SessionConfig(intra_op_threads=1))
+    load_runner("cuda", serialize(_model()))
+    assert len(ort.sessions) == probes + 2  # the device was probed once, not per runner
+    piece = ort.sessions[probes]
+    assert piece["options"] == {"device_id": "0", "use_tf32": "0"}  # its own stream, TF32 off
+    assert piece["config"] == {"session.intra_op.allow_spinning": "0"}
+    out = runner.run(["y"], {"x": np.ones((1, 8), np.float32)})
+    assert len(out) == 1 and ("host_run", probes, ("y",)) in log
+    assert backend_versions(["ort", "cuda"]).endswith("+cuda-1.26.0-Fake GPU 16GB")
+
+
+def test_a_piece_onnxruntime_moves_to_the_cpu_is_refused_with_the_reason(cuda_fakes):
+    _, ort, _ = cuda_fakes
+    assert backend_status("cuda")[0]  # the probe ran on CUDA
+    ort.uses = [fake_cuda.CPU]  # this piece does not
+    with pytest.raises(CudaError, match="fell back to the CPU for a piece placed on CUDA") as e:
+        load_runner("cuda", serialize(_model()))
+    assert "\n" not in str(e.value)
+    g = _model()
+    [times] = time_pieces([g], [[random_inputs(g, 0)]], ("ort", "cuda"), runs=3)
+    assert "fell back to the CPU" in times.refused["cuda"] and set(times.seconds) == {"ort"}
