@@ -287,3 +287,20 @@ def test_progress_in_a_pipe_prints_a_line_per_tenth_and_starts_over_per_phase(ca
     assert len(lines) == 22 and lines[10] == "calibrating: 100/100 (100%) Conv"
     assert lines[11:13] == ["calibrating: 1/20 (0%) verify", "calibrating: 2/20 (10%) verify"]
     assert lines[-1] == "calibrating: 20/20 (100%) verify"
+
+
+def test_optimize_says_in_how_many_rounds_a_kept_change_was_faster(capsys):
+    """A change kept by the sign test over the rounds, not by the spread, says so."""
+    from gspo.cli.optimize import _echo_outcome
+
+    r = {"latency_before_ms": 3.4, "latency_after_ms": 3.1, "speedup": 1.097, "timing_spread": 0.12,
+         "rounds_faster": [57, 60], "estimated_before_ms": 3.0, "estimated_after_ms": 3.0, "unchanged": False,
+         "verdict": "faster", "substitutions": {}, "streams": 1, "syncs": 0, "pieces": 2, "search_seconds": 1.0,
+         "total_seconds": 2.0, "max_rel_err": 0.0, "dynamic_dims": None, "placement": {"chosen": {"openvino": 66}},
+         "candidates_rejected_by_verification": 0}
+    _echo_outcome(r, pinned=False)
+    out = capsys.readouterr().out
+    assert "(x1.097, measured; spread 12.0%; faster in 57 of 60 rounds)" in out
+    assert "no measurable change" not in out and "placement: 66 ops on openvino" in out
+    _echo_outcome({**r, "rounds_faster": None, "unchanged": True, "verdict": "unchanged"}, pinned=False)
+    assert "rounds" not in capsys.readouterr().out.splitlines()[0]

@@ -113,14 +113,15 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
 
 def _echo_outcome(r: dict, pinned: bool) -> None:
     """The summary ``gspo optimize`` prints: latency, verdict, what changed, what was rejected."""
+    rounds = f"; faster in {r['rounds_faster'][0]} of {r['rounds_faster'][1]} rounds" if r.get("rounds_faster") else ""
     click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
-               f"measured; spread {100 * r['timing_spread']:.1f}%)")
+               f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
     click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
     if r["unchanged"]:
         pins = " with its input shapes pinned" if pinned else ""
         click.echo(f"nothing beat the input as measured: the output is the input{pins}")
     elif r["verdict"] != "faster":
-        click.echo("no measurable change: the speedup is within the timings' spread")
+        click.echo("no measurable change: the speedup is within the timings' noise")
     subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
     click.echo(f"substitutions: {subs}")
     click.echo(f"streams: {r['streams']}, syncs: {r['syncs']}; pieces: {r['pieces']}; "

@@ -20,25 +20,28 @@ def estimated_cost(option: Option, cost_fn) -> float:
         return float("inf")
 
 
-def speed_verdict(outcomes: list[Outcome], best: Outcome, margin: float = 0.0) -> tuple[float, float, str]:
+def speed_verdict(outcomes: list[Outcome], best: Outcome, margin: float = 0.0,
+                  alpha: float = PAIRED_ALPHA) -> tuple[float, float, str]:
     """Speedup of the pick over the original, the timings' relative spread, and the verdict.
 
-    "faster" when the speedup exceeds the spread (the interquartile range over the median, the
-    larger of the two timings), or when the pick runs on one stream and was faster by ``margin``
-    in so many of the interleaved rounds that chance is ruled out (:func:`consistently_faster`).
+    "faster" when the pick's median beats the original's by ``margin`` and either the speedup
+    exceeds the spread (the interquartile range over the median, the larger of the two
+    timings), or the pick runs on one stream and was faster in so many of the interleaved rounds
+    that chance is ruled out at ``alpha`` (:func:`consistently_faster`).
     """
     base = next(o for o in outcomes if o.label == "original")
     speedup = base.median_s / best.median_s
     noise = max(spread(base.timing), spread(best.timing))
     if best.label == "original":
         return speedup, noise, "unchanged"
-    faster = speedup - 1 > noise or consistently_faster(base, best, margin)
+    by_margin = best.median_s < base.median_s * (1 - margin)
+    faster = by_margin and (speedup - 1 > noise or consistently_faster(base, best, alpha))
     return speedup, noise, ("faster" if faster else "no measurable change")
 
 
-def consistently_faster(base: Outcome, best: Outcome, margin: float) -> bool:
-    """Whether ``best`` beat ``base`` by ``margin`` in significantly more of the interleaved
-    rounds than chance gives (sign test at :data:`~gspo.search.trial.PAIRED_ALPHA`).
+def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPHA) -> bool:
+    """Whether ``best`` ran faster than ``base`` in significantly more of the interleaved rounds
+    than chance gives (a one-sided sign test at ``alpha``).
 
     Each round times both one after the other, so a drift of the machine's speed falls on both
     and a small steady gain shows through a spread larger than itself. Not for an option on
@@ -48,8 +51,8 @@ def consistently_faster(base: Outcome, best: Outcome, margin: float) -> bool:
     schedule = best.option.schedule
     if schedule is not None and schedule.num_streams > 1:
         return False
-    wins, rounds = rounds_faster(base.timing, best.timing, margin)
-    return sign_test(wins, rounds) < PAIRED_ALPHA
+    wins, rounds = rounds_faster(base.timing, best.timing, 0.0)
+    return sign_test(wins, rounds) < alpha
 
 
 def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
@@ -57,7 +60,8 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome
     """optimize's report: the settings, the machine and profile, every candidate and what decided."""
     speedup, noise, verdict = speed_verdict(outcomes, best, cfg.final_margin)
     base = next(o for o in outcomes if o.label == "original")
-    wins, rounds = rounds_faster(base.timing, best.timing, cfg.final_margin)
+    # the rounds the pick was faster in, of the rounds it was timed in with the original
+    rounds = list(rounds_faster(base.timing, best.timing, 0.0)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
     return {
         "model": prepared.original.name,
@@ -77,7 +81,7 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome
         "latency_after_ms": best.median_s * 1e3,
         "speedup": speedup,
         "timing_spread": noise,
-        "rounds_faster": [wins, rounds],
+        "rounds_faster": rounds,
         "verdict": verdict,
         "estimated_before_ms": base.option.estimated_s * 1e3,
         "estimated_after_ms": estimated_cost(best.option, cost_model.cost) * 1e3,

@@ -101,34 +101,51 @@ def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypa
 
 
 class _Retimed:
-    """A Trial stand-in whose second timing gives each label the seconds in ``seconds``."""
+    """A Trial stand-in whose later timings give each label the seconds in ``seconds``."""
 
     def __init__(self, outcomes, seconds):
-        self.outcomes, self.seconds = outcomes, seconds
+        self.outcomes, self.seconds, self.timed = outcomes, seconds, []
 
     def time(self, runs, budget=None, labels=None):
+        self.timed.append(labels)
         return [Outcome(o.option, Timing(o.label, self.seconds[o.label])) for o in self.outcomes if o.label in labels]
 
 
 _NOISY = tuple(np.random.default_rng(1).uniform(0.8, 1.2, 30))  # the first timing: a +-20% spread
+_DRIFT = tuple(1.0 + 0.02 * ((7 * i) % 11 - 5) / 5 for i in range(60))  # the second: a 2% spread
 
 
 @pytest.mark.parametrize("streams, kept", [(False, "optimized"), (True, "original")])
 def test_the_confirmation_decides_a_one_stream_pick_but_streams_must_beat_the_spread_twice(streams, kept):
     """First timing: 'optimized' 5% faster by median inside a +-20% spread that the two do not
-    share round by round. Second timing: faster by 5% in every one of its 60 rounds, which settles
-    it on one stream (and beats its 2% spread); a schedule on two streams also had to beat the
-    spread in the first."""
+    share round by round. Its own timing: faster by 5% in every one of its 60 rounds, which
+    settles it on one stream; a schedule on two streams must also have beaten the spread in the
+    first, so it is not even confirmed."""
     g = build("squeezenet", "tiny")
     schedule = Schedule((tuple(node_id(n) for n in g.nodes), ())) if streams else None
-    original, optimized = Option("original", g), Option("optimized", g, schedule)
-    first = [Outcome(original, Timing("original", _NOISY)),
-             Outcome(optimized, Timing("optimized", tuple(0.95 * t for t in reversed(_NOISY))))]
-    drift = tuple(1.0 + 0.02 * ((7 * i) % 11 - 5) / 5 for i in range(60))  # a 2% spread
-    trial = _Retimed(first, {"original": drift, "optimized": tuple(0.95 * t for t in drift)})
-    best, outcomes = opt._confirm(trial, first, first[1], OptimizeConfig(), None)
+    first = [Outcome(Option("original", g), Timing("original", _NOISY)),
+             Outcome(Option("optimized", g, schedule), Timing("optimized", tuple(0.95 * t for t in reversed(_NOISY))))]
+    trial = _Retimed(first, {"original": _DRIFT, "optimized": tuple(0.95 * t for t in _DRIFT)})
+    best, outcomes = opt._confirmed(trial, first, OptimizeConfig(), None)
     assert best.label == kept
     if kept == "optimized":  # the report shows the confirmation's timings of the two
-        assert [o.timing.seconds for o in outcomes] == [drift, tuple(0.95 * t for t in drift)]
+        assert trial.timed == [("original", "optimized")]
+        assert [o.timing.seconds for o in outcomes] == [_DRIFT, tuple(0.95 * t for t in _DRIFT)]
     else:
-        assert outcomes == first
+        assert trial.timed == [] and outcomes == first
+
+
+def test_each_contender_is_confirmed_alone_and_the_fastest_confirmed_one_wins():
+    """Three options ahead of the original in the first timing, each timed again against it
+    alone: the first first (it is fastest there) but not beyond the noise in its own timing, the
+    third the fastest confirmed; an option slower than the original is not timed again."""
+    g = build("squeezenet", "tiny")
+    labels = ("a", "b", "c", "slow")
+    first = [Outcome(Option("original", g), Timing("original", _DRIFT))]
+    first += [Outcome(Option(x, g), Timing(x, tuple(f * t for t in _DRIFT))) for x, f in zip(labels, (0.8, 0.9, 0.95, 1.2))]
+    noisy_a = tuple(0.99 * t for t in _NOISY) * 2  # 1% faster by median: below the margin
+    again = {"original": _DRIFT, "a": noisy_a, "b": tuple(0.96 * t for t in _DRIFT), "c": tuple(0.9 * t for t in _DRIFT)}
+    trial = _Retimed(first, again)
+    best, outcomes = opt._confirmed(trial, first, OptimizeConfig(), None)
+    assert trial.timed == [("original", "a"), ("original", "b"), ("original", "c")]
+    assert best.label == "c" and [o.timing.seconds for o in outcomes if o.label in ("original", "c")] == [_DRIFT, again["c"]]

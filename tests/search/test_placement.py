@@ -107,14 +107,8 @@ def test_a_placed_result_is_saved_and_run_as_placed(tmp_path, monkeypatch):
     import sys
 
     opt = sys.modules["gspo.search.optimize"]
-    real_pick = opt.pick
-
-    def prefer_openvino(outcomes, baseline, margin, select="measured", estimate=None):
-        placed = [o for o in outcomes if o.timing is not None and o.label == "original@openvino"]
-        return placed[0] if placed and baseline == "original" else real_pick(outcomes, baseline, margin, select, estimate)
-
-    monkeypatch.setattr(opt, "pick", prefer_openvino)
-    monkeypatch.setattr(opt, "_beyond_noise", lambda outcomes, label, margin: label == "original@openvino")
+    monkeypatch.setattr(opt, "_contenders", lambda outcomes, margin: [o for o in outcomes if o.label == "original@openvino"])
+    monkeypatch.setattr(opt, "_beyond_noise", lambda outcomes, label, margin, alpha=0: label == "original@openvino")
     src = ir.save(_chain(3), tmp_path / "m.onnx")
     r = optimize(src, budget=2, timing_runs=5, jobs=1, db_path=str(tmp_path / "c.sqlite"), backends=("ort", "openvino"))
     assert r.report["chosen"] == "original@openvino" and r.report["placement"]["chosen"] == {"openvino": 3 * 2}

@@ -24,14 +24,15 @@ def test_a_steady_gain_within_the_spread_is_faster_on_one_stream_only():
     outcomes = [base, one, two]
     speedup, noise, verdict = speed_verdict(outcomes, one, 0.02)
     assert noise > speedup - 1 > 0.02  # within the spread of the runs
-    assert verdict == "faster" and consistently_faster(base, one, 0.02)
+    assert verdict == "faster" and consistently_faster(base, one)
     # streams: the rounds of one timing do not vary the other core's load, so the spread rules
     assert speed_verdict(outcomes, two, 0.02)[2] == "no measurable change"
-    assert not consistently_faster(base, two, 0.02)
+    assert not consistently_faster(base, two)
 
 
 def test_a_gain_below_the_margin_is_no_measurable_change():
     base, small = _outcome("original", 1.0), _outcome("optimized", 0.99)
+    assert consistently_faster(base, small)  # in every round, but by less than the margin
     assert speed_verdict([base, small], small, 0.02)[2] == "no measurable change"
     assert speed_verdict([base, small], base, 0.02)[2] == "unchanged"
 
