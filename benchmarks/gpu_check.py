@@ -10,7 +10,10 @@ Checks, each recorded with its numbers and a pass/fail:
      bit-identical is reported too);
   4. per-piece timings from CUDA events, and the overlap of the streams from the event times;
   5. ``gspo calibrate --gpu NAME --budget 4 --passes 1`` runs and writes a profile;
-  6. ``gspo bench`` of a branched zoo model at 1 stream, auto and Nimble's streams (capped at 4).
+  6. ``gspo bench`` of a branched zoo model at 1 stream, auto and Nimble's streams (capped at 4);
+  7. the ``cuda`` placement backend: its runner computes what the CPU does, and ``gspo optimize
+     --backends ort,cuda`` of that model (each piece and the whole model timed on the CPU and
+     on the GPU) writes a model that ``gspo run`` runs as placed.
 Exit 0 when all pass, 1 when one fails, 2 (one line) on a machine where CUDA cannot run.
 """
 
@@ -54,7 +57,9 @@ def check_model(name: str, config) -> dict:
     """Providers, CPU vs CUDA equality, repeats, event timings and overlap for one zoo model."""
     import numpy as np
 
+    from gspo.ir import serialize
     from gspo.runtime import compare_outputs, make_session, random_inputs, run
+    from gspo.runtime.backends import load_runner
     from gspo.runtime.cuda import CudaExecutor, stream_overlap
     from gspo.runtime.verify import Tolerance
     from gspo.streams import Schedule, assign_streams
@@ -74,7 +79,10 @@ def check_model(name: str, config) -> dict:
         row["providers_ok"] = all(p[0] == "CUDAExecutionProvider" for p in one.providers() + multi.providers())
         got_one, got_multi = one.run(feeds), multi.run(feeds)
         row["streams"], row["pieces"] = multi.num_streams, len(multi.plan.segments)
-        diffs = {"cuda_one_vs_cpu": compare(cpu, got_one), "cuda_multi_vs_cpu": compare(cpu, got_multi)}
+        names = [v.name for v in g.outputs]
+        placed = dict(zip(names, load_runner("cuda", serialize(g)).run(names, feeds)))
+        diffs = {"cuda_one_vs_cpu": compare(cpu, got_one), "cuda_multi_vs_cpu": compare(cpu, got_multi),
+                 "cuda_backend_runner_vs_cpu": compare(cpu, placed)}
         row["equal"] = {k: {"ok": v.equivalent, "max_abs": max(d.max_abs for d in v.outputs)} for k, v in diffs.items()}
         values = multi.upload(feeds)
         worst, identical = 0.0, True
@@ -114,8 +122,15 @@ def check_cli(tmp: Path, device_id: int) -> dict:
     bench = gspo_cli("bench", str(model), "--device", "cuda", "--streams", "1,auto,4", "--runs", "50", "--json")
     if bench["exit"] == 0:
         bench["result"] = json.loads(bench["stdout"])
-    return {"calibrate": calib, "zoo": zoo, "bench": bench,
-            "ok": calib["exit"] == 0 and calib["profile_written"] and zoo["exit"] == 0 and bench["exit"] == 0}
+    placed, report = tmp / "placed.onnx", tmp / "placed.json"
+    optimize = gspo_cli("optimize", str(model), "-o", str(placed), "--backends", "ort,cuda", "--time-budget", "120",
+                        "--report", str(report))
+    if optimize["exit"] == 0:
+        optimize["placement"] = json.loads(report.read_text())["placement"]
+    run_placed = gspo_cli("run", str(placed))
+    return {"calibrate": calib, "zoo": zoo, "bench": bench, "optimize_placed": optimize, "run_placed": run_placed,
+            "ok": calib["exit"] == 0 and calib["profile_written"] and zoo["exit"] == 0 and bench["exit"] == 0
+            and optimize["exit"] == 0 and run_placed["exit"] == 0}
 
 
 def main() -> int:
