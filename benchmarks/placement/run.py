@@ -193,7 +193,8 @@ def markdown(rows, meta) -> str:
         gspo = "= ort (same file)" if r.get("same_file") else f"{r['gspo_ms']:.2f}"
         lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {gspo} | "
                      f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {'yes' if r['equivalent'] else 'NO'} |")
-    return "\n".join(lines + _split_lines(rows)) + "\n"
+    notes = ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]] if meta.get("notes") else []
+    return "\n".join(lines + _split_lines(rows) + notes) + "\n"
 
 
 def main(argv=None) -> int:
