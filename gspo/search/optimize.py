@@ -59,8 +59,17 @@ from gspo.search.config import (
 from gspo.search.dynamic import keeps_dynamic
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
 from gspo.search.pool import rebuild, search_pieces
-from gspo.search.report import build_report, estimated_cost, speed_verdict
-from gspo.search.trial import PAIRED_ALPHA, Option, Outcome, ReferenceError_, Trial, distinct, pick
+from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
+from gspo.search.trial import (
+    PAIRED_ALPHA,
+    Option,
+    Outcome,
+    ReferenceError_,
+    Trial,
+    distinct,
+    pick,
+    rounds_faster,
+)
 from gspo.streams import Placement, Schedule, apply_schedule, assign_streams
 
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
@@ -74,7 +83,7 @@ log = logging.getLogger(__name__)
 SEARCH_SHARE = 0.5
 FINAL_SHARE = 0.2
 #: At most this many whole-model options are confirmed against the original, each in a timing
-#: of its own (within the final comparison's budget).
+#: of its own (with --time-budget, the first timing and these fit the final comparison's share).
 CONTENDERS = 3
 #: The whole model on streams is left unmeasured when estimated slower than on one stream by more
 #: than this fraction.
@@ -283,7 +292,7 @@ def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> flo
         return None
 
 
-def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_fn) -> tuple[Outcome, list[Outcome]]:
+def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_fn) -> FinalChoice:
     """Verify the whole-model options against the original and pick one (by measurement, each
     contender confirmed by a timing of its own against the original; see :func:`_confirmed`).
 
@@ -296,7 +305,8 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
         outcomes = trial.time(cfg.timing_runs, budget)
         if cfg.select == "estimated":
-            return pick(outcomes, "original", cfg.final_margin, cfg.select, lambda o: estimated_cost(o, cost_fn)), outcomes
+            best = pick(outcomes, "original", cfg.final_margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
+            return FinalChoice(best, outcomes, outcomes, [])
         return _confirmed(trial, outcomes, cfg, budget)
 
 
@@ -317,41 +327,48 @@ def _contenders(outcomes: list[Outcome], margin: float) -> list[Outcome]:
             and (not _on_streams(o) or _beyond_noise(outcomes, o.label, margin))][:CONTENDERS]
 
 
-def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> tuple[Outcome, list[Outcome]]:
+def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> FinalChoice:
     """The contender that a timing of its own against the original alone (the same sessions,
-    twice the rounds in the same budget) finds fastest beyond the noise, else the original; and
-    the outcomes with those two as that timing measured them.
+    twice the rounds in the same budget) finds fastest beyond the noise, else the original.
 
     A contender's own timing decides: the first timing ranks several options at once, and the
-    fastest of several medians is biased low. Beyond the noise is faster by the margin and by
-    more than the timings' spread, or, on one stream, faster by the margin by median and faster
-    in significantly more of the interleaved rounds than chance gives (a sign test at
-    :data:`PAIRED_ALPHA` shared among the contenders). A schedule on several streams must beat
-    the spread in both timings: its speed depends on the other core being free, which the
-    rounds of one timing do not vary (a loaded machine once turned an Inception-v3 export's
-    2-stream "win" by 9% against a 12% spread into 18% slower).
+    fastest of several medians is biased low. Beyond the noise is faster by the margin by median
+    and either by more than the timings' spread, or, on one stream, faster in significantly more
+    of the interleaved rounds than chance gives (a sign test at :data:`PAIRED_ALPHA` shared among
+    the contenders). A schedule on several streams must beat the spread in both timings: its
+    speed depends on the other core being free, which the rounds of one timing do not vary (a
+    loaded machine once turned an Inception-v3 export's 2-stream "win" by 9% against a 12%
+    spread into 18% slower). A contender that fails while timed again is rejected with the reason.
     """
     original = next(o for o in outcomes if o.label == "original")
     contenders = _contenders(outcomes, cfg.final_margin)
     alpha = PAIRED_ALPHA / max(1, len(contenders))
-    best, best_again, best_speedup = original, None, 0.0
+    best, decisive, best_speedup = original, outcomes, 0.0
+    failed: dict[str, Outcome] = {}
+    confirmations = []
     for o in contenders:
-        again = trial.time(2 * cfg.timing_runs, budget, labels=("original", o.label))
-        if not _beyond_noise(again, o.label, cfg.final_margin, alpha):
+        again = {x.label: x for x in trial.time(2 * cfg.timing_runs, budget, labels=("original", o.label))}
+        if again[o.label].timing is None:
+            failed[o.label] = again[o.label]
+            confirmations.append({"label": o.label, "confirmed": False, "rejected": again[o.label].rejected})
             continue
-        timed = {x.label: x for x in again if x.timing is not None}
-        speedup = timed["original"].median_s / timed[o.label].median_s
-        if speedup > best_speedup:
-            best, best_again, best_speedup = timed[o.label], timed, speedup
-    if best_again is None:
-        return original, outcomes
-    return best, [best_again.get(o.label, o) for o in outcomes]
+        pair = [again["original"], again[o.label]]
+        confirmed = _beyond_noise(pair, o.label, cfg.final_margin, alpha)
+        wins, rounds = rounds_faster(pair[0].timing, pair[1].timing, 0.0)
+        confirmations.append({"label": o.label, "confirmed": confirmed, "original_ms": pair[0].median_s * 1e3,
+                              "measured_ms": pair[1].median_s * 1e3, "rounds_faster": [wins, rounds]})
+        speedup = pair[0].median_s / pair[1].median_s
+        if confirmed and speedup > best_speedup:
+            best, decisive, best_speedup = pair[1], pair, speedup
+    return FinalChoice(best, [failed.get(o.label, o) for o in outcomes], decisive, confirmations)
 
 
 def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float, alpha: float = PAIRED_ALPHA) -> bool:
     """Whether ``label`` measured faster than the original beyond the margin and the noise
-    (:func:`~gspo.search.report.speed_verdict`)."""
+    (:func:`~gspo.search.report.speed_verdict`); never for an option without a timing."""
     chosen = next(o for o in outcomes if o.label == label)
+    if chosen.timing is None:
+        return False
     return speed_verdict(list(outcomes), chosen, margin, alpha)[2] == "faster"
 
 
@@ -359,8 +376,8 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float, alpha:
 def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], boundary, cfg: OptimizeConfig,
                  cost_model: CostModel, max_streams: int, deadline, cost_fn):
     """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
-    verified and timed against the original: the pick, every outcome, what was skipped, and
-    what the placement measured."""
+    verified and timed against the original: the choice, what was skipped, and what the
+    placement measured."""
     merged = parts.merge([o.graph for o in chosen])
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
@@ -370,8 +387,8 @@ def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], bou
     final_budget = cfg.final_timing_budget
     if cfg.time_budget is not None:
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
-    best, outcomes = _choose_final(prepared, distinct(final + placed), cfg, final_budget, cost_fn)
-    return best, outcomes, skipped, placement_report
+    choice = _choose_final(prepared, distinct(final + placed), cfg, final_budget, cost_fn)
+    return choice, skipped, placement_report
 
 
 def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None,
@@ -422,14 +439,15 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     t_search = time.perf_counter() - t0
     chosen, pieces_detail, boundary = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
                                                        show("verify"))
-    best, outcomes, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
-                                                             max_streams, deadline, cost_fn)
+    choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
+                                                     max_streams, deadline, cost_fn)
+    best = choice.best
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
     keep_dynamic, dynamic_note = keeps_dynamic(prepared, graph, schedule, cfg)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
-    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, best, outcomes,
-                     pieces_detail, skipped, cost_model, dynamic_note)
+    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, choice,
+                          pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
     source = None

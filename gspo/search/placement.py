@@ -161,9 +161,10 @@ def mixed_placement(pieces: Sequence[Graph], times: Sequence[PieceTimes], fixed:
 
 
 def measure_crossing(backends: Sequence[str], db=None, config: SessionConfig = SessionConfig()) -> tuple[float, float]:
-    """The fixed seconds of a crossing between backends, and the copy bandwidth (bytes/s), for
-    every backend other than onnxruntime's CPU provider: the largest fixed cost and the lowest
-    bandwidth of theirs (each measured once and cached, see :func:`_crossing`)."""
+    """The fixed seconds of a crossing between backends (the largest over the backends other
+    than onnxruntime's CPU provider, each measured once and cached, see :func:`_crossing`), and
+    the copy bandwidth in bytes/s (a host copy: a CUDA piece's own timing includes its copies to
+    and from the device)."""
     measured = [_crossing(b, db, config) for b in backends if b != DEFAULT_BACKEND]
     if not measured:
         return 0.0, float("inf")
@@ -172,7 +173,7 @@ def measure_crossing(backends: Sequence[str], db=None, config: SessionConfig = S
 
 def _crossing(other: str, db, config: SessionConfig) -> tuple[float, float]:
     """A two-piece model whose second piece runs on ``other``, against both on onnxruntime: the
-    difference is the fixed cost of a crossing; the bandwidth is that of a host copy."""
+    difference is the fixed cost of a crossing; and the bandwidth of a host copy."""
     signature = f"placement-crossing:{other}:t{config.intra_op_threads}"
     cached = db.get(signature) if db else None
     if cached:

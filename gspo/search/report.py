@@ -4,10 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import NamedTuple
 
 from gspo.costmodel import device_description
 from gspo.errors import GspoError
 from gspo.search.trial import PAIRED_ALPHA, Option, Outcome, rounds_faster, sign_test, spread
+
+
+class FinalChoice(NamedTuple):
+    """The whole-model choice: the pick; every option as the first timing measured it (or why it
+    was rejected); the timing that decided (the pick's own against the original, or the first);
+    and each contender's own timing, for the report."""
+
+    best: Outcome
+    outcomes: list[Outcome]
+    decisive: list[Outcome]
+    confirmations: list[dict]
 
 
 def estimated_cost(option: Option, cost_fn) -> float:
@@ -55,11 +67,16 @@ def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPH
     return sign_test(wins, rounds) < alpha
 
 
-def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome, outcomes, pieces_detail,
-            skipped, cost_model, dynamic_note) -> dict:
-    """optimize's report: the settings, the machine and profile, every candidate and what decided."""
-    speedup, noise, verdict = speed_verdict(outcomes, best, cfg.final_margin)
-    base = next(o for o in outcomes if o.label == "original")
+def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: FinalChoice, pieces_detail,
+                 skipped, cost_model, dynamic_note) -> dict:
+    """optimize's report: the settings, the machine and profile, every candidate and what decided.
+
+    The latencies, the spread and the verdict are those of the timing that decided (the pick's
+    own against the original); ``final_candidates`` are every option in the first timing, and
+    ``confirmations`` each contender's own timing."""
+    best, outcomes = choice.best, choice.outcomes
+    speedup, noise, verdict = speed_verdict(choice.decisive, best, cfg.final_margin)
+    base = next(o for o in choice.decisive if o.label == "original")
     # the rounds the pick was faster in, of the rounds it was timed in with the original
     rounds = list(rounds_faster(base.timing, best.timing, 0.0)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
@@ -102,6 +119,7 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, best: Outcome
         "invalid_rewrites": dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
         "final_candidates": [{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
                               "rejected": o.rejected} for o in outcomes],
+        "confirmations": choice.confirmations,
         "final_streams_skipped": skipped,
         "pieces_detail": pieces_detail,
         "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},

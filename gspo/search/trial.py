@@ -28,8 +28,9 @@ from gspo.streams import Placement, Schedule
 __all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "PAIRED_ALPHA", "distinct", "pick", "rounds_faster",
            "sign_test", "spread"]
 
-#: The chance an option no faster than the reference by the margin still wins so many of the
-#: interleaved rounds that :func:`sign_test` calls it consistently faster.
+#: The chance that an option no faster than the reference (a fair coin per round) still wins so
+#: many of the interleaved rounds that :func:`sign_test` calls it consistently faster; the margin
+#: a win must also clear is checked on the medians.
 PAIRED_ALPHA = 0.01
 
 
@@ -220,8 +221,8 @@ def rounds_faster(reference: Timing, timing: Timing, margin: float) -> tuple[int
 
 def sign_test(wins: int, rounds: int) -> float:
     """The one-sided sign test's p value: the chance of at least ``wins`` heads in ``rounds``
-    tosses of a fair coin, i.e. of so many wins when the median paired ratio is not below the
-    bar."""
+    tosses of a fair coin, i.e. of so many wins in paired rounds when the median of the paired
+    ratios is 1 (or more)."""
     if rounds <= 0:
         return 1.0
     return sum(math.comb(rounds, k) for k in range(max(0, wins), rounds + 1)) / 2 ** rounds

@@ -225,7 +225,8 @@ class FakeOrt:
     def InferenceSession(self, model, sess_options=None, providers=()):  # noqa: N802
         (name, options), *rest = providers
         assert name == CUDA and rest == [CPU]
-        self.sessions.append({"options": options, "config": getattr(sess_options, "entries", {})})
+        self.sessions.append({"options": options, "config": getattr(sess_options, "entries", {}),
+                              "threads": getattr(sess_options, "intra_op_num_threads", None)})
         self.log.append(("session", len(self.sessions) - 1))
         return FakeSession(self, len(self.sessions) - 1, self.uses, options)
 

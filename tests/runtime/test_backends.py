@@ -101,13 +101,13 @@ def test_a_piece_on_cuda_runs_on_the_cuda_provider_with_tf32_off_on_host_arrays(
     assert len(ort.sessions) == probes + 2  # the device was probed once, not per runner
     piece = ort.sessions[probes]
     assert piece["options"] == {"device_id": "0", "use_tf32": "0"}  # its own stream, TF32 off
-    assert piece["config"] == {"session.intra_op.allow_spinning": "0"}
+    assert piece["config"] == {"session.intra_op.allow_spinning": "0"} and piece["threads"] == 1
     out = runner.run(["y"], {"x": np.ones((1, 8), np.float32)})
     assert len(out) == 1 and ("host_run", probes, ("y",)) in log
     assert backend_versions(["ort", "cuda"]).endswith("+cuda-1.26.0-Fake GPU 16GB")
 
 
-def test_a_piece_onnxruntime_moves_to_the_cpu_is_refused_with_the_reason(cuda_fakes):
+def test_a_piece_whose_session_falls_back_to_the_cpu_is_refused_with_the_reason(cuda_fakes):
     _, ort, _ = cuda_fakes
     assert backend_status("cuda")[0]  # the probe ran on CUDA
     ort.uses = [fake_cuda.CPU]  # this piece does not
