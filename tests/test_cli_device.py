@@ -65,3 +65,18 @@ def test_no_onnxruntime_installed_is_one_line_naming_the_extras(model):
     lines = [line for line in (done.stdout + done.stderr).strip().splitlines() if line]
     assert done.returncode == 2 and len(lines) == 1, done.stderr
     assert lines[0].startswith("gspo: error: no onnxruntime is installed") and "gspo[cpu]" in lines[0]
+
+
+@no_gpu_here
+def test_a_model_placed_on_cuda_says_in_one_line_that_cuda_cannot_run_here(tmp_path, monkeypatch):
+    """A placement saved on a machine with a GPU, run where there is none: exit 2, one line."""
+    import gspo.runtime.backends as backends
+    from gspo.streams import Placement
+
+    monkeypatch.setattr(backends, "_cuda_checked", {})
+    g = branchy()
+    placed = ir.save(g, tmp_path / "placed.onnx", placement=Placement.whole(g, "cuda").to_json())
+    for args in (("run", placed), ("bench", placed, "--runs", "1"), ("optimize", placed, "-o", tmp_path / "o.onnx",
+                                                                  "--backends", "ort,cuda")):
+        line = one_line_error(gspo(*args))
+        assert "backend 'cuda' cannot run here: " in line and "gspo[gpu]" in line
