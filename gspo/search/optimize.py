@@ -310,11 +310,6 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
         return _confirmed(trial, outcomes, cfg, budget)
 
 
-def _on_streams(outcome: Outcome) -> bool:
-    schedule = outcome.option.schedule
-    return schedule is not None and schedule.num_streams > 1
-
-
 def _contenders(outcomes: list[Outcome], margin: float) -> list[Outcome]:
     """The options worth confirming, fastest first, at most :data:`CONTENDERS`: on one stream,
     any faster than the original by median in the first timing (the options timed beside each
@@ -324,7 +319,7 @@ def _contenders(outcomes: list[Outcome], margin: float) -> list[Outcome]:
     original = next(o for o in outcomes if o.label == "original")
     timed = sorted((o for o in outcomes if o.timing is not None and o.label != "original"), key=lambda o: o.median_s)
     return [o for o in timed if o.median_s < original.median_s
-            and (not _on_streams(o) or _beyond_noise(outcomes, o.label, margin))][:CONTENDERS]
+            and (not o.option.on_streams or _beyond_noise(outcomes, o.label, margin))][:CONTENDERS]
 
 
 def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> FinalChoice:
@@ -354,7 +349,7 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> FinalChoic
             continue
         pair = [again["original"], again[o.label]]
         confirmed = _beyond_noise(pair, o.label, cfg.final_margin, alpha)
-        wins, rounds = rounds_faster(pair[0].timing, pair[1].timing, 0.0)
+        wins, rounds = rounds_faster(pair[0].timing, pair[1].timing)
         confirmations.append({"label": o.label, "confirmed": confirmed, "original_ms": pair[0].median_s * 1e3,
                               "measured_ms": pair[1].median_s * 1e3, "rounds_faster": [wins, rounds]})
         speedup = pair[0].median_s / pair[1].median_s

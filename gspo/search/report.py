@@ -60,10 +60,9 @@ def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPH
     several streams: its speed depends on the other core being free, which the rounds of one
     timing do not vary, so it must beat the spread itself.
     """
-    schedule = best.option.schedule
-    if schedule is not None and schedule.num_streams > 1:
+    if best.option.on_streams:
         return False
-    wins, rounds = rounds_faster(base.timing, best.timing, 0.0)
+    wins, rounds = rounds_faster(base.timing, best.timing)
     return sign_test(wins, rounds) < alpha
 
 
@@ -78,7 +77,7 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: Final
     speedup, noise, verdict = speed_verdict(choice.decisive, best, cfg.final_margin)
     base = next(o for o in choice.decisive if o.label == "original")
     # the rounds the pick was faster in, of the rounds it was timed in with the original
-    rounds = list(rounds_faster(base.timing, best.timing, 0.0)) if best.label != "original" else None
+    rounds = list(rounds_faster(base.timing, best.timing)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
     return {
         "model": prepared.original.name,

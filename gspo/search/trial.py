@@ -49,6 +49,11 @@ class Option:
     estimated_s: float | None = None
     placement: Placement | None = None
 
+    @property
+    def on_streams(self) -> bool:
+        """Whether it runs on several streams (its speed then depends on the other core being free)."""
+        return self.schedule is not None and self.schedule.num_streams > 1
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -211,7 +216,7 @@ def spread(timing: Timing) -> float:
     return (q[2] - q[0]) / timing.median
 
 
-def rounds_faster(reference: Timing, timing: Timing, margin: float) -> tuple[int, int]:
+def rounds_faster(reference: Timing, timing: Timing, margin: float = 0.0) -> tuple[int, int]:
     """In how many interleaved rounds ``timing`` ran faster than ``reference`` by more than
     ``margin``, and out of how many rounds (the two timed in the same rounds, one after the other,
     so that the machine's drift over the rounds falls on both)."""
