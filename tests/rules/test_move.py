@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -221,11 +223,16 @@ def _broadcast_case(x_shape, c_shape, axis, pieces, split_first):
     return b.build(), out_shape
 
 
+def _broadcast_rule(split_first: bool):
+    """The rule that applies to ``_broadcast_case``: Split after the op, or Concat after the ops."""
+    return PushThroughSplit() if split_first else PullThroughConcat()
+
+
 @settings(max_examples=60, deadline=None)
 @given(x_rank=st.integers(1, 3), c_rank=st.integers(0, 3), data=st.data(), split_first=st.booleans())
 def test_moves_over_broadcasting_ranks_are_exact_or_refused(x_rank, c_rank, data, split_first):
     """A constant may broadcast the variable operand to more dimensions or a larger size
-    (``Split(Add(x[3,4], c[2,3,4]), axis=1)``): every move rule either refuses or stays exact."""
+    (``Split(Add(x[3,4], c[2,3,4]), axis=1)``): the move rule either refuses with a reason or stays exact."""
     dims = (2, 4, 6)
     x_shape = tuple(data.draw(st.sampled_from([1, d])) for d in dims[3 - x_rank:])
     c_shape = tuple(data.draw(st.sampled_from([1, d])) for d in dims[3 - c_rank:]) if c_rank else ()
@@ -234,10 +241,33 @@ def test_moves_over_broadcasting_ranks_are_exact_or_refused(x_rank, c_rank, data
     if split_first and np.broadcast_shapes(x_shape, c_shape)[axis] % 2:
         return  # two equal pieces need an even size
     g, _ = _broadcast_case(x_shape, c_shape, axis, 2, split_first)
-    rules = (PushThroughSplit(), PullThroughSplit()) if split_first else (PushThroughConcat(), PullThroughConcat())
-    for rule in rules:
-        for m in [m for m in rule.match(g)]:
-            assert_equivalent(g, rule.apply(g, m).check(), runs=1)
+    rule = _broadcast_rule(split_first)
+    found = [m for m in rule.match(g)]
+    if not found:
+        assert reasons(rule, g), "a refusal names its reason"
+    for m in found:
+        assert_equivalent(g, rule.apply(g, m).check(), runs=1)
+
+
+def _all_broadcast_cases():
+    dims = (2, 4, 6)
+    for x_rank, c_rank, split_first in itertools.product((1, 2, 3), (0, 1, 2, 3), (False, True)):
+        for x_shape in itertools.product(*[(1, d) for d in dims[3 - x_rank:]]):
+            for c_shape in itertools.product(*[(1, d) for d in dims[3 - c_rank:]]):
+                for axis in range(max(x_rank, c_rank)):
+                    if not (split_first and np.broadcast_shapes(x_shape, c_shape)[axis] % 2):
+                        yield x_shape, c_shape, axis, split_first
+
+
+def test_moves_over_broadcasting_ranks_match_in_both_directions():
+    """The property test above proves something only where the rule matches: over every case it
+    draws from, each direction matches a fair share (186 of 582 and 145 of 392 today)."""
+    matched, total = {False: 0, True: 0}, {False: 0, True: 0}
+    for x_shape, c_shape, axis, split_first in _all_broadcast_cases():
+        g, _ = _broadcast_case(x_shape, c_shape, axis, 2, split_first)
+        total[split_first] += 1
+        matched[split_first] += bool([m for m in _broadcast_rule(split_first).match(g)])
+    assert all(matched[k] >= total[k] // 4 for k in total), (matched, total)
 
 
 def test_push_through_split_refuses_a_rank_raising_constant():

@@ -214,4 +214,5 @@ def test_a_profile_for_another_device_is_refused_without_force(tmp_path):
     other.write_text(json.dumps(data))
     with pytest.raises(GspoError, match="made for device"):
         optimize(build("squeezenet", "tiny"), profile=str(other), **FAST)
-    assert optimize(build("squeezenet", "tiny"), profile=str(other), force_profile=True, **FAST).graph is not None
+    forced = optimize(build("squeezenet", "tiny"), profile=str(other), force_profile=True, **FAST)
+    assert forced.report["profile_device"] == "cpu:Some Other CPU:64c"
