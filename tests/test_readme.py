@@ -6,7 +6,12 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-HISTORY = re.compile(r"session [0-9]+|(this|next|last|previous|earlier) session|next issue", re.I)
+HISTORY = re.compile(
+    r"session [0-9]+|(this|next|last|previous|earlier) session|next issue"  # who worked when
+    r"|\bno longer\b|\bnow fixed\b|\(it took\b|\bpreviously\b|\bformerly\b|\buntil now\b"  # what changed
+    r"|\bnow (takes|about)\b|\ban earlier (profile|version)\b",
+    re.I,
+)
 
 
 def test_readme_is_short_and_names_the_two_commands_the_makefile_has():
@@ -33,3 +38,18 @@ def test_every_file_the_readme_points_to_exists():
         if path.startswith("docs/gpu.md") or path.endswith("/RESULTS.md") and "/" in path[11:]:
             continue  # written separately: the GPU notes and the per-benchmark result files
         assert (ROOT / path).exists(), path
+
+
+def test_the_rule_table_in_the_docs_lists_every_default_rule_under_its_module():
+    """docs/internals.md's table of rule families is checked against ``DEFAULT_RULES`` (what
+    ``gspo rules --list`` prints): each row names exactly the rules of its module."""
+    from gspo.rules import DEFAULT_RULES
+
+    text = (ROOT / "docs" / "internals.md").read_text()
+    rows = re.findall(r"^\| `(\w+)`[^|]*\| (.*) \|$", text, re.M)
+    names = {r.name for r in DEFAULT_RULES}
+    listed = {family: {w for w in re.findall(r"\b[A-Z]\w+", cells) if w in names} for family, cells in rows}
+    by_module: dict[str, set[str]] = {}
+    for rule in DEFAULT_RULES:
+        by_module.setdefault(type(rule).__module__.rsplit(".", 1)[-1], set()).add(rule.name)
+    assert listed == by_module
