@@ -156,3 +156,58 @@ def test_sigterm_during_a_parallel_search_stops_cleanly(tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err
     assert "gspo: stopped (SIGTERM)" in err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+# ---------------------------------------------- only verified bytes, never over a file
+def test_of_two_runs_writing_one_output_the_later_fails_with_one_line(tmp_path, model, monkeypatch):
+    import gspo.search as search
+
+    out = tmp_path / "o.onnx"
+    real = search.optimize
+    written = {}
+
+    def another_run_finishes_meanwhile(*args, **kwargs):
+        result = real(*args, **kwargs)
+        monkeypatch.setattr(search, "optimize", real)
+        other = gspo("optimize", model, "-o", out, *FAST)  # after this run's check that out is free
+        assert other.exit_code == 0 and f"wrote {out}" in other.output
+        written["bytes"] = out.read_bytes()
+        return result
+
+    monkeypatch.setattr(search, "optimize", another_run_finishes_meanwhile)
+    result = gspo("optimize", model, "-o", out, "--report", tmp_path / "r.json", *FAST)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("optimizing:")]
+    assert lines == [f"gspo: error: {out}: exists; not overwritten (use --force to overwrite it)"]
+    assert not (tmp_path / "r.json").exists()
+    assert out.read_bytes() == written["bytes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx"]
+
+
+def test_external_data_is_never_overwritten_without_force_and_gets_an_ordinary_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(ir.onnx_io, "_EXTERNAL_THRESHOLD", 1000)  # the 9 kB of weights go beside the model
+    src, out, data = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "o.onnx.data"
+    src.write_bytes(ir.to_model(branchy(channels=16)).SerializeToString())
+    data.write_bytes(b"the weights of another model")
+    assert "o.onnx.data: exists; not overwritten" in one_line_error(gspo("convert", src, "-o", out))
+    assert data.read_bytes() == b"the weights of another model" and not out.exists()
+    data.unlink()
+    old = os.umask(0o027)
+    try:
+        assert gspo("convert", src, "-o", out).exit_code == 0
+    finally:
+        os.umask(old)
+    assert [p.stat().st_mode & 0o777 for p in (out, data)] == [0o640, 0o640]
+    assert os.path.getsize(data) > os.path.getsize(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "o.onnx.data"]
+    feeds = {"x": np.ones((1, 16, 8, 8), np.float32)}
+    assert _outputs(ir.load(out), feeds) == _outputs(branchy(channels=16), feeds)
+    data.write_bytes(b"stale")
+    assert gspo("convert", src, "-o", out, "--force").exit_code == 0
+    assert _outputs(ir.load(out), feeds) == _outputs(branchy(channels=16), feeds)
+
+
+def _outputs(graph, feeds) -> list[bytes]:
+    from gspo.runtime import make_session, run
+
+    return [a.tobytes() for a in run(make_session(graph), feeds).values()]

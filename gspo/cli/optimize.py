@@ -101,10 +101,10 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
         sys.exit(1)
-    result.save(output, overwrite=True)
+    result.save(output, overwrite=force)
     r = result.report
     if report:
-        atomic_write(report, json.dumps(r, indent=1, default=str) + "\n")
+        atomic_write(report, json.dumps(r, indent=1, default=str) + "\n", overwrite=force)
     for note in r["notes"]:
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes))
