@@ -19,7 +19,7 @@ import gspo.outputs as outputs
 from gspo import ir
 from gspo.cli import cli
 from gspo.ir.onnx_io import SCHEDULE_KEY
-from tests.helpers import branchy, one_line_error
+from tests.helpers import branchy, one_line_error, relu_model
 
 FAST = ("--budget", "2", "--jobs", "1", "--time-budget", "20", "--select", "estimated")
 
@@ -159,6 +159,26 @@ def test_sigterm_during_a_parallel_search_stops_cleanly(tmp_path):
 
 
 # ---------------------------------------------- only verified bytes, never over a file
+def test_the_unchanged_output_holds_the_bytes_read_not_the_input_replaced_meanwhile(tmp_path, monkeypatch):
+    import gspo.search as search
+
+    src, out = tmp_path / "t.onnx", tmp_path / "o.onnx"
+    src.write_bytes(relu_model().SerializeToString())  # nothing applies: the output is the input
+    given = src.read_bytes()
+    real = search.optimize
+
+    def then_replace_the_input(*args, **kwargs):
+        result = real(*args, **kwargs)
+        src.write_text("NOT A MODEL ANYMORE\n")
+        return result
+
+    monkeypatch.setattr(search, "optimize", then_replace_the_input)
+    result = gspo("optimize", src, "-o", out, *FAST)
+    assert result.exit_code == 0, result.output
+    assert "the output is the input" in result.output
+    assert out.read_bytes() == given
+
+
 def test_of_two_runs_writing_one_output_the_later_fails_with_one_line(tmp_path, model, monkeypatch):
     import gspo.search as search
 

@@ -38,6 +38,7 @@ __all__ = [
     "node_op_types",
     "check_graph",
     "save_bytes",
+    "read_model_file",
     "uses_external_data",
     "MAX_IR_VERSION",
     "MIN_OPSET",
@@ -95,15 +96,24 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
     """
     p = Path(path)
+    return load_bytes(read_model_file(p), input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
+
+
+def read_model_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the model file at ``path``, read once (:func:`load_bytes` parses them).
+
+    Raises:
+        ModelLoadError: with a one-line message.
+    """
+    p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"{p}: no such file")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory, not an ONNX file")
     try:
-        data = p.read_bytes()
+        return p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
 
 
 def load_bytes(
