@@ -278,7 +278,7 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike | None], inputs=(), fo
                 raise OutputError(f"{out}: {other_name} and {name} name the same file; choose two paths")
         if out.is_dir():
             raise OutputError(f"{out}: is a folder ({name} needs a file path)")
-        if out.exists() and not force:
+        if (out.exists() or out.is_symlink()) and not force:
             raise OutputError(f"{out}: exists; use --force to overwrite it")
         _writable_folder(out)
         remove_stale(out.parent)

@@ -204,6 +204,27 @@ def test_of_two_runs_writing_one_output_the_later_fails_with_one_line(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx"]
 
 
+def test_a_report_that_appears_meanwhile_is_kept_and_the_error_says_the_model_was_written(tmp_path, model,
+                                                                                           monkeypatch):
+    import gspo.search as search
+
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    real = search.optimize
+
+    def a_report_appears(*args, **kwargs):
+        result = real(*args, **kwargs)
+        report.write_text("another run's report")
+        return result
+
+    monkeypatch.setattr(search, "optimize", a_report_appears)
+    result = gspo("optimize", model, "-o", out, "--report", report, *FAST)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("optimizing:")]
+    assert lines == [f"gspo: error: {report}: exists; not overwritten (use --force to overwrite it); "
+                     f"the model was written to {out}"]
+    assert report.read_text() == "another run's report" and ir.load(out).name == "branchy"
+
+
 def test_external_data_is_never_overwritten_without_force_and_gets_an_ordinary_mode(tmp_path, monkeypatch):
     monkeypatch.setattr(ir.onnx_io, "_EXTERNAL_THRESHOLD", 1000)  # the 9 kB of weights go beside the model
     src, out, data = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "o.onnx.data"

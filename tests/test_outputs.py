@@ -212,3 +212,12 @@ def test_check_outputs_removes_stale_temporary_files_before_the_work(tmp_path):
     stale.write_bytes(b"half")
     check_outputs({"-o": tmp_path / "out.onnx"}, [], force=False)
     assert not stale.exists()
+
+
+def test_check_outputs_counts_a_dangling_symbolic_link_as_an_existing_file(tmp_path):
+    (tmp_path / "o.onnx").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(OutputError, match="exists; use --force"):
+        check_outputs({"-o": tmp_path / "o.onnx"}, [], force=False)
+    with pytest.raises(OutputError, match="exists; not overwritten"):
+        atomic_write(tmp_path / "o.onnx", "{}")
+    assert (tmp_path / "o.onnx").is_symlink() and not (tmp_path / "nowhere").exists()
