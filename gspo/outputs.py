@@ -51,7 +51,7 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # another user's process, or a number the system cannot hold
+    except (OSError, OverflowError):  # another user's process, or a number the system cannot hold
         return True
     return True
 

@@ -221,3 +221,10 @@ def test_check_outputs_counts_a_dangling_symbolic_link_as_an_existing_file(tmp_p
     with pytest.raises(OutputError, match="exists; not overwritten"):
         atomic_write(tmp_path / "o.onnx", "{}")
     assert (tmp_path / "o.onnx").is_symlink() and not (tmp_path / "nowhere").exists()
+
+
+def test_a_temporary_name_with_a_pid_the_system_cannot_hold_is_left_alone(tmp_path):
+    odd = tmp_path / _temp_name("out.onnx", 9_999_999_999)
+    odd.write_bytes(b"keep")
+    atomic_write(tmp_path / "out.onnx", "{}")
+    assert odd.read_bytes() == b"keep"
