@@ -142,7 +142,7 @@ def write_baseline(path: str | Path, rows: list[RegressRow], profile_device: str
     data = {"version": VERSION, "profile_device": profile_device,
             "models": {r.name: {"estimated_speedup": r.estimated_speedup, "substitutions": r.substitutions}
                        for r in rows if r.estimated_speedup is not None}}
-    atomic_write(p, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    atomic_write(p, json.dumps(data, indent=1, sort_keys=True) + "\n", overwrite=True)
     return p
 
 

@@ -19,7 +19,7 @@ import gspo.outputs as outputs
 from gspo import ir
 from gspo.cli import cli
 from gspo.ir.onnx_io import SCHEDULE_KEY
-from tests.helpers import branchy, one_line_error
+from tests.helpers import branchy, one_line_error, relu_model
 
 FAST = ("--budget", "2", "--jobs", "1", "--time-budget", "20", "--select", "estimated")
 
@@ -156,3 +156,99 @@ def test_sigterm_during_a_parallel_search_stops_cleanly(tmp_path):
     assert "Traceback" not in err and "BrokenPipe" not in err
     assert "gspo: stopped (SIGTERM)" in err
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+
+
+# ---------------------------------------------- only verified bytes, never over a file
+def test_the_unchanged_output_holds_the_bytes_read_not_the_input_replaced_meanwhile(tmp_path, monkeypatch):
+    import gspo.search as search
+
+    src, out = tmp_path / "t.onnx", tmp_path / "o.onnx"
+    src.write_bytes(relu_model().SerializeToString())  # nothing applies: the output is the input
+    given = src.read_bytes()
+    real = search.optimize
+
+    def then_replace_the_input(*args, **kwargs):
+        result = real(*args, **kwargs)
+        src.write_text("NOT A MODEL ANYMORE\n")
+        return result
+
+    monkeypatch.setattr(search, "optimize", then_replace_the_input)
+    result = gspo("optimize", src, "-o", out, *FAST)
+    assert result.exit_code == 0, result.output
+    assert "the output is the input" in result.output
+    assert out.read_bytes() == given
+
+
+def test_of_two_runs_writing_one_output_the_later_fails_with_one_line(tmp_path, model, monkeypatch):
+    import gspo.search as search
+
+    out = tmp_path / "o.onnx"
+    real = search.optimize
+    written = {}
+
+    def another_run_finishes_meanwhile(*args, **kwargs):
+        result = real(*args, **kwargs)
+        monkeypatch.setattr(search, "optimize", real)
+        other = gspo("optimize", model, "-o", out, *FAST)  # after this run's check that out is free
+        assert other.exit_code == 0 and f"wrote {out}" in other.output
+        written["bytes"] = out.read_bytes()
+        return result
+
+    monkeypatch.setattr(search, "optimize", another_run_finishes_meanwhile)
+    result = gspo("optimize", model, "-o", out, "--report", tmp_path / "r.json", *FAST)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("optimizing:")]
+    assert lines == [f"gspo: error: {out}: exists; not overwritten (use --force to overwrite it)"]
+    assert not (tmp_path / "r.json").exists()
+    assert out.read_bytes() == written["bytes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx"]
+
+
+def test_a_report_that_appears_meanwhile_is_kept_and_the_error_says_the_model_was_written(tmp_path, model,
+                                                                                           monkeypatch):
+    import gspo.search as search
+
+    out, report = tmp_path / "o.onnx", tmp_path / "r.json"
+    real = search.optimize
+
+    def a_report_appears(*args, **kwargs):
+        result = real(*args, **kwargs)
+        report.write_text("another run's report")
+        return result
+
+    monkeypatch.setattr(search, "optimize", a_report_appears)
+    result = gspo("optimize", model, "-o", out, "--report", report, *FAST)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if not line.startswith("optimizing:")]
+    assert lines == [f"gspo: error: {report}: exists; not overwritten (use --force to overwrite it); "
+                     f"the model was written to {out}"]
+    assert report.read_text() == "another run's report" and ir.load(out).name == "branchy"
+
+
+def test_external_data_is_never_overwritten_without_force_and_gets_an_ordinary_mode(tmp_path, monkeypatch):
+    monkeypatch.setattr(ir.onnx_io, "_EXTERNAL_THRESHOLD", 1000)  # the 9 kB of weights go beside the model
+    src, out, data = tmp_path / "m.onnx", tmp_path / "o.onnx", tmp_path / "o.onnx.data"
+    src.write_bytes(ir.to_model(branchy(channels=16)).SerializeToString())
+    data.write_bytes(b"the weights of another model")
+    assert "o.onnx.data: exists; not overwritten" in one_line_error(gspo("convert", src, "-o", out))
+    assert data.read_bytes() == b"the weights of another model" and not out.exists()
+    data.unlink()
+    old = os.umask(0o027)
+    try:
+        assert gspo("convert", src, "-o", out).exit_code == 0
+    finally:
+        os.umask(old)
+    assert [p.stat().st_mode & 0o777 for p in (out, data)] == [0o640, 0o640]
+    assert os.path.getsize(data) > os.path.getsize(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "o.onnx", "o.onnx.data"]
+    feeds = {"x": np.ones((1, 16, 8, 8), np.float32)}
+    assert _outputs(ir.load(out), feeds) == _outputs(branchy(channels=16), feeds)
+    data.write_bytes(b"stale")
+    assert gspo("convert", src, "-o", out, "--force").exit_code == 0
+    assert _outputs(ir.load(out), feeds) == _outputs(branchy(channels=16), feeds)
+
+
+def _outputs(graph, feeds) -> list[bytes]:
+    from gspo.runtime import make_session, run
+
+    return [a.tobytes() for a in run(make_session(graph), feeds).values()]

@@ -15,7 +15,7 @@ from gspo.cli.common import (
     handle_errors,
 )
 from gspo.errors import GspoError
-from gspo.outputs import atomic_write, check_outputs, replacing
+from gspo.outputs import atomic_write, check_outputs
 
 
 def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime) -> None:
@@ -33,7 +33,7 @@ def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, a
     data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
             "results": [r.to_json() for r in results]}
     if report:
-        atomic_write(report, json.dumps(data, indent=1) + "\n")
+        atomic_write(report, json.dumps(data, indent=1) + "\n", overwrite=force)
     if as_json:
         click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
         return
@@ -105,8 +105,7 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
 
     start = _time.perf_counter()
     profile = run_calibration(cfg, _progress_printer("calibrating"))
-    with replacing(out) as tmp:
-        save_profile(profile, tmp)
+    save_profile(profile, out, overwrite=force or not output)
     click.echo(f"wrote {out} ({profile.meta['ops']} ops, {profile.meta['branches']} multi-branch subgraphs, "
                f"{_time.perf_counter() - start:.0f} s; database {db})")
 

@@ -67,15 +67,15 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     for name, arr in outputs.items():
         click.echo(f"  {name}: {arr.dtype}{list(arr.shape)} mean {float(np.mean(arr)):.6g}")
     if output:
-        with replacing(output) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
+        with replacing(output, force) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
             np.savez(f, **outputs)
         click.echo(f"wrote {output}")
     if timeline:
-        _plot_timeline(trace, executor, timeline)
+        _plot_timeline(trace, executor, timeline, force)
         click.echo(f"wrote {timeline}")
 
 
-def _plot_timeline(trace, executor, path) -> None:
+def _plot_timeline(trace, executor, path, force: bool) -> None:
     try:
         import matplotlib
 
@@ -93,7 +93,7 @@ def _plot_timeline(trace, executor, path) -> None:
     ax.set_ylabel("stream")
     ax.invert_yaxis()
     fig.tight_layout()
-    with replacing(path) as tmp, open(tmp, "wb") as f:
+    with replacing(path, force) as tmp, open(tmp, "wb") as f:
         fig.savefig(f, dpi=120, format=Path(path).suffix[1:].lower() or "png")
     plt.close(fig)
 

@@ -52,7 +52,7 @@ def zoo(name, list_, size, output, seed, force):
     if size == "full":
         click.echo(f"building {name} ({size}) ...", err=True)
     graph = build(name, size, seed)
-    ir.save(graph, output, overwrite=True)
+    ir.save(graph, output, overwrite=force)
     click.echo(f"wrote {output} ({len(graph.nodes)} nodes)")
 
 
@@ -298,7 +298,7 @@ def convert(model, output, input_shapes, force):
 
     check_outputs({"-o": output}, (model,), force)
     graph = _load(model, input_shapes)
-    ir.save(graph, output, overwrite=True)
+    ir.save(graph, output, overwrite=force)
     click.echo(f"wrote {output}")
 
 

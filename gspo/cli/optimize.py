@@ -19,7 +19,7 @@ from gspo.cli.common import (
     inputs_option,
 )
 from gspo.errors import GspoError
-from gspo.outputs import atomic_write, check_outputs
+from gspo.outputs import OutputError, atomic_write, check_outputs
 
 
 @cli.command(name="optimize")
@@ -101,10 +101,13 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
         sys.exit(1)
-    result.save(output, overwrite=True)
+    result.save(output, overwrite=force)
     r = result.report
     if report:
-        atomic_write(report, json.dumps(r, indent=1, default=str) + "\n")
+        try:
+            atomic_write(report, json.dumps(r, indent=1, default=str) + "\n", overwrite=force)
+        except OutputError as e:
+            raise OutputError(f"{e}; the model was written to {output}") from None
     for note in r["notes"]:
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes))

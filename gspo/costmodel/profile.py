@@ -13,6 +13,7 @@ from pathlib import Path
 from gspo import __version__
 from gspo.costmodel.poly import Poly
 from gspo.errors import GspoError
+from gspo.outputs import atomic_write
 
 __all__ = ["Profile", "ProfileError", "device_description", "load_profile", "save_profile", "find_profile",
            "SCHEMA", "SCHEMA_VERSION", "PROFILE_DIRS"]
@@ -139,12 +140,9 @@ class Profile:
             raise ProfileError(f"{label}: corrupt profile ({type(e).__name__}: {e})") from None
 
 
-def save_profile(profile: Profile, path: str | os.PathLike) -> Path:
-    """Write ``profile`` to ``path`` as JSON; returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")
-    return p
+def save_profile(profile: Profile, path: str | os.PathLike, overwrite: bool = True) -> Path:
+    """Write ``profile`` to ``path`` as JSON (see :func:`gspo.outputs.atomic_write`); returns the path."""
+    return atomic_write(path, json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n", overwrite=overwrite)
 
 
 def find_profile(name_or_path: str) -> Path:

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from gspo.ir._hash import digest
 from gspo.ir.graph import Graph, ModelExtras
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
-from gspo.outputs import OutputError, atomic_write
+from gspo.outputs import atomic_write, replacing_together
 
 __all__ = [
     "load",
@@ -39,6 +38,7 @@ __all__ = [
     "node_op_types",
     "check_graph",
     "save_bytes",
+    "read_model_file",
     "uses_external_data",
     "MAX_IR_VERSION",
     "MIN_OPSET",
@@ -96,15 +96,24 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
     """
     p = Path(path)
+    return load_bytes(read_model_file(p), input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
+
+
+def read_model_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the model file at ``path``, read once (:func:`load_bytes` parses them).
+
+    Raises:
+        ModelLoadError: with a one-line message.
+    """
+    p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"{p}: no such file")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory, not an ONNX file")
     try:
-        data = p.read_bytes()
+        return p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
 
 
 def load_bytes(
@@ -468,13 +477,12 @@ def uses_external_data(graph: Graph) -> bool:
 
 
 def save_bytes(data: bytes, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write serialized model bytes as they are (refusing to overwrite unless asked)."""
+    """Write serialized model bytes as they are (refusing to overwrite unless asked, also a
+    file that appears at ``path`` while writing)."""
     p = Path(path)
-    if p.exists() and not overwrite:
-        raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    atomic_write(p, data)
+    atomic_write(p, data, overwrite=overwrite)
     return p
 
 
@@ -491,31 +499,25 @@ def save(
     ``keep_dynamic``: see :func:`to_model`.
 
     Raises:
-        ModelLoadError: ``path`` exists and ``overwrite`` is false, or it cannot be written.
+        OutputError: ``path`` (or its ``.data`` file, when written) exists and ``overwrite`` is
+            false, also when it appeared while writing; or it cannot be written.
     """
     p = Path(path)
-    if p.exists() and not overwrite:
-        raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
     model = to_model(graph, schedule, keep_dynamic, placement=placement)
     weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
     if weight_bytes > _EXTERNAL_THRESHOLD:
-        _save_external(model, p)
+        _save_external(model, p, overwrite)
     else:
-        atomic_write(p, model.SerializeToString())
+        atomic_write(p, model.SerializeToString(), overwrite=overwrite)
     return p
 
 
-def _save_external(model, p: Path) -> None:
+def _save_external(model, p: Path, overwrite: bool) -> None:
     """Save with weights in ``<file>.data``: both written complete in a temporary folder beside
-    ``p``, then renamed into place (the weights first, so a model never names missing data)."""
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=f".{p.name}.", dir=p.parent) as tmp:
-            staged = Path(tmp) / p.name
-            onnx.save_model(model, str(staged), save_as_external_data=True, location=p.name + ".data")
-            os.replace(Path(tmp) / (p.name + ".data"), p.parent / (p.name + ".data"))
-            os.replace(staged, p)
-    except OSError as e:
-        raise OutputError(f"{p}: cannot write: {e.strerror or e}") from None
+    ``p``, then moved into place under :func:`~gspo.outputs.replacing_together`'s rules (the
+    weights first, so a model never names missing data)."""
+    data = p.with_name(p.name + ".data")
+    with replacing_together([data, p], overwrite) as folder:
+        onnx.save_model(model, str(folder / p.name), save_as_external_data=True, location=data.name)

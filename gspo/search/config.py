@@ -129,9 +129,9 @@ class OptimizeResult:
     schedule: Schedule | None
     report: dict
     keep_dynamic: bool = False
-    #: The file the model came from, when its bytes are the result as they are (nothing changed
-    #: and no input shape pinned): saving then copies it.
-    source: Path | None = None
+    #: The bytes of the model file as read (once) and loaded, when they are the result as they
+    #: are (nothing changed, no input shape pinned, no external data): saving then writes them.
+    source: bytes | None = None
     #: The backend of each op, when not onnxruntime for all (``gspo run`` follows it).
     placement: Placement | None = None
 
@@ -142,9 +142,15 @@ class OptimizeResult:
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the optimized model (its schedule and placement, if any, in the model's
-        metadata); an unchanged model read from a file is written as the same bytes."""
+        metadata); an unchanged model read from a file is written as the bytes read then (the
+        file is not read again).
+
+        Raises:
+            OutputError: ``path`` exists (also one that appeared meanwhile) and ``overwrite``
+                is false, or it cannot be written.
+        """
         if self.unchanged and self.source is not None:
-            return save_bytes(self.source.read_bytes(), path, overwrite)
+            return save_bytes(self.source, path, overwrite)
         return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
                     keep_dynamic=self.keep_dynamic, placement=self.placement.to_json() if self.placement else None)
 
@@ -157,3 +163,6 @@ class Prepared:
     work: Graph
     feeds: list[dict[str, np.ndarray]]
     notes: list[str]
+    #: The model file's bytes both graphs were loaded from, when they are the model as given
+    #: (``None``: given as a Graph, with input shapes pinned, or with external data).
+    data: bytes | None = None

@@ -30,9 +30,9 @@ import numpy as np
 from gspo.costmodel import CostModel, device_description, load_profile
 from gspo.costmodel.db import CalibrationDB
 from gspo.errors import GspoError
-from gspo.ir import Graph, load
+from gspo.ir import Graph
 from gspo.ir.frontend import describe_defaults
-from gspo.ir.onnx_io import from_model, to_model, uses_external_data
+from gspo.ir.onnx_io import from_model, load_bytes, read_model_file, to_model, uses_external_data
 from gspo.partition import Partition, partition
 from gspo.rules import GREEDY_RULES, WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime import (
@@ -91,18 +91,24 @@ STREAMS_SKIP_MARGIN = 0.25
 
 
 # ------------------------------------------------------------------ preparing
-def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph]:
+def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph, bytes | None]:
+    """The model as given, as searched, and the file's bytes both come from (read once)."""
     if isinstance(model, Graph):
         if not use_frontend:
-            return model, model
-        return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
-    original = load(model, input_shapes)
-    return original, (load(model, input_shapes, plain=True) if use_frontend else original)
+            return model, model, None
+        return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras), None
+    p = Path(model)
+    data = read_model_file(p)
+    where = {"base_dir": str(p.resolve().parent), "label": str(p)}
+    original = load_bytes(data, input_shapes, **where)
+    return original, (load_bytes(data, input_shapes, plain=True, **where) if use_frontend else original), data
 
 
 def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     """Load, draw inputs, and check the front end's graph against the model as given."""
-    original, work = _loaded(model, input_shapes, cfg.frontend)
+    original, work, data = _loaded(model, input_shapes, cfg.frontend)
+    if input_shapes or uses_external_data(original):
+        data = None  # not the result as it is: the output is written from the graph
     if inputs is not None:
         inputs = check_inputs(inputs, original)
     notes = []
@@ -112,7 +118,7 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
     if work is original:
         _require_runs(original, feeds[0])
-        return Prepared(original, work, feeds, notes)
+        return Prepared(original, work, feeds, notes, data)
     try:
         with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance) as trial:
             if trial.rejected:
@@ -120,7 +126,7 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
                 work = original
     except ReferenceError_ as e:
         raise GspoError(f"onnxruntime cannot run the model: {e}") from None
-    return Prepared(original, work, feeds, notes)
+    return Prepared(original, work, feeds, notes, data)
 
 
 def _require_runs(graph: Graph, feeds) -> None:
@@ -445,7 +451,4 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
                           pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
-    source = None
-    if not isinstance(model, Graph) and not input_shapes and not uses_external_data(prepared.original):
-        source = Path(model)
-    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, prepared.data, placement)

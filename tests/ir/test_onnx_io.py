@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from gspo import ir
 from gspo.errors import GspoError, InputShapeError, ModelLoadError, UnsupportedModelError
 from gspo.ir.onnx_io import MAX_IR_VERSION, SCHEDULE_KEY, STREAM_KEY
+from gspo.outputs import OutputError
 from gspo.runtime import make_session, run
 from tests.helpers import branchy, onnx_model, random_array, relu_model
 
@@ -150,7 +151,7 @@ def test_external_data_file_missing(tmp_path):
 def test_save_refuses_to_overwrite(tmp_path):
     p = tmp_path / "out.onnx"
     p.write_bytes(b"precious")
-    with pytest.raises(ModelLoadError, match="refusing to overwrite"):
+    with pytest.raises(OutputError, match="exists; not overwritten"):
         ir.save(branchy(), p)
     assert p.read_bytes() == b"precious"
     ir.save(branchy(), p, overwrite=True)
