@@ -13,10 +13,10 @@ from gspo.errors import GspoError
 from gspo.outputs import check_outputs
 
 
-def _echo_progress(total: int):
+def _echo_progress(total: int, work: str):
     def show(event: str, k: int, name: str, result) -> None:
         if event == "start":
-            click.echo(f"regress [{k + 1}/{total}] {name}: optimizing and timing...", err=True)
+            click.echo(f"regress [{k + 1}/{total}] {name}: {work}...", err=True)
             return
         d = result.vs_baseline or result.vs_source
         figure = f" x{d.ratio:.3f}" if d is not None else ""
@@ -81,7 +81,7 @@ def _measured(modelset, against, record, force, reuse, engine, address, threshol
     if outputs["--plot"] and not against:
         raise GspoError("--plot shows ratios to a baseline: it needs --against DIR")
     run = run_gate(modelset, against, record, force, reuse, engine, address, threshold, rounds,
-                   _echo_progress(len(mset.models)))
+                   _echo_progress(len(mset.models), "optimizing and timing" if against else "optimizing"))
     for note in run.notes:
         click.echo(f"note: {note}")
     click.echo(report.table(run))

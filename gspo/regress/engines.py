@@ -26,8 +26,8 @@ Progress = Callable[[str, int, str, Result | None], None]
 
 
 def local_engine(jobs: Sequence[Callable[[], Job]], names: Sequence[str], progress: Progress | None = None,
-                 **_) -> list[Result]:
-    """Run every job here, one after another."""
+                 run: Callable[[Job], Result] = run_job, **_) -> list[Result]:
+    """Run every job here, one after another (``run``: what runs a job)."""
     results = []
     for k, make in enumerate(jobs):
         if progress:
@@ -37,7 +37,7 @@ def local_engine(jobs: Sequence[Callable[[], Job]], names: Sequence[str], progre
         except GspoError as e:  # the model's file or inputs could not be read
             result = Result(names[k], ERROR, first_line(e))
         else:
-            result = run_job(job)
+            result = run(job)
             del job
         results.append(result)
         if progress:
@@ -78,13 +78,14 @@ def _lost(name: str, e: BaseException) -> Result:
 
 
 def ray_engine(jobs: Sequence[Callable[[], Job]], names: Sequence[str], progress: Progress | None = None,
-               address: str | None = None, **_) -> list[Result]:
-    """Run every job as one Ray task (one node each, one timing per node at a time)."""
+               address: str | None = None, run: Callable[[Job], Result] = run_job, **_) -> list[Result]:
+    """Run every job as one Ray task (one node each, one timing per node at a time); connects
+    to ``address`` unless this process is already connected (and then leaves it connected)."""
     ray = _ray()
     connected = _connect(ray, address)
     try:
         _check_resource(ray)
-        task = ray.remote(run_job).options(num_cpus=1, resources={RESOURCE: 1}, max_retries=RETRIES,
+        task = ray.remote(run).options(num_cpus=1, resources={RESOURCE: 1}, max_retries=RETRIES,
                                            retry_exceptions=False)
         pending = {}
         for k, make in enumerate(jobs):
