@@ -9,20 +9,22 @@ across two machines. A model-level failure never raises: it is the result's verd
 
 from __future__ import annotations
 
+import math
 import platform
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from gspo.errors import GspoError, first_line
 from gspo.regress.modelset import ModelSpec
-from gspo.regress.stats import UNDECIDED, Decision, decide
+from gspo.regress.stats import UNDECIDED, Decision, decide, noise, noise_limit
 
-__all__ = ["Job", "Result", "run_job", "judge_rounds", "FAILING", "VERDICTS", "ERROR", "exit_code"]
+__all__ = ["Job", "Judgement", "Result", "run_job", "judge_rounds", "FAILING", "VERDICTS", "ERROR", "exit_code"]
 
 OK, FASTER, SUSPICIOUS, NEW = "ok", "faster", "suspicious", "no baseline"
 REGRESSED, SLOWER, NOT_EQUIVALENT, ERROR = "REGRESSED", "SLOWER THAN SOURCE", "NOT EQUIVALENT", "ERROR"
@@ -63,6 +65,8 @@ class Result:
     vs_source: Decision | None = None
     samples: dict[str, list[float]] = field(default_factory=dict)
     max_rel_err: float | None = None
+    #: The round-to-round noise of the control pair (:func:`~gspo.regress.stats.noise`).
+    noise: float | None = None
     reused: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
     node: str = ""
@@ -132,10 +136,32 @@ def _judge(timer, rounds: int, threshold: float, has_baseline: bool) -> tuple[di
     raise AssertionError("unreachable")
 
 
-def judge_rounds(timer, rounds: int, threshold: float, has_baseline: bool = True):
-    """The verdict of paired rounds from ``timer(k) -> {"source", "baseline", "candidate": [k seconds]}``:
-    ``(verdict, vs_baseline, vs_source, samples)``. Pure given the timer (a scripted timer in tests)."""
+class Judgement(NamedTuple):
+    """The verdict of a model's rounds, each comparison's decision, the samples, the noise."""
+
+    verdict: str
+    vs_baseline: Decision | None
+    vs_source: Decision
+    samples: dict
+    noise: float
+
+
+def judge_rounds(timer, rounds: int, threshold: float, has_baseline: bool = True) -> Judgement:
+    """The verdict of paired rounds from ``timer(k) -> {"source", "baseline", "candidate": [k seconds]}``
+    (pure given the timer: a scripted one in tests). Rounds too noisy to resolve ``threshold``
+    (:func:`~gspo.regress.stats.noise`) are ``ERROR``, unless the slowdown is beyond the noise itself."""
     samples, vs_base, vs_src = _judge(timer, rounds, threshold, has_baseline)
+    verdict = _verdict(vs_base, vs_src)
+    control = samples["baseline"] if has_baseline else samples["candidate"]
+    moved = noise(samples["source"], control)
+    decisive = vs_src if verdict == SLOWER or vs_base is None else vs_base
+    clear = verdict in FAILING and math.log(decisive.ratio) > moved
+    if moved > noise_limit(threshold) and not clear:
+        verdict = ERROR
+    return Judgement(verdict, vs_base, vs_src, samples, moved)
+
+
+def _verdict(vs_base: Decision | None, vs_src: Decision) -> str:
     if vs_src.verdict == "slower":
         verdict = SLOWER
     elif vs_base is None:
@@ -146,7 +172,7 @@ def judge_rounds(timer, rounds: int, threshold: float, has_baseline: bool = True
         verdict = SUSPICIOUS
     else:
         verdict = FASTER if vs_base.verdict == FASTER else OK
-    return verdict, vs_base, vs_src, samples
+    return verdict
 
 
 def _measure(job: Job, source_graph, candidate: bytes, result: Result) -> None:
@@ -165,10 +191,17 @@ def _measure(job: Job, source_graph, candidate: bytes, result: Result) -> None:
             bad = check.worst
             result.verdict, result.reason = NOT_EQUIVALENT, f"output {bad.name} differs from the source's ({bad.reason})"
             return
-        verdict, vs_base, vs_src, samples = judge_rounds(lambda k: bench.rounds(feeds[0], k), job.spec.rounds,
-                                                         job.spec.threshold, job.baseline is not None)
-    result.verdict, result.vs_baseline, result.vs_source, result.samples = verdict, vs_base, vs_src, samples
-    result.reason = _reason(verdict, vs_base, vs_src)
+        j = judge_rounds(lambda k: bench.rounds(feeds[0], k), job.spec.rounds, job.spec.threshold,
+                         job.baseline is not None)
+    result.verdict, result.vs_baseline, result.vs_source, result.samples = j.verdict, j.vs_baseline, j.vs_source, j.samples
+    result.noise = j.noise
+    if j.verdict == ERROR:
+        pair = "source/baseline" if j.vs_baseline is not None else "source/candidate"
+        result.reason = (f"too noisy to measure: the {pair} ratio moved {100 * j.noise:.0f}% between rounds "
+                         f"(interquartile range; {100 * noise_limit(job.spec.threshold):.0f}% at most for a "
+                         f"{100 * job.spec.threshold:g}% threshold); rerun on a quieter machine")
+    else:
+        result.reason = _reason(j.verdict, j.vs_baseline, j.vs_source)
 
 
 def _reason(verdict: str, vs_base: Decision | None, vs_src: Decision) -> str:

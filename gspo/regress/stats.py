@@ -15,6 +15,10 @@ gives it the top rank); it needs no symmetry of the log-ratios, which a bimodal 
 and its p value is exact (binomial) at any number of rounds. It is the test gspo optimize's
 confirmation already uses (:func:`gspo.search.trial.sign_test`).
 
+Rounds on a machine too busy to resolve the threshold (:func:`noise`) cannot be judged: a slowdown
+is then kept only when it is clearly beyond the noise, and anything else is "could not measure"
+(the gate's ``ERROR``), neither a false alarm nor a false pass.
+
 When the evidence is short of a decision (the median past the threshold but the test not
 significant, or the ratio's confidence interval straddling the threshold), the rounds are
 extended once (:data:`UNDECIDED`); after that the verdict is final, and a median past the
@@ -30,7 +34,7 @@ from dataclasses import dataclass
 
 from gspo.search.trial import sign_test
 
-__all__ = ["ALPHA", "THRESHOLD", "Decision", "UNDECIDED", "decide", "median_interval"]
+__all__ = ["ALPHA", "THRESHOLD", "Decision", "UNDECIDED", "decide", "median_interval", "noise", "noise_limit"]
 
 #: Default slowdown a model may show before it can fail (5% of its baseline's latency).
 THRESHOLD = 0.05
@@ -40,6 +44,10 @@ ALPHA = 0.01
 UNDECIDED = "undecided"
 #: The confidence of the interval reported (and plotted) for the median ratio.
 CONFIDENCE = 0.95
+#: The most round-to-round noise a threshold can be resolved in, as a multiple of the threshold
+#: (and at least :data:`NOISE_FLOOR`): see :func:`noise`.
+NOISE_FACTOR = 3.0
+NOISE_FLOOR = 0.15
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,24 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     if k == 0:
         return xs[0], xs[-1]
     return xs[k - 1], xs[n - k]
+
+
+def noise(reference: Sequence[float], other: Sequence[float]) -> float:
+    """How much the machine moved the paired ratio of two versions between rounds: the
+    interquartile range of ``log(other / reference)``. The gate takes it between the source and
+    the baseline artifact, which the candidate cannot change. On a quiet 2-core machine it is a
+    few percent; when other work competes for the cores it reaches 15-85% (measured with 8
+    runnable processes on 2 cores), and no 5% threshold can be resolved in it."""
+    logs = [math.log(o / r) for r, o in zip(reference, other)]
+    if len(logs) < 4:
+        return 0.0
+    q = statistics.quantiles(logs, n=4)
+    return q[2] - q[0]
+
+
+def noise_limit(threshold: float) -> float:
+    """The most :func:`noise` in which ``threshold`` can be judged."""
+    return max(NOISE_FLOOR, NOISE_FACTOR * threshold)
 
 
 def _verdict(ratio: float, low: float, high: float, p_slower: float, p_faster: float,

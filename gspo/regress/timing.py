@@ -3,13 +3,14 @@
 A :class:`Bench` opens an executor per version (the source as its users run it: one plain
 onnxruntime session; the baseline artifact and the candidate with the schedule and placement
 saved in them, as ``gspo run`` runs them), checks outputs with the scale-aware criterion of
-:mod:`gspo.runtime.verify`, and times all versions interleaved in rotated order
-(:func:`gspo.runtime.interleaved`): round ``r`` times each version once, so every version's
-``r``-th sample is paired with the others'.
+:mod:`gspo.runtime.verify`, and times all versions interleaved through
+:func:`gspo.runtime.interleaved`: round ``r`` times each version once, in an order that cycles
+through all orders, so every version's ``r``-th sample is paired with the others'.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,6 +35,7 @@ class Bench:
 
     def __init__(self, versions: Mapping[str, tuple[Graph, int | None]]):
         self.executors: dict[str, object] = {}
+        self._round = 0
         try:
             for label, (graph, streams) in versions.items():
                 try:
@@ -59,9 +61,22 @@ class Bench:
         return VerifyResult(all(d.ok for d in diffs), diffs)
 
     def rounds(self, feeds: Mapping[str, np.ndarray], count: int, warmup: int = WARMUP) -> dict[str, list[float]]:
-        """``count`` interleaved rounds in rotated order: the seconds of each version per round."""
+        """``count`` interleaved rounds: the seconds of each version per round.
+
+        Round ``r`` runs the versions in the ``r``-th of all their orders (cycling), so that each
+        version runs right after each other one equally often (a plain rotation of three runs
+        the second right after the first in two rounds of three, and never the other way round).
+        """
         runners = [(label, timed_runner(ex, feeds)) for label, ex in self.executors.items()]
-        return {t.label: list(t.seconds) for t in interleaved(runners, count, warmup)}
+        orders = list(itertools.permutations(runners)) if len(runners) <= 4 else [runners]
+        out: dict[str, list[float]] = {label: [] for label, _ in runners}
+        if warmup:
+            interleaved(runners, 1, warmup - 1)
+        for r in range(count):
+            for t in interleaved(list(orders[(self._round + r) % len(orders)]), 1, 0):
+                out[t.label].extend(t.seconds)
+        self._round += count
+        return out
 
     def close(self) -> None:
         """Free every executor."""

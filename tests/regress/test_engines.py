@@ -43,7 +43,7 @@ def test_ray_and_local_give_the_same_verdicts_on_three_models(cluster, three, tm
     remote = run_gate(ms, against=base, engine="ray", address="auto")
     expected = ["ok", "REGRESSED", "NOT EQUIVALENT"]
     assert [r.verdict for r in local.results] == expected
-    assert [r.verdict for r in remote.results] == expected
+    assert [r.verdict for r in remote.results] == expected, [r.reason for r in remote.results]
     assert remote.exit_code == local.exit_code == 1
     # through the command line, with the outputs written by the driver
     out = tmp_path / "ray.json"
