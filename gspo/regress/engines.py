@@ -32,17 +32,21 @@ def local_engine(jobs: Sequence[Callable[[], Job]], names: Sequence[str], progre
     for k, make in enumerate(jobs):
         if progress:
             progress("start", k, names[k], None)
-        try:
-            job = make()
-        except GspoError as e:  # the model's file or inputs could not be read
-            result = Result(names[k], ERROR, first_line(e))
-        else:
-            result = run(job)
-            del job
+        job = _made(make, names[k])
+        result = job if isinstance(job, Result) else run(job)
+        del job
         results.append(result)
         if progress:
             progress("done", k, names[k], result)
     return results
+
+
+def _made(make: Callable[[], Job], name: str) -> Job | Result:
+    """The job, or an ERROR result when its model, inputs or baseline artifact cannot be read."""
+    try:
+        return make()
+    except GspoError as e:
+        return Result(name, ERROR, first_line(e))
 
 
 def _ray():
@@ -88,11 +92,17 @@ def ray_engine(jobs: Sequence[Callable[[], Job]], names: Sequence[str], progress
         task = ray.remote(run).options(num_cpus=1, resources={RESOURCE: 1}, max_retries=RETRIES,
                                            retry_exceptions=False)
         pending = {}
+        results: list[Result | None] = [None] * len(names)
         for k, make in enumerate(jobs):
-            pending[task.remote(make())] = k
+            job = _made(make, names[k])
+            if isinstance(job, Result):
+                results[k] = job
+                if progress:
+                    progress("done", k, names[k], job)
+                continue
+            pending[task.remote(job)] = k
             if progress:
                 progress("start", k, names[k], None)
-        results: list[Result | None] = [None] * len(names)
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             k = pending.pop(done[0])

@@ -168,3 +168,10 @@ def test_each_version_follows_each_other_equally_often():
     pairs = [(a, b) for r in range(12) for a, b in zip(calls[3 * r:3 * r + 2], calls[3 * r + 1:3 * r + 3])]
     counts = {p: pairs.count(p) for p in set(pairs)}
     assert len(counts) == 6 and set(counts.values()) == {4}  # every ordered pair, 4 times each
+
+
+def test_a_baseline_artifact_changed_after_recording_is_error(tmp_path, recorded):
+    ms, base = recorded
+    (base / "a" / "model.onnx").write_bytes(relu_chain(3).SerializeToString())
+    r = gspo("regress", ms, "--against", base)
+    assert r.exit_code == 2 and "does not match its artifact.json" in r.output
