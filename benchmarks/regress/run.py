@@ -25,7 +25,8 @@ baseline) is reported per run.
 
 Writes ``RESULTS.md`` and ``results.json`` into ``--out`` (default: this folder), with the
 commands, the versions, the machine, the load average before and after, and per model the
-verdicts and the wall time of a run.
+verdicts and the wall time of a run; and the first unchanged run's own outputs (``against.json``
+with every round's samples, ``against.md``, ``against.xml``).
 """
 
 from __future__ import annotations
@@ -180,7 +181,8 @@ def against_runs(label: str, set_path: Path, baseline: Path, runs: int, work: Pa
     out = []
     for k in range(runs):
         report = work / f"{label}-{k}.json"
-        code, seconds = gspo("regress", set_path, "--against", baseline, "--json", report, log=log)
+        code, seconds = gspo("regress", set_path, "--against", baseline, "--json", report, "--markdown",
+                             report.with_suffix(".md"), "--junit", report.with_suffix(".xml"), log=log)
         models = json.loads(report.read_text())["models"] if report.exists() else []
         out.append({"exit": code, "seconds": seconds, "models": [_brief(m) for m in models]})
         print(f"{label} run {k + 1}/{runs}: exit {code}, {seconds:.0f} s: "
@@ -305,6 +307,10 @@ def main() -> None:
             "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
             "total_s": time.perf_counter() - began}
     write_results(Path(args.out), meta, phases)
+    for suffix in (".json", ".md", ".xml"):  # one whole --against run's own outputs, as CI keeps them
+        first = work / f"unchanged-0{suffix}"
+        if first.exists():
+            (Path(args.out) / f"against{suffix}").write_bytes(first.read_bytes())
     print(f"wrote {Path(args.out) / 'RESULTS.md'} ({meta['total_s'] / 60:.1f} min; work folder {work})")
 
 
