@@ -175,3 +175,13 @@ def test_a_baseline_artifact_changed_after_recording_is_error(tmp_path, recorded
     (base / "a" / "model.onnx").write_bytes(relu_chain(3).SerializeToString())
     r = gspo("regress", ms, "--against", base)
     assert r.exit_code == 2 and "does not match its artifact.json" in r.output
+
+
+def test_the_ray_engine_without_ray_is_a_one_line_error(tmp_path, recorded, monkeypatch):
+    import sys
+
+    ms, base = recorded
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray fails, as when it is not installed
+    error = one_line_error(gspo("regress", ms, "--against", base, "--engine", "ray", "--address", "auto"))
+    assert "pip install 'gspo[ray]'" in error
+    assert "needs --address" in one_line_error(gspo("regress", ms, "--against", base, "--engine", "ray"))
