@@ -1,10 +1,9 @@
-"""The optimize and regress commands."""
+"""The optimize command."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
@@ -140,53 +139,3 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
     if r["candidates_rejected_by_verification"]:
         click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
                    "(onnxruntime refused them or their outputs differed; reasons in --report)")
-
-
-# -------------------------------------------------------------------- regress
-@cli.command()
-@click.argument("modelset", type=click.Path())
-@click.option("--baseline", type=click.Path(dir_okay=False), help="Baseline file [default: MODELSET's name + .baseline.json].")
-@click.option("--update", is_flag=True, help="Write the results as the new baseline (exit 0 unless a model is not equivalent).")
-@click.option("--tolerance", type=Number(0), default=0.02, show_default=True, help="Allowed drop of estimated speedup.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@handle_errors
-def regress(modelset, baseline, update, tolerance, as_json):
-    """Guard a model set: fail (exit 1) when a model gets slower by estimate or stops being equivalent.
-
-    Every model is optimized with a fixed seed and budget and chosen by the cost model, so the
-    estimated speedup is reproducible; measured speedups are reported but never gate.
-
-    \b
-    Example:
-        gspo regress data/modelset.json
-        gspo regress my_models.json --update
-    """
-    from gspo.regress import read_baseline, run_regress, write_baseline
-
-    base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
-    known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
-    rows = run_regress(modelset, known, tolerance, _progress_printer("regress"))
-    failed = [r for r in rows if r.status != "ok" and not (update and r.status in ("NO BASELINE", "REGRESSED", "ok"))]
-    if update:
-        write_baseline(base_path, rows)
-    if as_json:
-        click.echo(json.dumps({"baseline": str(base_path), "rows": [r.to_json() for r in rows]}, indent=2))
-    else:
-        click.echo(f"{'model':<20} {'status':<15} {'est. speedup':>12} {'baseline':>9} {'measured':>9}  substitutions")
-        for r in rows:
-            est = f"{r.estimated_speedup:.4f}" if r.estimated_speedup else "-"
-            ref = f"{r.baseline_speedup:.4f}" if r.baseline_speedup else "-"
-            meas = f"{r.measured_speedup:.3f}" if r.measured_speedup else "-"
-            subs = ", ".join(f"{k} {v}" for k, v in r.substitutions.items()) or "none"
-            status = "updated" if update and r.estimated_speedup is not None else r.status
-            click.echo(f"{r.name:<20} {status:<15} {est:>12} {ref:>9} {meas:>9}  {subs}")
-            if r.detail and not update:
-                click.echo(f"{'':<20} {r.detail}")
-        if update:
-            click.echo(f"wrote {base_path}")
-    if failed:
-        if not as_json:
-            click.echo(f"FAILED: {', '.join(r.name for r in failed)}")
-        sys.exit(1)
-
-

@@ -1,0 +1,129 @@
+"""The measured gate: ``gspo regress SET --record DIR`` and ``gspo regress SET --against DIR``.
+
+:func:`run_gate` checks the model set and every output before any work, makes each model's
+:class:`~gspo.regress.job.Job` (the source's bytes, its inputs, the baseline artifact, a stored
+candidate that may be reused), runs the jobs on an engine (:mod:`gspo.regress.engines`), stores
+the candidates when recording, and returns a :class:`GateRun` for the outputs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gspo.errors import GspoError
+from gspo.regress import store
+from gspo.regress.engines import ENGINES
+from gspo.regress.job import RECORDED, Job, Result, exit_code
+from gspo.regress.modelset import ModelSet, ModelSpec, load_modelset
+
+__all__ = ["GateRun", "run_gate"]
+
+
+@dataclass
+class GateRun:
+    """A gate run: the set, the mode, every model's result, the versions and machine of the driver."""
+
+    modelset: ModelSet
+    mode: str
+    results: list[Result]
+    versions: dict
+    machine: dict
+    engine: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+    against: str | None = None
+    record: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """0: no model fails; 1: one does; 2: one could not be optimized or timed."""
+        return exit_code(self.results)
+
+
+def _source_bytes(spec: ModelSpec) -> bytes:
+    if spec.zoo is not None:
+        from gspo.ir import serialize
+        from gspo.zoo import build
+
+        return serialize(build(spec.zoo, spec.size, spec.zoo_seed))
+    try:
+        return spec.path.read_bytes()
+    except OSError as e:
+        raise GspoError(f"model {spec.name!r}: {spec.path}: cannot read ({e.strerror or e})") from None
+
+
+def _job_factory(spec: ModelSpec, against: Path | None, reuse: bool, measure: bool, keep: bool) -> Callable[[], Job]:
+    def make() -> Job:
+        from gspo.runtime.inputs import read_npz
+
+        baseline = store.read_artifact(against, spec.name) if against is not None else None
+        cached = (baseline.model, baseline.report, baseline.meta["key"]) if baseline is not None and reuse else None
+        return Job(spec, _source_bytes(spec), read_npz(str(spec.inputs)) if spec.inputs else None,
+                   baseline.model if baseline is not None else None, cached, measure, keep)
+    return make
+
+
+def _check_files(mset: ModelSet) -> None:
+    for spec in mset.models:
+        for f in spec.files():
+            if not f.is_file():
+                raise GspoError(f"model {spec.name!r}: {f}: no such file")
+
+
+def _store(record: Path, mset: ModelSet, results: list[Result], versions: dict, force: bool) -> None:
+    for r in results:
+        if r.candidate is None or r.verdict in ("ERROR", "NOT EQUIVALENT"):
+            continue
+        spec = next(s for s in mset.models if s.name == r.name)
+        meta = {"name": r.name, "source_sha256": r.source_sha256, "key": r.key, "options": spec.options,
+                "exclude_rules": list(spec.exclude_rules), "input_shapes": spec.input_shapes,
+                "versions": r.versions, "machine": r.machine}
+        store.write_artifact(record, r.name, r.candidate, r.report or {}, meta, overwrite=force)
+    store.write_index(record, str(mset.path), [r.name for r in results if r.candidate is not None], versions,
+                      overwrite=force)
+
+
+def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = None,
+             record: str | os.PathLike | None = None, force: bool = False, reuse: bool = True,
+             engine: str = "local", address: str | None = None, threshold: float | None = None,
+             rounds: int | None = None, progress=None) -> GateRun:
+    """Optimize, time and judge every model of ``modelset`` (see the module docstring).
+
+    Args:
+        against: the artifact folder of the baseline (time and judge); ``None``: record only.
+        record: the folder to store each model's optimized result in.
+        force: replace existing artifacts in ``record``.
+        reuse: reuse a stored candidate whose cache key is unchanged (see :mod:`gspo.regress.store`).
+        engine: ``local`` or ``ray`` (with ``address``).
+        threshold, rounds: replace the set's gate settings (a model's own still win).
+        progress: called with ``(event, index, name, result)``.
+
+    Raises:
+        GspoError: a bad model set, a missing file, an output that would overwrite an input.
+    """
+    if against is None and record is None:
+        raise GspoError("give --against DIR (time against a baseline), --record DIR, or --estimate")
+    if engine not in ENGINES:
+        raise GspoError(f"unknown engine {engine!r} (use {' or '.join(ENGINES)})")
+    mset = load_modelset(modelset, threshold, rounds)
+    _check_files(mset)
+    if against is not None:
+        store.read_index(against)
+    if record is not None:
+        inputs = mset.files() + ([p for s in mset.models for p in store.artifact_paths(against, s.name).values()]
+                                 + [Path(against) / store.INDEX] if against is not None else [])
+        store.check_store(record, [s.name for s in mset.models], inputs, force)
+    versions = store.versions()
+    began = time.perf_counter()
+    factories = [_job_factory(s, Path(against) if against else None, reuse, against is not None, record is not None)
+                 for s in mset.models]
+    results = ENGINES[engine](factories, [s.name for s in mset.models], progress, address=address)
+    if record is not None:
+        _store(Path(record), mset, results, versions, force)
+    mode = "against" if against is not None else RECORDED
+    return GateRun(mset, mode, results, versions, store.machine(), engine, time.perf_counter() - began,
+                   list(mset.notes), str(against) if against else None, str(record) if record else None)

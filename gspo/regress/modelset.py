@@ -1,0 +1,243 @@
+"""Model sets: the JSON file that lists what the gate guards, read and checked in full before
+any work (one line naming the first problem).
+
+::
+
+    {"version": 1,
+     "options": {"budget": 8, "seed": 0, "use_streams": false},
+     "gate": {"threshold": 0.05, "rounds": 30},
+     "models": [{"name": "nasrnn", "zoo": "nasrnn", "size": "tiny"},
+                {"name": "mine", "path": "models/mine.onnx", "input_shapes": {"x": [1, 3, 224, 224]},
+                 "inputs": "models/mine_inputs.npz", "options": {"threshold": 32},
+                 "exclude_rules": ["SplitConv"], "gate": {"threshold": 0.08}}]}
+
+``options`` are :func:`gspo.optimize`'s keyword arguments (for the set, then per model);
+``gate`` holds the gate's own settings: ``threshold`` (the slowdown allowed, 0.05 = 5%) and
+``rounds`` (interleaved rounds before the one extension). Paths are relative to the set's file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gspo.errors import GspoError
+from gspo.regress.stats import THRESHOLD
+
+__all__ = ["ModelSet", "ModelSpec", "load_modelset", "ROUNDS", "VERSION"]
+
+VERSION = 1
+#: Interleaved rounds per comparison before the one extension (which doubles them).
+ROUNDS = 30
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def _int(low: int | None = None, high: int | None = None, null: bool = False):
+    def check(v):
+        if v is None and null:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            return "an integer" + (" or null" if null else "")
+        if (low is not None and v < low) or (high is not None and v > high):
+            return f"an integer in [{low}, {'inf' if high is None else high}]"
+        return None
+    return check
+
+
+def _number(low: float, low_open: bool = False, null: bool = False):
+    def check(v):
+        if v is None and null:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return "a finite number" + (" or null" if null else "")
+        if v < low or (low_open and v == low):
+            return f"a number {'>' if low_open else '>='} {low:g}"
+        return None
+    return check
+
+
+def _bool(v):
+    return None if isinstance(v, bool) else "true or false"
+
+
+def _choice(*values):
+    return lambda v: None if v in values else "one of " + ", ".join(map(repr, values))
+
+
+def _names(v):
+    ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+    return None if ok else "a list of names"
+
+
+#: The optimize options a model set may give, each with its check (``None``: valid, else what it must be).
+OPTIONS = {
+    "budget": _int(0), "seed": _int(), "jobs": _int(0), "use_streams": _bool, "use_rules": _bool,
+    "threshold": _int(2), "alpha": _number(1), "max_streams": _int(1, null=True),
+    "time_budget": _number(0, low_open=True, null=True), "select": _choice("measured", "estimated"),
+    "backends": _names, "timing_runs": _int(5), "keep": _int(1),
+}
+GATE = {"threshold": _number(0, low_open=True), "rounds": _int(6)}
+_MODEL_KEYS = {"name", "zoo", "size", "seed", "path", "input_shapes", "inputs", "options", "exclude_rules", "gate"}
+_SET_KEYS = {"version", "options", "exclude_rules", "gate", "models", "description"}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model of a set, checked: where it comes from and how it is optimized and judged."""
+
+    name: str
+    zoo: str | None = None
+    size: str = "tiny"
+    zoo_seed: int = 0
+    path: Path | None = None
+    input_shapes: dict = field(default_factory=dict)
+    inputs: Path | None = None
+    options: dict = field(default_factory=dict)
+    exclude_rules: tuple[str, ...] = ()
+    threshold: float = THRESHOLD
+    rounds: int = ROUNDS
+
+    def files(self) -> list[Path]:
+        """The files this model reads (the gate never writes onto them)."""
+        return [p for p in (self.path, self.inputs) if p is not None]
+
+
+@dataclass(frozen=True)
+class ModelSet:
+    """A checked model set: its file, its models, and notes on what was adjusted."""
+
+    path: Path
+    models: tuple[ModelSpec, ...]
+    notes: tuple[str, ...] = ()
+
+    def files(self) -> list[Path]:
+        """Every file the set reads: the set itself, its models and their inputs."""
+        return [self.path] + [f for m in self.models for f in m.files()]
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise GspoError(f"{path}: cannot read the model set ({e.strerror or e})") from None
+    except (ValueError, RecursionError):
+        raise GspoError(f"{path}: the model set is not valid JSON") from None
+    if not isinstance(data, dict) or data.get("version") != VERSION:
+        raise GspoError(f"{path}: not a gspo model set (expected a JSON object with \"version\": {VERSION})")
+    return data
+
+
+def _checked(where: str, table: dict, given, notes: list[str]) -> dict:
+    """``given`` (a JSON object) checked against ``table``; ``jobs`` capped at the cores."""
+    if not isinstance(given, dict):
+        raise GspoError(f"{where}: must be a JSON object")
+    unknown = sorted(set(given) - set(table))
+    if unknown:
+        raise GspoError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(table))})")
+    for key, value in given.items():
+        problem = table[key](value)
+        if problem:
+            raise GspoError(f"{where}: {key} must be {problem} (got {json.dumps(value)})")
+    out = dict(given)
+    cores = os.cpu_count() or 1
+    if out.get("jobs", 0) > cores:
+        notes.append(f"{where}: jobs {out['jobs']} capped at the {cores} CPU cores")
+        out["jobs"] = cores
+    return out
+
+
+def _shapes(where: str, given) -> dict:
+    if not isinstance(given, dict):
+        raise GspoError(f"{where}: input_shapes must be an object of input name -> [dims] "
+                        f"(e.g. {{\"x\": [1, 3, 224, 224]}}), got {type(given).__name__}")
+    for name, dims in given.items():
+        if not isinstance(dims, list) or not dims or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+            raise GspoError(f"{where}: input_shapes[{name!r}] must be a list of positive integers")
+    return {k: list(v) for k, v in given.items()}
+
+
+def _rules(where: str, given) -> tuple[str, ...]:
+    from gspo.rules import DEFAULT_RULES
+
+    if _names(given):
+        raise GspoError(f"{where}: exclude_rules must be a list of rule names")
+    unknown = set(given) - {r.name for r in DEFAULT_RULES}
+    if unknown:
+        raise GspoError(f"{where}: unknown rule(s) in exclude_rules: {', '.join(sorted(unknown))}")
+    return tuple(given)
+
+
+def _source(where: str, base: Path, m: dict) -> dict:
+    from gspo.zoo import MODELS, SIZES
+
+    if ("zoo" in m) == ("path" in m):
+        raise GspoError(f"{where}: needs exactly one of \"zoo\" and \"path\"")
+    if "zoo" in m:
+        if m["zoo"] not in MODELS:
+            raise GspoError(f"{where}: unknown zoo model {m['zoo']!r} (known: {', '.join(MODELS)})")
+        if m.get("size", "tiny") not in SIZES:
+            raise GspoError(f"{where}: size must be one of {', '.join(SIZES)}")
+        if _int()(m.get("seed", 0)):
+            raise GspoError(f"{where}: seed must be an integer")
+        return {"zoo": m["zoo"], "size": m.get("size", "tiny"), "zoo_seed": m.get("seed", 0)}
+    if not isinstance(m["path"], str):
+        raise GspoError(f"{where}: path must be a string")
+    return {"path": base / m["path"]}
+
+
+def _model(base: Path, data: dict, m, i: int, notes: list[str]) -> ModelSpec:
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not _NAME.match(m["name"]):
+        raise GspoError(f"model #{i}: needs a \"name\" of letters, digits, '.', '_' or '-' (it names its artifact folder)")
+    where = f"model {m['name']!r}"
+    unknown = sorted(set(m) - _MODEL_KEYS)
+    if unknown:
+        raise GspoError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_MODEL_KEYS))})")
+    options = {**data["options"], **_checked(f"{where} options", OPTIONS, m.get("options", {}), notes)}
+    gate = {**data["gate"], **_checked(f"{where} gate", GATE, m.get("gate", {}), notes)}
+    inputs = m.get("inputs")
+    if inputs is not None and not isinstance(inputs, str):
+        raise GspoError(f"{where}: inputs must be the path of an .npz file")
+    return ModelSpec(
+        name=m["name"], **_source(where, base, m), input_shapes=_shapes(where, m.get("input_shapes", {})),
+        inputs=base / inputs if inputs else None, options=options,
+        exclude_rules=tuple(dict.fromkeys(data["exclude_rules"] + _rules(where, m.get("exclude_rules", [])))),
+        threshold=gate.get("threshold", THRESHOLD), rounds=gate.get("rounds", ROUNDS))
+
+
+def load_modelset(path: str | os.PathLike, threshold: float | None = None, rounds: int | None = None) -> ModelSet:
+    """The model set at ``path``, checked in full.
+
+    ``threshold`` and ``rounds`` (the command line's) replace the set's own ``gate`` settings
+    for every model that does not set its own.
+
+    Raises:
+        GspoError: one line naming the first problem (unknown key, wrong type, missing model...).
+    """
+    p = Path(path)
+    data = _read(p)
+    unknown = sorted(set(data) - _SET_KEYS)
+    if unknown:
+        raise GspoError(f"{p}: unknown key(s) {', '.join(unknown)} (known: {', '.join(sorted(_SET_KEYS))})")
+    notes: list[str] = []
+    gate = _checked("the set's gate", GATE, data.get("gate", {}), notes)
+    if threshold is not None:
+        gate["threshold"] = threshold
+    if rounds is not None:
+        gate["rounds"] = rounds
+    top = {"options": _checked("the set's options", OPTIONS, data.get("options", {}), notes), "gate": gate,
+           "exclude_rules": _rules("the set", data.get("exclude_rules", []))}
+    models = data.get("models")
+    if not isinstance(models, list) or not models:
+        raise GspoError(f"{p}: the model set lists no models")
+    specs = [_model(p.parent, top, m, i, notes) for i, m in enumerate(models)]
+    seen = set()
+    for s in specs:
+        if s.name in seen:
+            raise GspoError(f"{p}: model name {s.name!r} appears twice")
+        seen.add(s.name)
+    return ModelSet(p, tuple(specs), tuple(dict.fromkeys(notes)))

@@ -1,0 +1,91 @@
+"""Paired timing of a model's versions in one process, through gspo's one timing harness.
+
+A :class:`Bench` opens an executor per version (the source as its users run it: one plain
+onnxruntime session; the baseline artifact and the candidate with the schedule and placement
+saved in them, as ``gspo run`` runs them), checks outputs with the scale-aware criterion of
+:mod:`gspo.runtime.verify`, and times all versions interleaved through
+:func:`gspo.runtime.interleaved`: round ``r`` times each version once, in an order that cycles
+through all orders, so every version's ``r``-th sample is paired with the others'.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.runtime import VerifyResult, compare_outputs, interleaved, make_executor, timed_runner
+from gspo.runtime.verify import OutputDiff, Tolerance
+
+__all__ = ["Bench", "WARMUP"]
+
+#: Untimed rounds before the first timed one (sessions allocate on their first runs).
+WARMUP = 3
+
+
+class Bench:
+    """Executors of a model's versions, by label; a context manager that closes them.
+
+    ``versions`` maps a label to ``(graph, streams)``: ``streams`` ``1`` runs one plain session
+    (the source as its users run it), ``None`` follows the schedule saved in the model.
+    """
+
+    def __init__(self, versions: Mapping[str, tuple[Graph, int | None]]):
+        self.executors: dict[str, object] = {}
+        self._round = 0
+        try:
+            for label, (graph, streams) in versions.items():
+                try:
+                    self.executors[label] = make_executor(graph, streams)
+                except GspoError as e:
+                    raise GspoError(f"the {label} cannot be run: {e}") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def check(self, reference: str, label: str, feeds: Sequence[Mapping[str, np.ndarray]],
+              tolerance: Tolerance = Tolerance()) -> VerifyResult:
+        """``label``'s outputs against ``reference``'s on every input set (the worst per output)."""
+        worst: dict[str, OutputDiff] = {}
+        for f in feeds:
+            want = self.executors[reference].run(f)
+            got = self.executors[label].run(f)
+            for d in compare_outputs(want, got, tolerance.rtol, tolerance.atol, tolerance.ntol).outputs:
+                old = worst.get(d.name)
+                if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):
+                    worst[d.name] = d
+        diffs = tuple(worst.values())
+        return VerifyResult(all(d.ok for d in diffs), diffs)
+
+    def rounds(self, feeds: Mapping[str, np.ndarray], count: int, warmup: int = WARMUP) -> dict[str, list[float]]:
+        """``count`` interleaved rounds: the seconds of each version per round.
+
+        Round ``r`` runs the versions in the ``r``-th of all their orders (cycling), so that each
+        version runs right after each other one equally often (a plain rotation of three runs
+        the second right after the first in two rounds of three, and never the other way round).
+        """
+        runners = [(label, timed_runner(ex, feeds)) for label, ex in self.executors.items()]
+        orders = list(itertools.permutations(runners)) if len(runners) <= 4 else [runners]
+        out: dict[str, list[float]] = {label: [] for label, _ in runners}
+        if warmup:
+            interleaved(runners, 1, warmup - 1)
+        for r in range(count):
+            for t in interleaved(list(orders[(self._round + r) % len(orders)]), 1, 0):
+                out[t.label].extend(t.seconds)
+        self._round += count
+        return out
+
+    def close(self) -> None:
+        """Free every executor."""
+        for ex in self.executors.values():
+            ex.close()
+        self.executors = {}
+
+    def __enter__(self) -> Bench:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
