@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import onnx
@@ -83,7 +83,7 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None,
-         plain: bool = False) -> Graph:
+         plain: bool = False, refusal: Callable[[bytes], str | None] | None = None) -> Graph:
     """Load, check and shape-infer an ONNX file.
 
     Args:
@@ -91,6 +91,8 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         input_shapes: static shapes for graph inputs, replacing dynamic dimensions (the others
             get defaults, see :func:`from_model`).
         plain: pass the model through the front end first (:func:`gspo.ir.frontend.plain`).
+        refusal: why the runtime refuses a serialized model (``None``: it loads it), to check
+            a model with control flow once pinned (see :func:`from_model`).
 
     Raises:
         ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
@@ -104,7 +106,8 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         data = p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
+    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain,
+                      refusal=refusal)
 
 
 def load_bytes(
@@ -113,6 +116,7 @@ def load_bytes(
     base_dir: str | None = None,
     label: str = "<model>",
     plain: bool = False,
+    refusal: Callable[[bytes], str | None] | None = None,
 ) -> Graph:
     """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
     model = onnx.ModelProto()
@@ -124,7 +128,7 @@ def load_bytes(
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
     external = _load_external_data(model, base_dir, label)
-    graph = from_model(model, input_shapes, label=label, plain=plain)
+    graph = from_model(model, input_shapes, label=label, plain=plain, refusal=refusal)
     if external:
         graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
     return graph
@@ -245,6 +249,7 @@ def from_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     label: str = "<model>",
     plain: bool = False,
+    refusal: Callable[[bytes], str | None] | None = None,
 ) -> Graph:
     """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
 
@@ -252,13 +257,54 @@ def from_model(
     (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
     ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
     folded constants and shape arithmetic, ``Constant`` weights as initializers.
+
+    ``refusal`` (serialized model -> why the runtime refuses it, or ``None``) checks a model
+    with control flow once its inputs are pinned: a runtime infers shapes in every branch of an
+    ``If``, the branches the inputs never take included, and one of those may hold only at
+    other sizes. When it refuses the pinned model, the model is kept with the inputs and
+    outputs it declares (folded only where that holds at every size); the pins then hold only
+    inside gspo (``graph.extras.static_refused`` says why).
     """
     opsets = _check_model(model, label)
-    model, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    pinned, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label)
+    if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
+        return graph
+    why = refusal(serialize(graph))
+    if why is None:
+        return graph
+    log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared", label, why)
+    given = frontend.fold(model, label) if plain else model
+    declared = tuple(vi.SerializeToString() for vi in list(given.graph.input) + list(given.graph.output)
+                     if vi.name not in _weight_names(given))
+    pins = {v.name: v.shape for v in graph.inputs if v.is_static}
+    extras = dataclasses.replace(_extras(given, _weight_names(given), defaulted, declared), static_refused=why)
+    return _graph(given, opsets, extras, label, values_from=frontend.pin_inputs(given, pins))
+
+
+def _weight_names(model: onnx.ModelProto) -> set[str]:
+    return {t.name for t in model.graph.initializer}
+
+
+def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    weights = _weight_names(model)
+    return [vi for vi in model.graph.input if vi.name not in weights]
+
+
+def _has_subgraphs(model: onnx.ModelProto) -> bool:
+    """Whether a node of the main graph holds a subgraph (If, Loop, Scan, ...)."""
+    subgraph_types = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    return any(a.type in subgraph_types for n in model.graph.node for a in n.attribute)
+
+
+def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
+           values_from: onnx.ModelProto | None = None) -> Graph:
+    """The checked :class:`Graph` of ``model``, with the shapes inferred on ``values_from``
+    (``model`` itself by default; the same graph with other input shapes)."""
     g = model.graph
-    weight_names = {t.name for t in g.initializer}
-    real_inputs = [vi for vi in g.input if vi.name not in weight_names]
-    values = infer_values(model, label)
+    weight_names = _weight_names(model)
+    real_inputs = _real_inputs(model)
+    values = infer_values(values_from if values_from is not None else model, label)
     weights = {}
     for t in g.initializer:
         payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
@@ -270,7 +316,6 @@ def from_model(
         nodes.append(node_from_proto(n, values, outer))
         outer.update(o for o in n.output if o)
 
-    extras = _extras(model, weight_names, defaulted, dynamic_io)
     graph = Graph(
         inputs=tuple(value_of(vi, values) for vi in real_inputs),
         outputs=tuple(value_of(vi, values) for vi in g.output),
@@ -402,6 +447,7 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     gets the shape gspo's IR gives it, for strict shape inference to confirm.
     """
     ex = graph.extras
+    keep_dynamic = keep_dynamic or bool(ex.static_refused)
     dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]

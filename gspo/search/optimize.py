@@ -49,6 +49,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.inputs import check_inputs
+from gspo.runtime.session import load_refusal
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
     OptimizeConfig,
@@ -96,8 +97,8 @@ def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) 
         if not use_frontend:
             return model, model
         return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
-    original = load(model, input_shapes)
-    return original, (load(model, input_shapes, plain=True) if use_frontend else original)
+    original = load(model, input_shapes, refusal=load_refusal)
+    return original, (load(model, input_shapes, plain=True, refusal=load_refusal) if use_frontend else original)
 
 
 def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
@@ -109,6 +110,8 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     if original.extras.defaulted:
         pins = {v.name: v.shape for v in original.inputs}
         notes.append(describe_defaults(original.extras.defaulted, pins))
+    if original.extras.static_refused:
+        notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
     feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
     if work is original:
         _require_runs(original, feeds[0])
