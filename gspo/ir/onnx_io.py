@@ -274,12 +274,22 @@ def from_model(
     if why is None:
         return graph
     log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared", label, why)
-    given = frontend.fold(model, label) if plain else model
-    declared = tuple(vi.SerializeToString() for vi in list(given.graph.input) + list(given.graph.output)
-                     if vi.name not in _weight_names(given))
     pins = {v.name: v.shape for v in graph.inputs if v.is_static}
-    extras = dataclasses.replace(_extras(given, _weight_names(given), defaulted, declared), static_refused=why)
-    return _graph(given, opsets, extras, label, values_from=frontend.pin_inputs(given, pins))
+    if plain:  # folded where that holds at every size, unless the runtime refuses that too
+        folded = _declared(frontend.fold(model, label), pins, opsets, defaulted, why, label)
+        if refusal(serialize(folded)) is None:
+            return folded
+    return _declared(model, pins, opsets, defaulted, why, label)
+
+
+def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: str) -> Graph:
+    """The graph of ``model`` written with the inputs and outputs it declares, its values
+    shaped as with ``pins`` (``why``: the runtime's reason to refuse the pinned model)."""
+    weights = _weight_names(model)
+    declared = tuple(vi.SerializeToString() for vi in list(model.graph.input) + list(model.graph.output)
+                     if vi.name not in weights)
+    extras = dataclasses.replace(_extras(model, weights, defaulted, declared), static_refused=why)
+    return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins))
 
 
 def _weight_names(model: onnx.ModelProto) -> set[str]:

@@ -56,3 +56,18 @@ def test_a_piece_keeps_the_declared_inputs_of_a_refused_model(tmp_path):
     graph = ir.load(_write(tmp_path, vad_model()), PINS, refusal=load_refusal)
     piece, _ = extract(graph, range(len(graph.nodes)))
     assert piece.extras.static_refused and load_refusal(ir.serialize(piece)) is None
+
+
+def test_a_folded_model_the_runtime_refuses_too_is_kept_unfolded(tmp_path, monkeypatch):
+    from gspo.ir import frontend
+
+    def broken_fold(model, label="<model>"):
+        out = onnx.ModelProto()
+        out.CopyFrom(model)
+        out.graph.node[1].op_type = "NotAnOp"  # the Equal on the sample rate
+        return out
+
+    monkeypatch.setattr(frontend, "fold", broken_fold)
+    graph = ir.load(_write(tmp_path, vad_model()), PINS, plain=True, refusal=load_refusal)
+    assert graph.extras.static_refused and "NotAnOp" not in [n.op_type for n in graph.nodes]
+    assert load_refusal(ir.serialize(graph)) is None
