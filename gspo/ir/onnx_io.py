@@ -24,6 +24,7 @@ from gspo.errors import first_line as _first_line
 from gspo.ir import frontend
 from gspo.ir._hash import digest
 from gspo.ir.graph import Graph, ModelExtras
+from gspo.ir.order import topologically_sorted
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
 from gspo.outputs import OutputError, atomic_write
@@ -56,6 +57,8 @@ MIN_OPSET = 7
 SCHEDULE_KEY = "gspo.schedule"
 PLACEMENT_KEY = "gspo.placement"
 _STRIP_ELEMENTS = 4096
+#: Elements a tensor may hold at most (4 TiB of float32: more than any machine gspo runs on).
+MAX_ELEMENTS = 2**40
 
 
 # ---------------------------------------------------------------------- loading
@@ -265,7 +268,9 @@ def from_model(
     outputs it declares (folded only where that holds at every size); the pins then hold only
     inside gspo (``graph.extras.static_refused`` says why).
     """
+    model = topologically_sorted(model, label)
     opsets = _check_model(model, label)
+    model = _negative_dims_unknown(model)
     pinned, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
     graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label)
     if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
@@ -292,6 +297,35 @@ def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: 
     return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins))
 
 
+def _negative_dims_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every negative dimension the main graph declares made unknown, as
+    onnxruntime reads it (a copy when there is one; ONNX dimensions are never negative)."""
+    def negative(m):
+        return [d for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info)
+                if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim
+                if d.HasField("dim_value") and d.dim_value < 0]
+
+    if not negative(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for d in negative(out):
+        d.Clear()
+    return out
+
+
+def _check_sizes(values: Mapping[str, tuple[int, tuple | None]], label: str) -> None:
+    """Refuse a value whose static shape holds more than :data:`MAX_ELEMENTS` elements."""
+    for name, (_, shape) in values.items():
+        dims = [d for d in shape or () if isinstance(d, int)]
+        if _numel(dims) > MAX_ELEMENTS:
+            axis, d = max(enumerate(dims), key=lambda x: x[1])
+            raise UnsupportedModelError(
+                f"{label}: value {name!r} of shape {list(shape)} would hold {_numel(dims):.3g} elements "
+                f"(dimension {axis} is {d}); gspo handles at most 2**{MAX_ELEMENTS.bit_length() - 1} per tensor"
+            )
+
+
 def _weight_names(model: onnx.ModelProto) -> set[str]:
     return {t.name for t in model.graph.initializer}
 
@@ -315,6 +349,7 @@ def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
     weight_names = _weight_names(model)
     real_inputs = _real_inputs(model)
     values = infer_values(values_from if values_from is not None else model, label)
+    _check_sizes(values, label)
     weights = {}
     for t in g.initializer:
         payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
