@@ -78,3 +78,16 @@ def test_a_dangling_input_is_one_full_line_naming_the_node_and_value(tmp_path):
     line = one_line_error(gspo("optimize", _write(tmp_path, model), "-o", tmp_path / "o.onnx"))
     assert line.endswith("node 'add0' (Add) reads 'b2', which is not a graph input, an initializer or the output "
                          "of any node")
+
+
+def test_inputs_and_outputs_without_a_shape_onnxruntime_runs_are_optimized(tmp_path):
+    no_shape = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    out_path = _write(tmp_path, onnx_model([helper.make_node("Relu", ["x"], ["y"])], [_vi("x", [2, 4])],
+                                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]))
+    _optimized_and_equivalent(tmp_path, out_path, "--backends", "ort")
+    in_path = _write(tmp_path, onnx_model([helper.make_node("Relu", ["x"], ["y"])], [no_shape], [_vi("y", [2, 4])]),
+                     "in.onnx")
+    assert "give one with --input-shape x=" in one_line_error(gspo("info", in_path))
+    result = gspo("optimize", in_path, "-o", tmp_path / "in.o.onnx", "--input-shape", "x=2,4", "--backends", "ort",
+                  "--time-budget", 10)
+    assert result.exit_code == 0, result.output

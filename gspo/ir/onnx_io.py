@@ -196,10 +196,27 @@ def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], .
             f"({onnx.defs.onnx_opset_version()})"
         )
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_shapes_declared(model))
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
     return opsets
+
+
+def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as onnx's checker wants it: a graph input or output without a shape (which
+    onnxruntime runs) gets an empty one in a copy, only to be checked (an input must still be
+    given a shape with --input-shape; an output gets the inferred one)."""
+    def shapeless(m):
+        return [vi.type.tensor_type for vi in list(m.graph.input) + list(m.graph.output)
+                if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+
+    if not shapeless(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for tt in shapeless(out):
+        tt.shape.SetInParent()
+    return out
 
 
 def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
