@@ -295,13 +295,15 @@ def from_model(
     why = refusal(serialize(graph))
     if why is None:
         return graph
-    log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared", label, why)
     pins = {v.name: v.shape for v in graph.inputs if v.is_static}
-    if plain:  # folded where that holds at every size, unless the runtime refuses that too
-        folded = _declared(frontend.fold(model, label), pins, opsets, defaulted, why, label)
-        if refusal(serialize(folded)) is None:
-            return folded
-    return _declared(model, pins, opsets, defaulted, why, label)
+    # folded where that holds at every size (unless the runtime refuses that too), else as given
+    for given in ([frontend.fold(model, label)] if plain else []) + [model]:
+        declared = _declared(given, pins, opsets, defaulted, why, label)
+        if refusal(serialize(declared)) is None:
+            log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared",
+                     label, why)
+            return declared
+    return graph  # refused as declared too: not a matter of the pins
 
 
 def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: str) -> Graph:

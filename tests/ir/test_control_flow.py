@@ -71,3 +71,13 @@ def test_a_folded_model_the_runtime_refuses_too_is_kept_unfolded(tmp_path, monke
     graph = ir.load(_write(tmp_path, vad_model()), PINS, plain=True, refusal=load_refusal)
     assert graph.extras.static_refused and "NotAnOp" not in [n.op_type for n in graph.nodes]
     assert load_refusal(ir.serialize(graph)) is None
+
+
+def test_a_model_the_runtime_refuses_as_declared_too_keeps_its_pins_and_no_note(tmp_path):
+    model = simple_if_model()
+    branch_op = model.graph.node[0].attribute[0].g.node[0]
+    branch_op.op_type, branch_op.domain = "Foo", "custom.test"  # no kernel: refused whatever the shapes
+    model.opset_import.add(domain="custom.test", version=1)
+    graph = ir.load(_write(tmp_path, model), {"x": (2, 4)}, refusal=load_refusal)
+    assert graph.extras.static_refused == ""
+    assert _declared_dims(ir.serialize(graph)) == {"x": [2, 4], "flag": []}
