@@ -77,3 +77,12 @@ def test_convert_writes_nothing_onnxruntime_refuses_or_that_differs(tmp_path, mo
     monkeypatch.setattr(ir, "serialize", lambda graph: other.replace(b"Relu", b"Nope"))
     result = gspo("convert", given, "-o", out)
     assert result.exit_code == 1 and "does not run" in result.output and not out.exists()
+
+
+def test_convert_says_when_onnxruntime_cannot_load_the_model_as_given(tmp_path):
+    model = relu_model()
+    model.graph.node[0].op_type, model.graph.node[0].domain = "Foo", "custom.test"
+    model.opset_import.add(domain="custom.test", version=1)
+    line = one_line_error(gspo("convert", _write(tmp_path, model), "-o", tmp_path / "out.onnx"))
+    assert "cannot check the converted model: onnxruntime cannot load the model" in line
+    assert not (tmp_path / "out.onnx").exists()

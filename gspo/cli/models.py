@@ -338,7 +338,11 @@ def _converted_problem(model: str, graph, data: bytes, feeds) -> str | None:
     external = ir.onnx_io.uses_external_data(graph)
     reference = ir.serialize(ir.load(model)) if external else Path(model).read_bytes()
     try:
-        want = run(make_session(reference), feeds)
+        session = make_session(reference)
+    except GspoError as e:
+        raise GspoError(f"{model}: cannot check the converted model: {e}") from None
+    try:
+        want = run(session, feeds)
     except GspoError as e:
         raise GspoError(f"{model}: cannot check the converted model: the model as given fails on {given} ({e}); "
                         "give inputs it runs on with --inputs FEEDS.npz") from None
