@@ -98,9 +98,16 @@ def _load(path: str, input_shapes=(), plain: bool = False):
     """Load a model for a command; say in one line which dynamic dimensions got defaults."""
     from gspo import ir
 
-    graph = ir.load(path, ir.parse_input_shapes(input_shapes), plain=plain)
+    graph = ir.load(path, ir.parse_input_shapes(input_shapes), plain=plain, refusal=_load_refusal)
     _say_defaults(path, graph)
     return graph
+
+
+def _load_refusal(data: bytes) -> str | None:
+    """Why onnxruntime refuses a serialized model (imported only when a model needs the check)."""
+    from gspo.runtime.session import load_refusal
+
+    return load_refusal(data)
 
 
 def _say_defaults(path: str, graph) -> None:

@@ -285,20 +285,72 @@ def partition_cmd(model, threshold, balance, input_shapes, as_json):
 @click.argument("model", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False))
 @input_shape_option
+@inputs_option
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @handle_errors
-def convert(model, output, input_shapes, force):
+def convert(model, output, input_shapes, inputs_file, force):
     """Rewrite a model through gspo's IR: pin input shapes, stamp an IR version onnxruntime reads.
+
+    What is written is checked as optimize checks its output: onnxruntime must load it and, on
+    valid random inputs (or --inputs), compute what MODEL computes; otherwise nothing is written
+    and the exit code is 1. A model with control flow that onnxruntime refuses once pinned (it
+    checks the shapes in every branch, the ones the inputs never take too) keeps the input
+    shapes it declares, with a note.
 
     \b
     Example:
         gspo convert dynamic.onnx -o static.onnx --input-shape input=1,3,224,224
     """
     from gspo import ir
+    from gspo.runtime import load_inputs
 
-    check_outputs({"-o": output}, (model,), force)
+    check_outputs({"-o": output}, (model, inputs_file), force)
     graph = _load(model, input_shapes)
+    feeds = load_inputs(inputs_file, graph) if inputs_file else None
+    data = ir.serialize(graph)
+    problem = _converted_problem(model, graph, data, feeds)
+    if problem:
+        click.echo(f"gspo: error: {problem}; nothing written", err=True)
+        sys.exit(1)
+    if graph.extras.static_refused:
+        click.echo("note: inputs and outputs kept as the model declares them; with them pinned: "
+                   f"{graph.extras.static_refused}")
     ir.save(graph, output, overwrite=force)
     click.echo(f"wrote {output}")
 
 
+def _converted_problem(model: str, graph, data: bytes, feeds) -> str | None:
+    """Why the converted model ``data`` may not be written: onnxruntime refuses it, or on
+    ``feeds`` (random valid inputs when ``None``) it fails or computes something else than
+    the model as given.
+
+    Raises:
+        GspoError: the model as given does not run on the inputs, so nothing can be compared.
+    """
+    from pathlib import Path
+
+    from gspo import ir
+    from gspo.runtime import compare_outputs, make_session, random_inputs, run
+
+    given = "--inputs" if feeds is not None else "random inputs"
+    feeds = feeds if feeds is not None else random_inputs(graph, 0)
+    # the model as given, with weights kept beside it read in through gspo (nothing else changed)
+    external = ir.onnx_io.uses_external_data(graph)
+    reference = ir.serialize(ir.load(model)) if external else Path(model).read_bytes()
+    try:
+        session = make_session(reference)
+    except GspoError as e:
+        raise GspoError(f"{model}: cannot check the converted model: {e}") from None
+    try:
+        want = run(session, feeds)
+    except GspoError as e:
+        raise GspoError(f"{model}: cannot check the converted model: the model as given fails on {given} ({e}); "
+                        "give inputs it runs on with --inputs FEEDS.npz") from None
+    try:
+        got = run(make_session(data), feeds)
+    except GspoError as e:
+        return f"the converted model does not run where the model as given does: {e}"
+    result = compare_outputs(want, got)
+    if not result.equivalent:
+        return f"the converted model differs from the model as given: output {result.worst.name}: {result.worst.reason}"
+    return None

@@ -78,6 +78,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     from gspo.partition import DEFAULT_THRESHOLD
     from gspo.runtime.inputs import read_npz
     from gspo.search import OptimizeError, optimize
+    from gspo.search.dynamic import DECLARED
 
     check_outputs({"-o": output, "--report": report}, (model, inputs_file), force)
     if no_streams and no_rules:
@@ -109,7 +110,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
             raise OutputError(f"{e}; the model was written to {output}") from None
     for note in r["notes"]:
         click.echo(f"note: {note}")
-    _echo_outcome(r, pinned=bool(shapes))
+    _echo_outcome(r, pinned=bool(shapes) and r["dynamic_dims"] != DECLARED)
     click.echo(f"wrote {output}")
 
 

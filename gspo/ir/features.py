@@ -9,6 +9,7 @@ Bytes are ``read`` (every input tensor, weights included) and ``written`` (every
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,7 +64,7 @@ def numel(v: Value | None) -> int:
     """Elements of a static value (0 when unknown or dynamic)."""
     if v is None or not v.is_static:
         return 0
-    return int(np.prod(v.shape, dtype=np.int64))
+    return math.prod(v.shape)  # exact (numpy's int64 product wraps around)
 
 
 def nbytes(v: Value | None) -> int:

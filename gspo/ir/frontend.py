@@ -172,6 +172,8 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
     """
     import onnx_ir as oir
 
+    if not model.graph.node:
+        return model
     try:
         m = oir.from_proto(model)
         _fold_passes(m, label)
@@ -179,8 +181,16 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
     except Exception as e:  # the library's own bug or limit: go on with the model as given
         log.warning("%s: constant folding failed (%s); using the graph as exported", label, first_line(e))
         return model
+    if _io_names(out) != _io_names(model):  # the clean-up renamed an input wired to an output
+        log.warning("%s: constant folding renamed the graph's inputs or outputs; using the graph as exported", label)
+        return model
     out.ir_version = model.ir_version
     return out
+
+
+def _io_names(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
+    weights = {t.name for t in model.graph.initializer}
+    return [vi.name for vi in model.graph.input if vi.name not in weights], [vi.name for vi in model.graph.output]
 
 
 def _unknown_outputs(model: onnx.ModelProto) -> int:

@@ -160,6 +160,10 @@ class ModelExtras:
     #: The graph inputs' and outputs' ``ValueInfoProto`` with their dynamic dimensions, when the
     #: graph still computes at other sizes (see ``to_model(..., keep_dynamic=True)``).
     dynamic_io: tuple[bytes, ...] = ()
+    #: Why onnxruntime refuses the model with its inputs pinned ("" when it does not): the
+    #: model is then always written with the inputs and outputs it declares (``dynamic_io``);
+    #: the pinned shapes hold only inside gspo.
+    static_refused: str = ""
     #: The model's weights were read from files beside it (external data).
     external_data: bool = False
 

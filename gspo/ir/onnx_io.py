@@ -12,7 +12,7 @@ import dataclasses
 import json
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import onnx
@@ -23,6 +23,7 @@ from gspo.errors import first_line as _first_line
 from gspo.ir import frontend
 from gspo.ir._hash import digest
 from gspo.ir.graph import Graph, ModelExtras
+from gspo.ir.order import topologically_sorted
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
 from gspo.outputs import atomic_write, replacing_together
@@ -56,6 +57,8 @@ MIN_OPSET = 7
 SCHEDULE_KEY = "gspo.schedule"
 PLACEMENT_KEY = "gspo.placement"
 _STRIP_ELEMENTS = 4096
+#: Elements a tensor may hold at most (4 TiB of float32: more than any machine gspo runs on).
+MAX_ELEMENTS = 2**40
 
 
 # ---------------------------------------------------------------------- loading
@@ -83,7 +86,7 @@ def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
 
 
 def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | None = None,
-         plain: bool = False) -> Graph:
+         plain: bool = False, refusal: Callable[[bytes], str | None] | None = None) -> Graph:
     """Load, check and shape-infer an ONNX file.
 
     Args:
@@ -91,12 +94,15 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         input_shapes: static shapes for graph inputs, replacing dynamic dimensions (the others
             get defaults, see :func:`from_model`).
         plain: pass the model through the front end first (:func:`gspo.ir.frontend.plain`).
+        refusal: why the runtime refuses a serialized model (``None``: it loads it), to check
+            a model with control flow once pinned (see :func:`from_model`).
 
     Raises:
         ModelLoadError, UnsupportedModelError, InputShapeError: with a one-line message.
     """
     p = Path(path)
-    return load_bytes(read_model_file(p), input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
+    return load_bytes(read_model_file(p), input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain,
+                      refusal=refusal)
 
 
 def read_model_file(path: str | os.PathLike) -> bytes:
@@ -122,6 +128,7 @@ def load_bytes(
     base_dir: str | None = None,
     label: str = "<model>",
     plain: bool = False,
+    refusal: Callable[[bytes], str | None] | None = None,
 ) -> Graph:
     """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
     model = onnx.ModelProto()
@@ -133,7 +140,7 @@ def load_bytes(
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
     external = _load_external_data(model, base_dir, label)
-    graph = from_model(model, input_shapes, label=label, plain=plain)
+    graph = from_model(model, input_shapes, label=label, plain=plain, refusal=refusal)
     if external:
         graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
     return graph
@@ -198,10 +205,27 @@ def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], .
             f"({onnx.defs.onnx_opset_version()})"
         )
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_shapes_declared(model))
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
     return opsets
+
+
+def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` as onnx's checker wants it: a graph input or output without a shape (which
+    onnxruntime runs) gets an empty one in a copy, only to be checked (an input must still be
+    given a shape with --input-shape; an output gets the inferred one)."""
+    def shapeless(m):
+        return [vi.type.tensor_type for vi in list(m.graph.input) + list(m.graph.output)
+                if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
+
+    if not shapeless(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for tt in shapeless(out):
+        tt.shape.SetInParent()
+    return out
 
 
 def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
@@ -254,6 +278,7 @@ def from_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     label: str = "<model>",
     plain: bool = False,
+    refusal: Callable[[bytes], str | None] | None = None,
 ) -> Graph:
     """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
 
@@ -261,13 +286,98 @@ def from_model(
     (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
     ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
     folded constants and shape arithmetic, ``Constant`` weights as initializers.
+
+    ``refusal`` (serialized model -> why the runtime refuses it, or ``None``) checks a model
+    with control flow once its inputs are pinned: a runtime infers shapes in every branch of an
+    ``If``, the branches the inputs never take included, and one of those may hold only at
+    other sizes. When it refuses the pinned model, the model is kept with the inputs and
+    outputs it declares (folded only where that holds at every size); the pins then hold only
+    inside gspo (``graph.extras.static_refused`` says why).
     """
+    model = topologically_sorted(model, label)
     opsets = _check_model(model, label)
-    model, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    model = _negative_dims_unknown(model)
+    pinned, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label)
+    if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
+        return graph
+    why = refusal(serialize(graph))
+    if why is None:
+        return graph
+    pins = {v.name: v.shape for v in graph.inputs if v.is_static}
+    # folded where that holds at every size (unless the runtime refuses that too), else as given
+    for given in ([frontend.fold(model, label)] if plain else []) + [model]:
+        declared = _declared(given, pins, opsets, defaulted, why, label)
+        if refusal(serialize(declared)) is None:
+            log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared",
+                     label, why)
+            return declared
+    return graph  # refused as declared too: not a matter of the pins
+
+
+def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: str) -> Graph:
+    """The graph of ``model`` written with the inputs and outputs it declares, its values
+    shaped as with ``pins`` (``why``: the runtime's reason to refuse the pinned model)."""
+    weights = _weight_names(model)
+    declared = tuple(vi.SerializeToString() for vi in list(model.graph.input) + list(model.graph.output)
+                     if vi.name not in weights)
+    extras = dataclasses.replace(_extras(model, weights, defaulted, declared), static_refused=why)
+    return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins))
+
+
+def _negative_dims_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every negative dimension the main graph declares made unknown, as
+    onnxruntime reads it (a copy when there is one; ONNX dimensions are never negative)."""
+    def negative(m):
+        return [d for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info)
+                if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim
+                if d.HasField("dim_value") and d.dim_value < 0]
+
+    if not negative(model):
+        return model
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for d in negative(out):
+        d.Clear()
+    return out
+
+
+def _check_sizes(values: Mapping[str, tuple[int, tuple | None]], label: str) -> None:
+    """Refuse a value whose static shape holds more than :data:`MAX_ELEMENTS` elements."""
+    for name, (_, shape) in values.items():
+        dims = [d for d in shape or () if isinstance(d, int)]
+        if _numel(dims) > MAX_ELEMENTS:
+            axis, d = max(enumerate(dims), key=lambda x: x[1])
+            raise UnsupportedModelError(
+                f"{label}: value {name!r} of shape {list(shape)} would hold {_numel(dims):.3g} elements "
+                f"(dimension {axis} is {d}); gspo handles at most 2**{MAX_ELEMENTS.bit_length() - 1} per tensor"
+            )
+
+
+def _weight_names(model: onnx.ModelProto) -> set[str]:
+    return {t.name for t in model.graph.initializer}
+
+
+def _real_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    weights = _weight_names(model)
+    return [vi for vi in model.graph.input if vi.name not in weights]
+
+
+def _has_subgraphs(model: onnx.ModelProto) -> bool:
+    """Whether a node of the main graph holds a subgraph (If, Loop, Scan, ...)."""
+    subgraph_types = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    return any(a.type in subgraph_types for n in model.graph.node for a in n.attribute)
+
+
+def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
+           values_from: onnx.ModelProto | None = None) -> Graph:
+    """The checked :class:`Graph` of ``model``, with the shapes inferred on ``values_from``
+    (``model`` itself by default; the same graph with other input shapes)."""
     g = model.graph
-    weight_names = {t.name for t in g.initializer}
-    real_inputs = [vi for vi in g.input if vi.name not in weight_names]
-    values = infer_values(model, label)
+    weight_names = _weight_names(model)
+    real_inputs = _real_inputs(model)
+    values = infer_values(values_from if values_from is not None else model, label)
+    _check_sizes(values, label)
     weights = {}
     for t in g.initializer:
         payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
@@ -279,7 +389,6 @@ def from_model(
         nodes.append(node_from_proto(n, values, outer))
         outer.update(o for o in n.output if o)
 
-    extras = _extras(model, weight_names, defaulted, dynamic_io)
     graph = Graph(
         inputs=tuple(value_of(vi, values) for vi in real_inputs),
         outputs=tuple(value_of(vi, values) for vi in g.output),
@@ -411,6 +520,7 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     gets the shape gspo's IR gives it, for strict shape inference to confirm.
     """
     ex = graph.extras
+    keep_dynamic = keep_dynamic or bool(ex.static_refused)
     dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]

@@ -5,7 +5,8 @@ token-type id one of two, an attention mask is 0 or 1. :func:`input_ranges` foll
 integer input through ops that keep its values (Cast to an integer type, Reshape, Unsqueeze,
 Slice, Concat, ...) to the ops that constrain them: the indices of a ``Gather`` lie below the
 size of the gathered axis, a ``OneHot`` index below its depth, and a value read as a condition
-(``Where``, ``Not``/``And``/``Or``, ``Cast`` to bool) or named like a mask is 0 or 1.
+(``Where``, ``Not``/``And``/``Or``, ``Cast`` to bool) or named like a mask is 0 or 1. A scalar
+compared for equality with a constant (a sample rate tested against 16000) takes that constant.
 
 Example:
     >>> from gspo.ir.builder import GraphBuilder
@@ -18,6 +19,10 @@ Example:
 """
 
 from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
 
 from gspo.ir.graph import Graph, Node
 from gspo.ir.weights import np_dtype
@@ -64,8 +69,41 @@ def _keeps_values(node: Node, position: int) -> bool:
     return position == 0 or node.op_type == "Concat"
 
 
+def _constant(graph: Graph, name: str) -> int | None:
+    """The integer a one-element constant (a weight or a ``Constant`` node) holds, else ``None``."""
+    values = None
+    if name in graph.weights and graph.weights[name].size == 1:
+        values = graph.weights[name].evaluate(graph.store)
+    producer = graph.producers.get(name)
+    if producer is not None and producer[0].op_type == "Constant" and not producer[0].is_opaque:
+        node = producer[0]
+        if node.attr("value_int") is not None:
+            values = np.array(node.attr("value_int"))
+        elif node.attr("value") is not None:
+            values = numpy_helper.to_array(onnx.TensorProto.FromString(node.attr("value")))
+    if values is None or values.size != 1 or values.dtype.kind not in "iu":
+        return None
+    return int(values.reshape(-1)[0])
+
+
+def _selector(graph: Graph, name: str) -> int | None:
+    """The constant a scalar integer input is compared with (``Equal``), if any: a selector
+    such as a sample rate, whose other values the model may not run with."""
+    for node in graph.consumers.get(name, ()):
+        if node.op_type == "Equal" and not node.is_opaque and len(node.inputs) == 2:
+            other = node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+            value = _constant(graph, other)
+            if value is not None:
+                return value
+    return None
+
+
 def _range_of(graph: Graph, name: str) -> tuple[int, int]:
     bound, mask = None, "mask" in name.lower()
+    if graph.values[name].shape == ():
+        selected = _selector(graph, name)
+        if selected is not None:
+            return (selected, selected + 1)
     todo, seen = [name], {name}
     while todo:
         value = todo.pop()

@@ -44,7 +44,16 @@ def extract(graph: Graph, ops: Sequence[int], name: str | None = None, also_expo
         opsets=graph.opsets,
         name=name or graph.name,
         store=graph.store,
-        extras=ModelExtras(ir_version=graph.extras.ir_version),
+        extras=_piece_extras(graph.extras),
         retired_weights=graph.retired_weights,
     )
     return sub, virtual
+
+
+def _piece_extras(extras: ModelExtras) -> ModelExtras:
+    """What a piece keeps of its graph's extras: the IR version and, when onnxruntime refuses
+    the graph with its inputs pinned, the inputs and outputs as declared (a piece holding its
+    control flow is refused alike)."""
+    if not extras.static_refused:
+        return ModelExtras(ir_version=extras.ir_version)
+    return ModelExtras(ir_version=extras.ir_version, dynamic_io=extras.dynamic_io, static_refused=extras.static_refused)

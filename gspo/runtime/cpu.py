@@ -69,6 +69,8 @@ class CpuExecutor:
             self._session = make_session(serialize(graph), config)
             return
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
+        # outputs no piece computes: weights the graph returns as they are
+        self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
         self._sessions = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
@@ -86,7 +88,7 @@ class CpuExecutor:
 
     def _run_inline(self, feeds: Mapping[str, np.ndarray], trace: list | None) -> dict[str, np.ndarray]:
         """One stream of pieces on several backends: each after the other, on this thread."""
-        values = dict(feeds)
+        values = {**self._weight_outputs, **feeds}
         for k, seg in enumerate(self.plan.segments):
             start = time.perf_counter()
             try:
@@ -115,7 +117,7 @@ class CpuExecutor:
             return self._run_inline(feeds, trace)
         if not self._workers:
             raise RuntimeError_("the executor is closed")
-        job = _Job(self.plan.num_events, dict(feeds), trace)
+        job = _Job(self.plan.num_events, {**self._weight_outputs, **feeds}, trace)
         for q in self._jobs:
             q.put(job)
         errors = [self._done.get() for _ in self._jobs]

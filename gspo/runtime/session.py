@@ -15,7 +15,8 @@ from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
 
-__all__ = ["SessionConfig", "make_session", "optimized_op_types", "run", "RuntimeError_", "runtime_version"]
+__all__ = ["SessionConfig", "load_refusal", "make_session", "optimized_op_types", "run", "RuntimeError_",
+           "runtime_version"]
 
 
 def runtime_version() -> str:
@@ -76,6 +77,15 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:
         raise RuntimeError_(f"onnxruntime cannot load the model: {_first_line(e)}") from None
+
+
+def load_refusal(data: bytes) -> str | None:
+    """Why onnxruntime refuses to load the serialized model ``data`` (``None``: it loads it)."""
+    try:
+        make_session(data)
+    except RuntimeError_ as e:
+        return str(e)
+    return None
 
 
 def optimized_op_types(model: Graph | bytes, config: SessionConfig = SessionConfig()) -> list[str]:

@@ -19,6 +19,10 @@ from gspo.runtime import (
 from gspo.search.config import Prepared
 from gspo.streams import Schedule
 
+#: ``dynamic_dims`` when the inputs are written as the model declares them (see
+#: ``ModelExtras.static_refused``).
+DECLARED = "as the model declares them: onnxruntime refuses it with its inputs pinned"
+
 
 def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:
     """Random inputs for ``graph`` with the dynamic dimensions ``dims`` ((input, axis) -> size)."""
@@ -30,6 +34,8 @@ def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> d
 def keeps_dynamic(prepared: Prepared, graph: Graph, schedule: Schedule | None, cfg) -> tuple[bool, str]:
     """Whether the result can be saved with the input's dynamic dimensions: it must compute the
     same as the original at other sizes too (batch 2; other dimensions halved)."""
+    if graph.extras.static_refused:
+        return True, DECLARED
     defaulted = prepared.original.extras.defaulted
     if not defaulted:
         return False, ""

@@ -49,6 +49,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.inputs import check_inputs
+from gspo.runtime.session import load_refusal
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
     OptimizeConfig,
@@ -99,7 +100,7 @@ def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) 
         return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras), None
     p = Path(model)
     data = read_model_file(p)
-    where = {"base_dir": str(p.resolve().parent), "label": str(p)}
+    where = {"base_dir": str(p.resolve().parent), "label": str(p), "refusal": load_refusal}
     original = load_bytes(data, input_shapes, **where)
     return original, (load_bytes(data, input_shapes, plain=True, **where) if use_frontend else original), data
 
@@ -115,6 +116,8 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     if original.extras.defaulted:
         pins = {v.name: v.shape for v in original.inputs}
         notes.append(describe_defaults(original.extras.defaulted, pins))
+    if original.extras.static_refused:
+        notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
     feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
     if work is original:
         _require_runs(original, feeds[0])

@@ -64,8 +64,12 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
              tolerance: Tolerance, runs: int) -> PieceTimes:
     """Time ``graph`` on every backend (checked against onnxruntime's outputs first)."""
     out = PieceTimes()
-    data = make_session(graph, config)  # the reference
-    expected = [run(data, f) for f in feeds]
+    try:
+        data = make_session(graph, config)  # the reference
+        expected = [run(data, f) for f in feeds]
+    except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
+        out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
+        return out
     runners = []
     for b in backends:
         try:

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo import ir
 from gspo.errors import GspoError, InputShapeError, ModelLoadError, UnsupportedModelError
-from gspo.ir.onnx_io import MAX_IR_VERSION, SCHEDULE_KEY, STREAM_KEY
+from gspo.ir.onnx_io import MAX_IR_VERSION, SCHEDULE_KEY, STREAM_KEY, from_model
 from gspo.outputs import OutputError
 from gspo.runtime import make_session, run
 from tests.helpers import branchy, onnx_model, random_array, relu_model
@@ -68,7 +68,7 @@ def test_truncated_protobuf(tmp_path):
 
 def test_model_failing_the_checker(tmp_path):
     bad = onnx_model(
-        [helper.make_node("Relu", ["missing"], ["y"])],
+        [helper.make_node("Relu", ["x"], ["y"], alpha=1.0)],  # Relu has no attribute alpha
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
     )
@@ -297,3 +297,27 @@ def test_large_models_save_with_external_data(tmp_path, monkeypatch):
         run(make_session(g), feeds)[g.outputs[0].name],
         run(make_session(branchy(channels=8)), feeds)[g.outputs[0].name],
     )
+
+
+# ------------------------------------------------------------ bad dimensions
+def _relu_declared(dim, value_info_dim=None):
+    vi = [helper.make_tensor_value_info("t", TensorProto.FLOAT, [value_info_dim, 4])] if value_info_dim else []
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["t"]), helper.make_node("Relu", ["t"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [dim, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [dim, 4])], value_info=vi)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_a_negative_dimension_is_dynamic_as_onnxruntime_reads_it(tmp_path):
+    g = ir.load(_write(tmp_path, _relu_declared(-5)))
+    assert g.inputs[0].shape == (1, 4) and [(d.input, d.axis) for d in g.extras.defaulted] == [("x", 0)]
+    assert ir.load(_write(tmp_path, _relu_declared(-5)), {"x": (3, 4)}).inputs[0].shape == (3, 4)
+    assert from_model(_relu_declared(2, value_info_dim=-3)).values["t"].shape == (2, 4)
+
+
+def test_a_dimension_no_machine_holds_is_refused_naming_the_value_and_dimension(tmp_path):
+    with pytest.raises(UnsupportedModelError, match=r"value 'x' of shape \[4611686018427387904, 4\].*dimension 0 "
+                                                    r"is 4611686018427387904"):
+        ir.load(_write(tmp_path, _relu_declared(2**62)))

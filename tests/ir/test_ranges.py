@@ -6,6 +6,7 @@ import numpy as np
 from onnx import TensorProto
 
 from gspo.ir.builder import GraphBuilder
+from gspo.ir.onnx_io import from_model
 from gspo.ir.ranges import DEFAULT_INT_RANGE, input_ranges
 
 INT64 = TensorProto.INT64
@@ -58,3 +59,20 @@ def test_an_unconstrained_integer_gets_the_default_and_floats_are_left_out():
     b.output(b.op("Add", [n, n]))
     b.output(b.op("Relu", [b.input("x", (1, 2))]))
     assert input_ranges(b.build()) == {"n": DEFAULT_INT_RANGE}
+
+
+def test_a_scalar_compared_with_a_constant_takes_it_and_ids_compared_with_padding_do_not():
+    b = GraphBuilder()
+    sr = b.input("sr", (), INT64)
+    ids = b.input("ids", (1, 8), INT64)
+    b.output(b.op("Equal", [sr, b.const("rate", np.array(16000, np.int64))]))
+    b.output(b.op("Equal", [ids, b.const("pad", np.array(0, np.int64))]))
+    assert input_ranges(b.build()) == {"sr": (16000, 16001), "ids": DEFAULT_INT_RANGE}
+
+
+def test_a_scalar_compared_with_a_constant_node_takes_it():
+    from tests.ir.control_flow import PINS, vad_model
+
+    graph = from_model(vad_model(), PINS)  # sr == Constant(16000), the Constant node kept
+    assert any(n.op_type == "Constant" for n in graph.nodes)
+    assert input_ranges(graph)["sr"] == (16000, 16001)

@@ -104,3 +104,16 @@ def test_trace_records_every_segment():
         ex.run(random_inputs(g), trace=trace)
         assert sorted(t.segment for t in trace) == list(range(len(ex.plan.segments)))
         assert all(t.wait_start <= t.start <= t.end for t in trace)
+
+
+def test_a_weight_returned_as_a_graph_output_comes_back_from_streams():
+    b = GraphBuilder()
+    x = b.input("x", (2, 4))
+    w = b.const("w", np.arange(8, dtype=np.float32).reshape(2, 4))
+    b.output(b.op("Relu", [x]), b.op("Neg", [x]), w)
+    g = b.build()
+    schedule = assign_streams(g, max_streams=2)
+    assert schedule.num_streams == 2
+    with CpuExecutor(g, schedule) as ex:
+        out = ex.run({"x": np.ones((2, 4), np.float32)})
+    assert np.array_equal(out[w], np.arange(8, dtype=np.float32).reshape(2, 4))

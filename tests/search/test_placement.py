@@ -119,3 +119,13 @@ def test_a_placed_result_is_saved_and_run_as_placed(tmp_path, monkeypatch):
         got = ex.run(random_inputs(g, 0))
     want = run(make_session(ir.load(src)), random_inputs(g, 0))
     np.testing.assert_allclose(got[g.outputs[0].name], want[g.outputs[0].name], rtol=1e-4, atol=1e-5)
+
+
+def test_a_piece_onnxruntime_cannot_load_alone_is_refused_on_every_backend_not_fatal(tmp_path):
+    from gspo.ir.subgraph import extract
+    from tests.ir.control_flow import PINS, feeds, vad_model
+
+    graph = ir.onnx_io.from_model(vad_model(), PINS)
+    piece, _ = extract(graph, range(len(graph.nodes)))  # pinned: onnxruntime refuses its 8 kHz branch
+    times = pl.time_pieces([piece], [[feeds()]], ("ort",), None, runs=3)
+    assert "cannot run the piece alone" in times[0].refused["ort"] and times[0].best() == "ort"
