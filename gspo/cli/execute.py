@@ -8,6 +8,8 @@ from pathlib import Path
 import click
 
 from gspo.cli.common import (
+    MAX_JOBS,
+    SEED,
     _load,
     cli,
     device_option,
@@ -25,7 +27,7 @@ from gspo.outputs import check_outputs, replacing
 @streams_option
 @device_option
 @inputs_option
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of random inputs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the outputs here (.npz).")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Plot when each segment ran (PNG, needs gspo[plot]).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT / TIMELINE.")
@@ -105,9 +107,10 @@ def _plot_timeline(trace, executor, path) -> None:
 @device_option
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Intra-op threads per session (0: onnxruntime's default, divided among streams).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--threads", type=click.IntRange(0, MAX_JOBS), default=0, show_default=True,
+              help=f"Intra-op threads per session, at most the CPU cores ({MAX_JOBS}) "
+                   "(0: onnxruntime's default, divided among streams).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @inputs_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @input_shape_option

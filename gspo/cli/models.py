@@ -9,6 +9,7 @@ from collections import Counter
 import click
 
 from gspo.cli.common import (
+    SEED,
     Number,
     _load,
     cli,
@@ -26,7 +27,7 @@ from gspo.outputs import check_outputs
 @click.option("--list", "list_", is_flag=True, help="List the models and exit.")
 @click.option("--size", type=click.Choice(["tiny", "full"]), default="tiny", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random weights.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @handle_errors
 def zoo(name, list_, size, output, seed, force):
@@ -139,7 +140,7 @@ def info(model, input_shapes, as_json):
 @click.option("--atol", type=Number(0), default=1e-4, show_default=True, help="Absolute tolerance.")
 @click.option("--ntol", type=Number(0), default=1e-5, show_default=True,
               help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
 @inputs_option
 @input_shape_option
