@@ -9,6 +9,7 @@ import math
 import os
 import signal
 import sys
+from contextlib import contextmanager
 
 import click
 
@@ -138,6 +139,26 @@ def _say_defaults(path: str, graph) -> None:
     if graph.extras.defaulted:
         pins = {v.name: v.shape for v in graph.inputs}
         click.echo(f"gspo: {path}: {describe_defaults(graph.extras.defaulted, pins)}", err=True)
+
+
+@contextmanager
+def explaining(graphs, seed: int | None):
+    """When onnxruntime fails to run one of ``graphs`` at the sizes gspo chose for its dynamic
+    dimensions (random inputs from ``seed``; None: the user's inputs), say so in one line with
+    the flags that fix it (:func:`gspo.runtime.pinned.explain_defaults_failure`)."""
+    from gspo.runtime.session import RuntimeError_
+
+    try:
+        yield
+    except RuntimeError_:
+        if seed is not None:
+            from gspo.runtime.pinned import explain_defaults_failure
+
+            for graph in graphs:
+                message = explain_defaults_failure(graph, seed)
+                if message:
+                    raise GspoError(message) from None
+        raise
 
 
 def inputs_option(fn):

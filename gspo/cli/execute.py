@@ -13,6 +13,7 @@ from gspo.cli.common import (
     _load,
     cli,
     device_option,
+    explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
@@ -58,7 +59,8 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     try:
         trace: list = []
         start = time.perf_counter()
-        outputs = executor.run(feeds, trace=trace) if device == "cpu" else executor.run(feeds)
+        with explaining((graph,), None if inputs_file else seed):
+            outputs = executor.run(feeds, trace=trace) if device == "cpu" else executor.run(feeds)
         seconds = time.perf_counter() - start
     finally:
         executor.close()
@@ -155,7 +157,8 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
                 label = f"{m} [streams={ex.num_streams}{'' if n else ', auto'}]"
                 runners.append((label, timed_runner(ex, feeds)))  # on CUDA: device time, inputs uploaded once
         click.echo(f"timing {len(runners)} configurations x {runs} runs ...", err=True)
-        timings = interleaved(runners, runs, warmup)
+        with explaining([g for _, g in graphs], None if inputs_file else seed):
+            timings = interleaved(runners, runs, warmup)
     finally:
         for ex in executors:
             ex.close()

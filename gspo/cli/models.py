@@ -13,6 +13,7 @@ from gspo.cli.common import (
     Number,
     _load,
     cli,
+    explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
@@ -164,7 +165,8 @@ def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_sh
 
     a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
-    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
+    with explaining((a, b), seed if feeds is None else None):
+        result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
     click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12} {'rel to max':>11}  verdict")
     for d in result.outputs:
         click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "
