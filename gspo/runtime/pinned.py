@@ -86,21 +86,23 @@ def explain_defaults_failure(graph: Graph, seed: int = 0) -> str | None:
     defaulted = graph.extras.defaulted
     if not defaulted or not graph.extras.dynamic_io:
         return None
+    candidates = _candidates(defaulted)
     try:
         session = make_session(serialize(graph, keep_dynamic=True))
         reason = _failure(session, graph, {}, seed)
         if reason is None:
             return None
-        fix = next((dims for dims in _candidates(defaulted) if _failure(session, graph, dims, seed) is None), None)
+        fix = next((dims for dims in candidates if _failure(session, graph, dims, seed) is None), None)
     except GspoError:
         return None
     pinned = "; ".join(f"{d.input} dim {d.axis}{'' if d.symbol == '?' else f' ({d.symbol})'} -> {d.value}"
                        for d in defaulted)
-    head = f"onnxruntime cannot run the model at the sizes gspo chose for its dynamic dimensions ({pinned}): {reason}"
+    where = f"at the sizes gspo chose for its dynamic dimensions ({pinned})"
     if fix is not None:
         changed = list(dict.fromkeys(name for name, _ in fix))
-        return (f"{head}; it runs with {_flags(graph, fix, changed)} (or pass the sizes you use with "
-                "--input-shape, or real inputs with --inputs FEEDS.npz)")
+        return (f"onnxruntime cannot run the model {where}: {reason}; it runs with {_flags(graph, fix, changed)} "
+                "(or pass the sizes you use with --input-shape, or real inputs with --inputs FEEDS.npz)")
     names = list(dict.fromkeys(d.input for d in defaulted))
-    return (f"{head}; pass the sizes the model takes with --input-shape (now {_flags(graph, {}, names)}), "
-            "or real inputs with --inputs FEEDS.npz")
+    tried = ", nor with them set to 1" if candidates else ""
+    return (f"onnxruntime cannot run the model {where}{tried}: {reason}; pass the sizes the model takes with "
+            f"--input-shape (now {_flags(graph, {}, names)}), or real inputs with --inputs FEEDS.npz")
