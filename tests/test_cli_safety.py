@@ -101,7 +101,7 @@ def test_force_only_overwrites_it_does_not_accept_a_foreign_profile(tmp_path, mo
 @pytest.mark.parametrize("option, value, says", [
     ("--time-budget", "nan", "not a finite number"),
     ("--time-budget", "inf", "not a finite number"),
-    ("--time-budget", "0", "is not in (0, inf)"),
+    ("--time-budget", "0", "is not in (0, 604800]"),
     ("--alpha", "nan", "not a finite number"),
     ("--threshold", "0", "not in the range x>=2"),
     ("--jobs", "100000", "not in the range 0<=x<="),

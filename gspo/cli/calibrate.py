@@ -9,6 +9,7 @@ import click
 
 from gspo.cli.common import (
     EVALUATION_PASSES,
+    MAX_SECONDS,
     Number,
     _progress_printer,
     cli,
@@ -48,7 +49,8 @@ def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, a
 @click.option("--device", type=click.Choice(["cpu"]), default=None, help="Calibrate on the CPU.")
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate on the CUDA device; save the profile as NAME.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Profile file [default: the user cache].")
-@click.option("--budget", type=Number(0, low_open=True), default=15.0, show_default=True, help="Minutes to spend measuring at most.")
+@click.option("--budget", type=Number(0, MAX_SECONDS / 60, low_open=True), default=15.0, show_default=True,
+              help="Minutes to spend measuring at most (at most a week).")
 @click.option("--db", "db_path", type=click.Path(dir_okay=False), help="Calibration database (SQLite) [default: user cache].")
 @click.option("--evaluate", "evaluate_profile", metavar="PROFILE", help="Measure held-out subgraphs and report accuracy.")
 @click.option("--count", type=click.IntRange(min=5), default=100, show_default=True, help="Held-out subgraphs of each kind.")

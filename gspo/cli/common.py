@@ -9,10 +9,12 @@ import math
 import os
 import signal
 import sys
+from contextlib import contextmanager
 
 import click
 
 from gspo.errors import GspoError
+from gspo.ir.onnx_io import MAX_ELEMENTS
 
 __all__ = ["main", "cli"]
 
@@ -25,6 +27,14 @@ MAX_JOBS = os.cpu_count() or 1
 #: twelve runs); the one run of 20 passes (12 minutes) had the lowest noise in its own mean and a
 #: floor like the others' (most of the floor is between runs).
 EVALUATION_PASSES = 6
+#: Seconds any time option may give at most (one week): a budget far past the search's needs
+#: overflowed its arithmetic (``--time-budget 1e308``).
+MAX_SECONDS = 7 * 24 * 3600.0
+#: ``--seed`` range: what numpy's generators take from the command line (0 .. 2**32 - 1).
+SEED = click.IntRange(0, 2**32 - 1)
+#: ``--input-shape`` bounds: a dimension must fit onnxruntime's 32-bit sizes, an input at most
+#: 2**40 elements (4 TiB of float32), so that every size gspo computes stays an exact integer.
+MAX_DIM = 2**31 - 1
 
 
 class Context:
@@ -82,6 +92,24 @@ def handle_errors(fn):
     return wrapper
 
 
+def _check_input_shapes(ctx, param, specs: tuple[str, ...]) -> tuple[str, ...]:
+    """``--input-shape`` values, refused (a usage error) unless well formed and within bounds."""
+    from gspo import ir
+
+    try:
+        shapes = ir.parse_input_shapes(specs)
+    except GspoError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+    for name, shape in shapes.items():
+        too_big = [d for d in shape if d > MAX_DIM]
+        if too_big:
+            raise click.BadParameter(f"{name}: dimension {too_big[0]} is above {MAX_DIM} (2**31 - 1)", ctx, param)
+        if math.prod(shape) > MAX_ELEMENTS:
+            raise click.BadParameter(f"{name}: {math.prod(shape)} elements, more than gspo handles "
+                                     f"in one input ({MAX_ELEMENTS}, 2**40)", ctx, param)
+    return specs
+
+
 def input_shape_option(fn):
     """The ``--input-shape NAME=D1,D2,...`` option (repeatable)."""
     return click.option(
@@ -89,8 +117,10 @@ def input_shape_option(fn):
         "input_shapes",
         multiple=True,
         metavar="NAME=D1,D2,...",
+        callback=_check_input_shapes,
         help="Pin the shape of a graph input (repeatable). Dynamic dimensions not pinned get "
-             "defaults: 1 for a batch (first) dimension, 128 for any other.",
+             "defaults: 1 for a batch (first) dimension, 128 for any other. Each dimension at "
+             f"most {MAX_DIM}, each input at most 2**40 elements.",
     )(fn)
 
 
@@ -116,6 +146,26 @@ def _say_defaults(path: str, graph) -> None:
     if graph.extras.defaulted:
         pins = {v.name: v.shape for v in graph.inputs}
         click.echo(f"gspo: {path}: {describe_defaults(graph.extras.defaulted, pins)}", err=True)
+
+
+@contextmanager
+def explaining(graphs, seed: int | None):
+    """When onnxruntime fails to run one of ``graphs`` at the sizes gspo chose for its dynamic
+    dimensions (random inputs from ``seed``; None: the user's inputs), say so in one line with
+    the flags that fix it (:func:`gspo.runtime.pinned.explain_defaults_failure`)."""
+    from gspo.runtime.session import RuntimeError_
+
+    try:
+        yield
+    except RuntimeError_:
+        if seed is not None:
+            from gspo.runtime.pinned import explain_defaults_failure
+
+            for graph in graphs:
+                message = explain_defaults_failure(graph, seed)
+                if message:
+                    raise GspoError(message) from None
+        raise
 
 
 def inputs_option(fn):

@@ -8,9 +8,12 @@ from pathlib import Path
 import click
 
 from gspo.cli.common import (
+    MAX_JOBS,
+    SEED,
     _load,
     cli,
     device_option,
+    explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
@@ -25,7 +28,7 @@ from gspo.outputs import check_outputs, replacing
 @streams_option
 @device_option
 @inputs_option
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of random inputs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write the outputs here (.npz).")
 @click.option("--timeline", type=click.Path(dir_okay=False), help="Plot when each segment ran (PNG, needs gspo[plot]).")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT / TIMELINE.")
@@ -56,7 +59,8 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     try:
         trace: list = []
         start = time.perf_counter()
-        outputs = executor.run(feeds, trace=trace) if device == "cpu" else executor.run(feeds)
+        with explaining((graph,), None if inputs_file else seed):
+            outputs = executor.run(feeds, trace=trace) if device == "cpu" else executor.run(feeds)
         seconds = time.perf_counter() - start
     finally:
         executor.close()
@@ -105,9 +109,10 @@ def _plot_timeline(trace, executor, path, force: bool) -> None:
 @device_option
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True)
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
-@click.option("--threads", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Intra-op threads per session (0: onnxruntime's default, divided among streams).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--threads", type=click.IntRange(0, MAX_JOBS), default=0, show_default=True,
+              help=f"Intra-op threads per session, at most the CPU cores ({MAX_JOBS}) "
+                   "(0: onnxruntime's default, divided among streams).")
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @inputs_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @input_shape_option
@@ -152,7 +157,8 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
                 label = f"{m} [streams={ex.num_streams}{'' if n else ', auto'}]"
                 runners.append((label, timed_runner(ex, feeds)))  # on CUDA: device time, inputs uploaded once
         click.echo(f"timing {len(runners)} configurations x {runs} runs ...", err=True)
-        timings = interleaved(runners, runs, warmup)
+        with explaining([g for _, g in graphs], None if inputs_file else seed):
+            timings = interleaved(runners, runs, warmup)
     finally:
         for ex in executors:
             ex.close()

@@ -9,9 +9,11 @@ from collections import Counter
 import click
 
 from gspo.cli.common import (
+    SEED,
     Number,
     _load,
     cli,
+    explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
@@ -26,7 +28,7 @@ from gspo.outputs import check_outputs
 @click.option("--list", "list_", is_flag=True, help="List the models and exit.")
 @click.option("--size", type=click.Choice(["tiny", "full"]), default="tiny", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Where to write the model.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random weights.")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT if it exists.")
 @handle_errors
 def zoo(name, list_, size, output, seed, force):
@@ -139,7 +141,7 @@ def info(model, input_shapes, as_json):
 @click.option("--atol", type=Number(0), default=1e-4, show_default=True, help="Absolute tolerance.")
 @click.option("--ntol", type=Number(0), default=1e-5, show_default=True,
               help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
 @inputs_option
 @input_shape_option
@@ -163,7 +165,8 @@ def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_sh
 
     a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
-    result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
+    with explaining((a, b), seed if feeds is None else None):
+        result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
     click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12} {'rel to max':>11}  verdict")
     for d in result.outputs:
         click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "

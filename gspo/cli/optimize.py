@@ -9,6 +9,8 @@ import click
 
 from gspo.cli.common import (
     MAX_JOBS,
+    MAX_SECONDS,
+    SEED,
     Number,
     _progress_printer,
     cli,
@@ -30,15 +32,15 @@ from gspo.outputs import OutputError, atomic_write, check_outputs
               help="Use a profile made on another device or onnxruntime version (with a warning).")
 @click.option("--alpha", type=Number(1), default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
 @click.option("--budget", type=click.IntRange(min=0), default=40, show_default=True, help="Graphs expanded per piece at most.")
-@click.option("--time-budget", type=Number(0, low_open=True), default=90.0, show_default=True,
-              help="Seconds for the whole optimization (anytime: the best so far is verified and written).")
+@click.option("--time-budget", type=Number(0, MAX_SECONDS, low_open=True), default=90.0, show_default=True,
+              help="Seconds for the whole optimization, at most a week (anytime: the best so far is verified and written).")
 @click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece in ops [default: 64].")
 @click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores].")
 @click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=0,
               help=f"Processes searching pieces, at most the CPU cores ({MAX_JOBS}) [default: all of them].")
 @click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
 @click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random verification inputs.")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random verification inputs.")
 @click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
               help="Pick verified candidates by measured latency, or by the cost model (the same bytes for "
                    "the same input, seed and profile, as long as the time budget does not cut the search).")

@@ -110,34 +110,45 @@ class Profile:
 
     @classmethod
     def from_json(cls, d: dict, label: str = "profile") -> Profile:
-        """The profile stored by :meth:`to_json` (a ProfileError when it is not one)."""
+        """The profile stored by :meth:`to_json`, its schema checked (types, required fields,
+        finite numbers, costs not negative) and its estimates tried on probe features.
+
+        Raises:
+            ProfileError: one line naming ``label`` and the field that is wrong.
+        """
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise ProfileError(f"{label}: not a gspo profile")
         if d.get("version") != SCHEMA_VERSION:
             raise ProfileError(f"{label}: profile schema version {d.get('version')!r}, gspo reads {SCHEMA_VERSION}")
-        try:
-            return cls(
-                device=str(d["device"]),
-                runtime=str(d["runtime"]),
-                call_cost=float(d["call_cost"]),
-                segment_cost=float(d["segment_cost"]),
-                sync_cost=float(d["sync_cost"]),
-                families={k: Poly.from_json(v) for k, v in d["families"].items()},
-                representatives={k: [(float(a), float(b)) for a, b in v] for k, v in d["representatives"].items()},
-                parallel=Poly.from_json(d["parallel"]) if d.get("parallel") else None,
-                seq_scale=tuple(float(v) for v in d.get("seq_scale", (1.0, 0.0))),
-                segment_byte_cost=float(d.get("segment_byte_cost", 0.0)),
-                op_overhead=float(d.get("op_overhead", 0.0)),
-                reference_s=float(d.get("reference_s", 0.0)),
-                family_scale={str(k): float(v) for k, v in d.get("family_scale", {}).items()},
-                launch_cost=float(d.get("launch_cost", 0.0)),
-                reorder_cost=float(d.get("reorder_cost", 0.0)),
-                layout_block=int(d.get("layout_block", 0)),
-                gspo_version=str(d.get("gspo_version", "")),
-                meta=dict(d.get("meta", {})),
-            )
-        except (KeyError, TypeError, ValueError) as e:
-            raise ProfileError(f"{label}: corrupt profile ({type(e).__name__}: {e})") from None
+        from gspo.costmodel.schema import Fields, check_estimates, read_fields
+
+        profile = cls(**read_fields(Fields(label), d))
+        check_estimates(profile, label)
+        return profile
+
+
+#: A profile file larger than this is not one (the shipped profile is under 50 KB).
+MAX_PROFILE_BYTES = 64 * 2**20
+
+
+def _read_json(path: Path):
+    """The JSON in ``path``: a regular file, of a profile's size, UTF-8, parsed."""
+    try:
+        if not path.is_file():
+            raise ProfileError(f"{path}: not a regular file" if path.exists() else f"{path}: no such file")
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise ProfileError(f"{path}: not a gspo profile (over {MAX_PROFILE_BYTES // 2**20} MB)")
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise ProfileError(f"{path}: cannot read the profile ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not a gspo profile (not UTF-8 text)") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ProfileError(f"{path}: not a gspo profile (JSON nested too deeply)") from None
+    except ValueError:
+        raise ProfileError(f"{path}: not a gspo profile (not JSON)") from None
 
 
 def save_profile(profile: Profile, path: str | os.PathLike, overwrite: bool = True) -> Path:
@@ -165,15 +176,7 @@ def load_profile(name_or_path: str, device: str | None = None, runtime: str | No
         ProfileError: missing, unreadable, corrupt, foreign, or mismatched without ``force``.
     """
     path = find_profile(name_or_path)
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ProfileError(f"{path}: cannot read the profile ({e.strerror or e})") from None
-    try:
-        data = json.loads(text)
-    except (ValueError, UnicodeDecodeError):
-        raise ProfileError(f"{path}: not a gspo profile (not JSON)") from None
-    profile = Profile.from_json(data, str(path))
+    profile = Profile.from_json(_read_json(path), str(path))
     for what, mine, theirs in (("device", device, profile.device), ("onnxruntime version", runtime, profile.runtime)):
         if mine is not None and mine != theirs:
             message = f"{path}: the profile was made for {what} {theirs!r}, this is {mine!r}"

@@ -49,6 +49,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.inputs import check_inputs
+from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
@@ -119,8 +120,9 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     if original.extras.static_refused:
         notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
     feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
+    seed = cfg.seed if inputs is None else None  # with the user's inputs, gspo chose no size
     if work is original:
-        _require_runs(original, feeds[0])
+        _require_runs(original, feeds[0], seed)
         return Prepared(original, work, feeds, notes, data)
     try:
         with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance) as trial:
@@ -128,15 +130,22 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
                 notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
                 work = original
     except ReferenceError_ as e:
-        raise GspoError(f"onnxruntime cannot run the model: {e}") from None
+        raise GspoError(_cannot_run(original, e, seed)) from None
     return Prepared(original, work, feeds, notes, data)
 
 
-def _require_runs(graph: Graph, feeds) -> None:
+def _require_runs(graph: Graph, feeds, seed: int | None) -> None:
     try:
         run(make_session(graph), feeds)
     except GspoError as e:
-        raise GspoError(f"onnxruntime cannot run the model: {e}") from None
+        raise GspoError(_cannot_run(graph, e, seed)) from None
+
+
+def _cannot_run(graph: Graph, e: Exception, seed: int | None) -> str:
+    """Why the model as given does not run: at the sizes gspo chose for its dynamic dimensions
+    (which are named, with the flags that fix it), or onnxruntime's reason as it is."""
+    explained = None if seed is None else explain_defaults_failure(graph, seed)
+    return explained or f"onnxruntime cannot run the model: {e}"
 
 
 # --------------------------------------------------------------------- pieces

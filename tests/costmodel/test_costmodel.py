@@ -198,7 +198,7 @@ def test_profile_round_trip_and_errors(tmp_path):
     d = p.to_json()
     del d["families"]
     broken.write_text(json.dumps(d))
-    with pytest.raises(ProfileError, match="corrupt profile"):
+    with pytest.raises(ProfileError, match="field 'families' is missing"):
         load_profile(str(broken))
     with pytest.raises(ProfileError, match="no profile named"):
         load_profile("does-not-exist")
