@@ -20,6 +20,7 @@ from gspo.runtime.executor import (
 from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
 from gspo.runtime.plan import Plan, Segment, make_plan
 from gspo.runtime.session import (
+    BackendError,
     SessionConfig,
     make_session,
     optimized_op_types,
@@ -29,6 +30,7 @@ from gspo.runtime.session import (
 from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verify
 
 __all__ = [
+    "BackendError",
     "CpuExecutor",
     "DeviceTime",
     "Plan",

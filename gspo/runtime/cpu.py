@@ -22,7 +22,7 @@ import numpy as np
 from gspo.ir import Graph, serialize
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
-from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
+from gspo.runtime.session import BackendError, SessionConfig, make_session
 from gspo.streams import Placement, Schedule
 
 __all__ = ["CpuExecutor", "TraceEvent"]
@@ -91,10 +91,10 @@ class CpuExecutor:
             start = time.perf_counter()
             try:
                 outs = self._sessions[k].run(list(seg.outputs), {name: values[name] for name in seg.inputs})
-            except RuntimeError_:
+            except BackendError:
                 raise
             except Exception as e:
-                raise RuntimeError_(f"{seg.backend} failed to run a piece: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"{seg.backend} failed to run a piece: {str(e).splitlines()[0][:300]}") from None
             values.update(zip(seg.outputs, outs))
             if trace is not None:
                 trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
@@ -107,14 +107,14 @@ class CpuExecutor:
             try:
                 outs = self._session.run(names, dict(feeds))
             except Exception as e:
-                raise RuntimeError_(f"onnxruntime failed to run the model: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"onnxruntime failed to run the model: {str(e).splitlines()[0][:300]}") from None
             if trace is not None:
                 trace.append(TraceEvent(0, 0, 0.0, 0.0, 0.0))
             return dict(zip(names, outs))
         if self.plan.num_streams == 1:
             return self._run_inline(feeds, trace)
         if not self._workers:
-            raise RuntimeError_("the executor is closed")
+            raise BackendError("the executor is closed")
         job = _Job(self.plan.num_events, dict(feeds), trace)
         for q in self._jobs:
             q.put(job)
@@ -152,7 +152,7 @@ class CpuExecutor:
             except _Abort:
                 error = None
             except Exception as e:
-                error = RuntimeError_(f"onnxruntime failed on stream {stream}: {str(e).splitlines()[0][:300]}")
+                error = BackendError(f"onnxruntime failed on stream {stream}: {str(e).splitlines()[0][:300]}")
                 job.fail()
             self._done.put(error)
 
