@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gspo.errors import GspoError
+from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
@@ -151,8 +152,8 @@ def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
     return _OpenVinoRunner(compiled)
 
 
-def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()):
-    """A runner of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
+def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()) -> Runner:
+    """A :class:`~gspo.runtime.protocols.Runner` of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
 
     Raises:
         BackendError: the backend refuses the model (the reason in one line).

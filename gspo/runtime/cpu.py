@@ -7,6 +7,12 @@ measured on 2 cores (``benchmarks/streams.md``), dividing the cores among the st
 (ResNet-50 0.57x vs 0.82x of plain onnxruntime) because a stream whose branch is alone then
 runs on one core. With one stream the executor is one plain onnxruntime session over the whole
 model, run on the calling thread.
+
+A placed model's pieces run on the :class:`~gspo.runtime.protocols.Runner` that
+:func:`~gspo.runtime.backends.load_runner` loads for their backend; the executor names no
+backend itself and drives them all from the CPU's threads with host arrays (a piece placed on
+``cuda`` copies its values to the GPU and back). A whole model on CUDA streams is
+:class:`~gspo.runtime.cuda.CudaExecutor`'s, chosen by :func:`~gspo.runtime.executor.device_executor`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 from gspo.ir import Graph, serialize
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
+from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 from gspo.streams import Placement, Schedule
 
@@ -69,7 +76,7 @@ class CpuExecutor:
             self._session = make_session(serialize(graph), config)
             return
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
-        self._sessions = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
+        self._sessions: list[Runner] = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
