@@ -14,7 +14,7 @@ import click
 
 from gspo.errors import GspoError
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "load_model", "progress_printer"]
 
 EXIT_ERROR = 2
 #: ``--jobs`` at most: one search process per core (more would share the cores and overrun the
@@ -94,7 +94,7 @@ def input_shape_option(fn):
     )(fn)
 
 
-def _load(path: str, input_shapes=(), plain: bool = False):
+def load_model(path: str, input_shapes=(), plain: bool = False):
     """Load a model for a command; say in one line which dynamic dimensions got defaults."""
     from gspo import ir
 
@@ -210,7 +210,7 @@ def device_option(fn):
 
 
 # ------------------------------------------------------------------ calibrate
-def _progress_printer(label: str):
+def progress_printer(label: str):
     """A one-line progress display on a terminal; in a pipe or a CI log, a line at every tenth."""
     tty = sys.stderr.isatty()
     state = {"total": None, "done": -1, "tenth": -1}  # a new count (another phase) starts over

@@ -11,12 +11,12 @@ import click
 from gspo.cli.common import (
     MAX_JOBS,
     Number,
-    _progress_printer,
     cli,
     device_option,
     handle_errors,
     input_shape_option,
     inputs_option,
+    progress_printer,
 )
 from gspo.errors import GspoError
 from gspo.outputs import OutputError, atomic_write, check_outputs
@@ -90,7 +90,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         from gspo.runtime.backends import check_backends
 
         chosen_backends = check_backends(backends.split(","))
-    bar = _progress_printer("optimizing")
+    bar = progress_printer("optimizing")
     try:
         result = optimize(
             model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
@@ -165,7 +165,7 @@ def regress(modelset, baseline, update, tolerance, as_json):
 
     base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
     known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
-    rows = run_regress(modelset, known, tolerance, _progress_printer("regress"))
+    rows = run_regress(modelset, known, tolerance, progress_printer("regress"))
     failed = [r for r in rows if r.status != "ok" and not (update and r.status in ("NO BASELINE", "REGRESSED", "ok"))]
     if update:
         write_baseline(base_path, rows)
