@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gspo.errors import first_line
 from gspo.ir import Graph, serialize
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
@@ -101,7 +102,7 @@ class CpuExecutor:
             except BackendError:
                 raise
             except Exception as e:
-                raise BackendError(f"{seg.backend} failed to run a piece: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"{seg.backend} failed to run a piece: {first_line(e)}") from None
             values.update(zip(seg.outputs, outs))
             if trace is not None:
                 trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
@@ -114,7 +115,7 @@ class CpuExecutor:
             try:
                 outs = self._session.run(names, dict(feeds))
             except Exception as e:
-                raise BackendError(f"onnxruntime failed to run the model: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"onnxruntime failed to run the model: {first_line(e)}") from None
             if trace is not None:
                 trace.append(TraceEvent(0, 0, 0.0, 0.0, 0.0))
             return dict(zip(names, outs))
@@ -159,7 +160,7 @@ class CpuExecutor:
             except _Abort:
                 error = None
             except Exception as e:
-                error = BackendError(f"onnxruntime failed on stream {stream}: {str(e).splitlines()[0][:300]}")
+                error = BackendError(f"onnxruntime failed on stream {stream}: {first_line(e)}")
                 job.fail()
             self._done.put(error)
 
