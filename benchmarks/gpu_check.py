@@ -36,9 +36,9 @@ STREAMS = 4  # Nimble's streams capped as in the bench below
 def environment(config) -> dict:
     from importlib import metadata
 
-    from gspo.runtime.cuda import _cudart, _onnxruntime, check
+    from gspo.runtime.cuda.common import check, import_cudart, import_ort
 
-    ort, cudart = _onnxruntime(), _cudart()
+    ort, cudart = import_ort(), import_cudart()
     props = check(cudart.cudaGetDeviceProperties(config.device_id), "cudaGetDeviceProperties")
     name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
     versions = {}

@@ -275,9 +275,9 @@ def test_calibrate_evaluate_report_records_its_unit_and_is_not_overwritten_witho
 
 
 def test_progress_in_a_pipe_prints_a_line_per_tenth_and_starts_over_per_phase(capsys):
-    from gspo.cli import _progress_printer
+    from gspo.cli import progress_printer
 
-    show = _progress_printer("calibrating")
+    show = progress_printer("calibrating")
     for i in range(1, 101):
         show(i, 100, "Conv")
     for i in range(1, 21):  # a new phase: the count starts over

@@ -4,6 +4,6 @@
 """
 
 from gspo.cli import calibrate, execute, models, optimize, regress  # noqa: F401  (registers the commands)
-from gspo.cli.common import _progress_printer, cli, main
+from gspo.cli.common import cli, main, progress_printer
 
-__all__ = ["main", "cli", "_progress_printer"]
+__all__ = ["main", "cli", "progress_printer"]

@@ -11,9 +11,9 @@ from gspo.cli.common import (
     EVALUATION_PASSES,
     MAX_SECONDS,
     Number,
-    _progress_printer,
     cli,
     handle_errors,
+    progress_printer,
 )
 from gspo.errors import GspoError
 from gspo.outputs import atomic_write, check_outputs
@@ -29,7 +29,7 @@ def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, a
         raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
     check_outputs({"--report": report}, (evaluate_profile,), force)
     profile = load_profile(evaluate_profile, device_description("cpu"), runtime, foreign_profile)
-    results = evaluate(profile, count, _progress_printer("measuring held-out subgraphs"), passes=passes)
+    results = evaluate(profile, count, progress_printer("measuring held-out subgraphs"), passes=passes)
     # reference_s: the unit of every measured time in the report (the profile's speed reference).
     data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
             "results": [r.to_json() for r in results]}
@@ -79,8 +79,8 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         gspo calibrate --device cpu -o quick.json --passes 1
         gspo calibrate --evaluate cpu.json --json
     """
+    from gspo.cache import calibration_db_path, user_profiles_dir
     from gspo.costmodel import device_description, save_profile
-    from gspo.costmodel.profile import PROFILE_DIRS
     from gspo.runtime import runtime_version
 
     runtime = runtime_version()
@@ -98,15 +98,15 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
 
     backend = "cuda" if gpu_name else "cpu"
     desc = f"cuda:{gpu_name}" if gpu_name else device_description("cpu")
-    out = Path(output) if output else PROFILE_DIRS[1] / f"{gpu_name or 'cpu'}.json"
-    db = db_path or str(PROFILE_DIRS[1].parent / "calibration.sqlite")
+    out = Path(output) if output else user_profiles_dir() / f"{gpu_name or 'cpu'}.json"
+    db = db_path or str(calibration_db_path())
     check_outputs({"-o": out}, (db,), force or not output)
     cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend,
                             passes=DEFAULT_CALIBRATION_PASSES if passes is None else passes)
     import time as _time
 
     start = _time.perf_counter()
-    profile = run_calibration(cfg, _progress_printer("calibrating"))
+    profile = run_calibration(cfg, progress_printer("calibrating"))
     save_profile(profile, out, overwrite=force or not output)
     click.echo(f"wrote {out} ({profile.meta['ops']} ops, {profile.meta['branches']} multi-branch subgraphs, "
                f"{_time.perf_counter() - start:.0f} s; database {db})")

@@ -16,7 +16,7 @@ import click
 from gspo.errors import GspoError
 from gspo.ir.onnx_io import MAX_ELEMENTS
 
-__all__ = ["main", "cli"]
+__all__ = ["main", "cli", "load_model", "progress_printer"]
 
 EXIT_ERROR = 2
 #: ``--jobs`` at most: one search process per core (more would share the cores and overrun the
@@ -124,7 +124,7 @@ def input_shape_option(fn):
     )(fn)
 
 
-def _load(path: str, input_shapes=(), plain: bool = False):
+def load_model(path: str, input_shapes=(), plain: bool = False):
     """Load a model for a command; say in one line which dynamic dimensions got defaults."""
     from gspo import ir
 
@@ -153,11 +153,11 @@ def explaining(graphs, seed: int | None):
     """When onnxruntime fails to run one of ``graphs`` at the sizes gspo chose for its dynamic
     dimensions (random inputs from ``seed``; None: the user's inputs), say so in one line with
     the flags that fix it (:func:`gspo.runtime.pinned.explain_defaults_failure`)."""
-    from gspo.runtime.session import RuntimeError_
+    from gspo.runtime import BackendError
 
     try:
         yield
-    except RuntimeError_:
+    except BackendError:
         if seed is not None:
             from gspo.runtime.pinned import explain_defaults_failure
 
@@ -267,7 +267,7 @@ def device_option(fn):
 
 
 # ------------------------------------------------------------------ calibrate
-def _progress_printer(label: str):
+def progress_printer(label: str):
     """A one-line progress display on a terminal; in a pipe or a CI log, a line at every tenth."""
     tty = sys.stderr.isatty()
     state = {"total": None, "done": -1, "tenth": -1}  # a new count (another phase) starts over

@@ -10,13 +10,13 @@ import click
 from gspo.cli.common import (
     MAX_JOBS,
     SEED,
-    _load,
     cli,
     device_option,
     explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
+    load_model,
     streams_option,
 )
 from gspo.errors import GspoError
@@ -50,7 +50,7 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
 
     n = parse_streams(streams)
     check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force)
-    graph = _load(model, input_shapes)
+    graph = load_model(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
     executor = make_executor(graph, n, device)
     if timeline and executor.num_streams == 1:
@@ -141,7 +141,7 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
     settings = [parse_streams(x) for x in streams_list.split(",") if x.strip()]
     if not settings:
         raise GspoError("--streams needs at least one setting")
-    graphs = [(m, _load(m, input_shapes)) for m in models]
+    graphs = [(m, load_model(m, input_shapes)) for m in models]
     first_inputs = {(v.name, v.dtype, v.shape) for v in graphs[0][1].inputs}
     for m, g in graphs[1:]:
         if {(v.name, v.dtype, v.shape) for v in g.inputs} != first_inputs:

@@ -11,12 +11,12 @@ import click
 from gspo.cli.common import (
     SEED,
     Number,
-    _load,
     cli,
     explaining,
     handle_errors,
     input_shape_option,
     inputs_option,
+    load_model,
 )
 from gspo.errors import GspoError
 from gspo.outputs import check_outputs
@@ -109,7 +109,7 @@ def info(model, input_shapes, as_json):
     Example:
         gspo info model.onnx --input-shape input=1,3,224,224
     """
-    data = model_info(_load(model, input_shapes, plain=True))
+    data = model_info(load_model(model, input_shapes, plain=True))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         return
@@ -163,7 +163,7 @@ def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_sh
     from gspo.runtime import load_inputs
     from gspo.runtime import verify as run_verify
 
-    a, b = _load(model_a, input_shapes), _load(model_b, input_shapes)
+    a, b = load_model(model_a, input_shapes), load_model(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
     with explaining((a, b), seed if feeds is None else None):
         result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
@@ -208,7 +208,7 @@ def rules(model, list_, why, input_shapes, as_json):
         for r in rows:
             click.echo(f"{r['rule']:<22} {r['description']}")
         return
-    graph = _load(model, input_shapes, plain=True)
+    graph = load_model(model, input_shapes, plain=True)
     out = []
     for r in DEFAULT_RULES:
         results = list(r.match(graph, explain=why))
@@ -250,7 +250,7 @@ def partition_cmd(model, threshold, balance, input_shapes, as_json):
 
     from gspo.partition import DEFAULT_THRESHOLD, partition
 
-    graph = _load(model, input_shapes, plain=True)
+    graph = load_model(model, input_shapes, plain=True)
     start = time.perf_counter()
     p = partition(graph, DEFAULT_THRESHOLD if threshold is None else threshold, balance)
     seconds = time.perf_counter() - start
@@ -308,7 +308,7 @@ def convert(model, output, input_shapes, inputs_file, force):
     from gspo.runtime import load_inputs
 
     check_outputs({"-o": output}, (model, inputs_file), force)
-    graph = _load(model, input_shapes)
+    graph = load_model(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else None
     data = ir.serialize(graph)
     problem = _converted_problem(model, graph, data, feeds)

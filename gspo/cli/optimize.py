@@ -12,12 +12,12 @@ from gspo.cli.common import (
     MAX_SECONDS,
     SEED,
     Number,
-    _progress_printer,
     cli,
     device_option,
     handle_errors,
     input_shape_option,
     inputs_option,
+    progress_printer,
 )
 from gspo.errors import GspoError
 from gspo.outputs import OutputError, atomic_write, check_outputs
@@ -92,7 +92,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         from gspo.runtime.backends import check_backends
 
         chosen_backends = check_backends(backends.split(","))
-    bar = _progress_printer("optimizing")
+    bar = progress_printer("optimizing")
     try:
         result = optimize(
             model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,

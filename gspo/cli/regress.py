@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from gspo.cli.common import Number, _progress_printer, cli, handle_errors
+from gspo.cli.common import Number, cli, handle_errors, progress_printer
 from gspo.errors import GspoError
 from gspo.outputs import check_outputs
 
@@ -40,7 +40,7 @@ def _estimate(modelset, baseline, update, tolerance, json_file, force) -> int:
     if update:
         check_baseline_output(base_path, mset, force)
     known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
-    rows = run_estimate(mset, known, tolerance, _progress_printer("regress"))
+    rows = run_estimate(mset, known, tolerance, progress_printer("regress"))
     failed = [r for r in rows if r.status == "NOT EQUIVALENT" or (not update and r.status != "ok")]
     if update:
         write_baseline(base_path, rows)

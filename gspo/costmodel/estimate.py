@@ -28,7 +28,7 @@ from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_fea
 from gspo.costmodel.layout import reorder_delta
 from gspo.costmodel.profile import Profile
 from gspo.ir import Graph
-from gspo.ir._hash import digest
+from gspo.ir.digests import digest
 from gspo.streams import Schedule, node_id, segment_runs
 
 __all__ = ["CostModel", "parallel_features", "segment_boundary_bytes"]

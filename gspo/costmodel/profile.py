@@ -11,6 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from gspo import __version__
+from gspo.cache import user_profiles_dir
 from gspo.costmodel.poly import Poly
 from gspo.errors import GspoError
 from gspo.outputs import atomic_write
@@ -25,7 +26,7 @@ SCHEMA_VERSION = 2
 #: Where ``--profile NAME`` looks: the profiles shipped in the package, then the user cache.
 PROFILE_DIRS = (
     Path(str(resources.files("gspo") / "profiles")),
-    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gspo" / "profiles",
+    user_profiles_dir(),
 )
 
 

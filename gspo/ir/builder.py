@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from onnx import AttributeProto, TensorProto
 
-from gspo.ir._hash import digest
+from gspo.ir.digests import digest
 from gspo.ir.graph import Attr, Graph, Node, Value
 from gspo.ir.shapes import infer_shapes
 from gspo.ir.weights import Literal, Random, Weight, WeightStore

@@ -21,7 +21,7 @@ from functools import cached_property, lru_cache
 from types import MappingProxyType
 from typing import Any
 
-from gspo.ir._hash import combine, digest
+from gspo.ir.digests import combine, digest
 from gspo.ir.weights import Weight, WeightStore
 
 __all__ = ["Value", "Attr", "Node", "Graph", "ModelExtras", "GraphError", "fresh_name"]

@@ -21,7 +21,7 @@ from onnx import TensorProto, helper
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
 from gspo.errors import first_line as _first_line
 from gspo.ir import frontend
-from gspo.ir._hash import digest
+from gspo.ir.digests import digest
 from gspo.ir.graph import Graph, ModelExtras
 from gspo.ir.order import topologically_sorted
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of

@@ -12,7 +12,7 @@ from math import ceil, floor
 import numpy as np
 from onnx import TensorProto
 
-__all__ = ["infer_shapes", "SHAPE_FUNCTIONS", "broadcast", "conv_output_shape", "UNARY_OPS"]
+__all__ = ["infer_shapes", "SHAPE_FUNCTIONS", "broadcast", "conv_output_shape", "resolve_pads", "UNARY_OPS"]
 
 Shape = tuple[int, ...]
 Const = Callable[[str], "np.ndarray | None"]
@@ -39,7 +39,9 @@ def broadcast(*shapes: Sequence[int]) -> Shape:
     return tuple(out)
 
 
-def _pads(attrs: Mapping, spatial: Sequence[int], kernel: Sequence[int], strides, dilations):
+def resolve_pads(attrs: Mapping, spatial: Sequence[int], kernel: Sequence[int], strides, dilations) -> list[int]:
+    """A convolution or pooling window's pads (begins, then ends) as ONNX computes them from
+    ``auto_pad`` (``SAME_UPPER``, ``SAME_LOWER``, ``VALID``) or, without one, its ``pads``."""
     n = len(spatial)
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
@@ -66,7 +68,7 @@ def conv_output_shape(
     n = len(spatial)
     strides = list(attrs.get("strides", (1,) * n))
     dil = list(attrs.get("dilations", (1,) * n))
-    pads = _pads(attrs, spatial, kernel, strides, dil)
+    pads = resolve_pads(attrs, spatial, kernel, strides, dil)
     out = []
     for i in range(n):
         eff = (kernel[i] - 1) * dil[i] + 1

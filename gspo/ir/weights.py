@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from gspo.ir._hash import digest
+from gspo.ir.digests import digest
 
 __all__ = [
     "Weight",

@@ -19,7 +19,7 @@ import numpy as np
 
 from gspo.ir import Attr, Graph, Node, Value, Weight, broadcast_shapes
 from gspo.ir.builder import make_attr
-from gspo.ir.shapes import _pads as resolve_pads
+from gspo.ir.shapes import resolve_pads
 
 __all__ = [
     "Fail",

@@ -11,6 +11,8 @@ from gspo.runtime.bench import (
 )
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import (
+    DEVICES,
+    check_device,
     choose_schedule,
     device_executor,
     make_executor,
@@ -19,7 +21,9 @@ from gspo.runtime.executor import (
 )
 from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
 from gspo.runtime.plan import Plan, Segment, make_plan
+from gspo.runtime.protocols import Executor, Runner
 from gspo.runtime.session import (
+    BackendError,
     SessionConfig,
     make_session,
     optimized_op_types,
@@ -29,6 +33,11 @@ from gspo.runtime.session import (
 from gspo.runtime.verify import OutputDiff, VerifyResult, compare_outputs, verify
 
 __all__ = [
+    "DEVICES",
+    "BackendError",
+    "Executor",
+    "Runner",
+    "check_device",
     "CpuExecutor",
     "DeviceTime",
     "Plan",

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gspo.errors import GspoError
-from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
+from gspo.runtime.protocols import Runner
+from gspo.runtime.session import BackendError, SessionConfig, make_session
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
            "backend_versions"]
@@ -119,7 +120,7 @@ class _OpenVinoRunner:
         try:
             result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
         except Exception as e:
-            raise RuntimeError_(f"OpenVINO failed to run the model: {_reason(e)}") from None
+            raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
         return [np.array(result[self._outputs[n]]) for n in names]
 
 
@@ -147,15 +148,15 @@ def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
     try:
         compiled = core.compile_model(core.read_model(io.BytesIO(model)), "CPU", config)
     except Exception as e:
-        raise RuntimeError_(f"OpenVINO cannot compile the model: {_reason(e)}") from None
+        raise BackendError(f"OpenVINO cannot compile the model: {_reason(e)}") from None
     return _OpenVinoRunner(compiled)
 
 
-def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()):
-    """A runner of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
+def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()) -> Runner:
+    """A :class:`~gspo.runtime.protocols.Runner` of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
 
     Raises:
-        RuntimeError_: the backend refuses the model (the reason in one line).
+        BackendError: the backend refuses the model (the reason in one line).
         GspoError: the backend cannot run here.
     """
     if name == "ort":

@@ -7,6 +7,12 @@ measured on 2 cores (``benchmarks/streams.md``), dividing the cores among the st
 (ResNet-50 0.57x vs 0.82x of plain onnxruntime) because a stream whose branch is alone then
 runs on one core. With one stream the executor is one plain onnxruntime session over the whole
 model, run on the calling thread.
+
+A placed model's pieces run on the :class:`~gspo.runtime.protocols.Runner` that
+:func:`~gspo.runtime.backends.load_runner` loads for their backend; the executor names no
+backend itself and drives them all from the CPU's threads with host arrays (a piece placed on
+``cuda`` copies its values to the GPU and back). A whole model on CUDA streams is
+:class:`~gspo.runtime.cuda.CudaExecutor`'s, chosen by :func:`~gspo.runtime.executor.device_executor`.
 """
 
 from __future__ import annotations
@@ -19,10 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gspo.errors import first_line
 from gspo.ir import Graph, serialize
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
-from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
+from gspo.runtime.protocols import Runner
+from gspo.runtime.session import BackendError, SessionConfig, make_session
 from gspo.streams import Placement, Schedule
 
 __all__ = ["CpuExecutor", "TraceEvent"]
@@ -71,7 +79,7 @@ class CpuExecutor:
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
         # outputs no piece computes: weights the graph returns as they are
         self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
-        self._sessions = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
+        self._sessions: list[Runner] = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
@@ -93,10 +101,10 @@ class CpuExecutor:
             start = time.perf_counter()
             try:
                 outs = self._sessions[k].run(list(seg.outputs), {name: values[name] for name in seg.inputs})
-            except RuntimeError_:
+            except BackendError:
                 raise
             except Exception as e:
-                raise RuntimeError_(f"{seg.backend} failed to run a piece: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"{seg.backend} failed to run a piece: {first_line(e)}") from None
             values.update(zip(seg.outputs, outs))
             if trace is not None:
                 trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
@@ -109,14 +117,14 @@ class CpuExecutor:
             try:
                 outs = self._session.run(names, dict(feeds))
             except Exception as e:
-                raise RuntimeError_(f"onnxruntime failed to run the model: {str(e).splitlines()[0][:300]}") from None
+                raise BackendError(f"onnxruntime failed to run the model: {first_line(e)}") from None
             if trace is not None:
                 trace.append(TraceEvent(0, 0, 0.0, 0.0, 0.0))
             return dict(zip(names, outs))
         if self.plan.num_streams == 1:
             return self._run_inline(feeds, trace)
         if not self._workers:
-            raise RuntimeError_("the executor is closed")
+            raise BackendError("the executor is closed")
         job = _Job(self.plan.num_events, {**self._weight_outputs, **feeds}, trace)
         for q in self._jobs:
             q.put(job)
@@ -154,7 +162,7 @@ class CpuExecutor:
             except _Abort:
                 error = None
             except Exception as e:
-                error = RuntimeError_(f"onnxruntime failed on stream {stream}: {str(e).splitlines()[0][:300]}")
+                error = BackendError(f"onnxruntime failed on stream {stream}: {first_line(e)}")
                 job.fail()
             self._done.put(error)
 

@@ -1,10 +1,14 @@
-"""Choose a schedule and a backend for a model: what ``gspo run`` and ``gspo bench`` use."""
+"""From a device to its executor (:func:`device_executor`, the one dispatcher), and the schedule and
+placement ``gspo run`` and ``gspo bench`` give it (:func:`make_executor`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime.cpu import CpuExecutor
+from gspo.runtime.protocols import Executor
 from gspo.runtime.session import SessionConfig
 from gspo.streams import (
     Placement,
@@ -15,7 +19,8 @@ from gspo.streams import (
     check_schedule,
 )
 
-__all__ = ["parse_streams", "saved_schedule", "saved_placement", "choose_schedule", "make_executor", "device_executor"]
+__all__ = ["DEVICES", "check_device", "parse_streams", "saved_schedule", "saved_placement", "choose_schedule",
+           "make_executor", "device_executor"]
 
 
 def parse_streams(text: str | int) -> int | None:
@@ -67,28 +72,63 @@ def choose_schedule(graph: Graph, streams: int | None, device: str = "cpu") -> S
     return assign_streams(graph, max_streams=streams)
 
 
-def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu", config: SessionConfig = SessionConfig()):
-    """An executor (``.run(feeds)``, ``.close()``) for ``graph`` on ``device``, with the model's
-    saved placement (backend per op) on the CPU."""
-    if device == "cuda":
-        from gspo.runtime.cuda import CudaExecutor, require_gpu
-
-        require_gpu()  # before anything else, so that a missing GPU is the error reported
-        return CudaExecutor(graph, choose_schedule(graph, streams, device))
-    if device != "cpu":
-        raise GspoError(f"unknown device {device!r} (use cpu or cuda)")
-    return CpuExecutor(graph, choose_schedule(graph, streams, device), config, saved_placement(graph))
-
-
-def device_executor(graph: Graph, schedule: Schedule | None, device: str, one_stream: bool = False):
-    """An executor of ``graph`` with exactly ``schedule`` (``None``: one session) on ``device``;
-    ``one_stream`` (CUDA): the schedule's pieces one after another on a single stream."""
-    if device == "cuda":
-        from gspo.runtime.cuda import CudaExecutor
-
-        return CudaExecutor(graph, schedule, one_stream=one_stream)
-    if device != "cpu":
-        raise GspoError(f"unknown device {device!r} (use cpu or cuda)")
+def _cpu_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig, placement: Placement | None,
+                  one_stream: bool) -> Executor:
     if one_stream:
         raise GspoError("one_stream is a CUDA setting (on the CPU, time the pieces in order)")
-    return CpuExecutor(graph, schedule)
+    return CpuExecutor(graph, schedule, config, placement)
+
+
+def _cuda_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig, placement: Placement | None,
+                   one_stream: bool) -> Executor:
+    from gspo.runtime.cuda import CudaExecutor
+
+    if placement is not None and not placement.is_default:
+        raise GspoError("a placement (backend per op) runs on the cpu device; on cuda the whole model runs on the GPU")
+    return CudaExecutor(graph, schedule, one_stream=one_stream)
+
+
+def _require_cuda() -> None:
+    from gspo.runtime.cuda import require_gpu
+
+    require_gpu()
+
+
+#: Each device's executor: what ``device_executor`` dispatches on.
+_EXECUTORS: dict[str, Callable[..., Executor]] = {"cpu": _cpu_executor, "cuda": _cuda_executor}
+#: What must hold before a device's executor is worth building (raises with the reason).
+_PREFLIGHT: dict[str, Callable[[], None]] = {"cuda": _require_cuda}
+#: The devices an executor runs on.
+DEVICES = tuple(_EXECUTORS)
+
+
+def check_device(device: str) -> None:
+    """Raise :class:`GspoError` unless ``device`` is one of :data:`DEVICES`."""
+    if device not in _EXECUTORS:
+        raise GspoError(f"unknown device {device!r} (use {' or '.join(DEVICES)})")
+
+
+def device_executor(graph: Graph, schedule: Schedule | None, device: str, one_stream: bool = False, *,
+                    config: SessionConfig = SessionConfig(), placement: Placement | None = None) -> Executor:
+    """The executor of ``device`` running ``graph`` with exactly ``schedule`` (``None``: one session):
+    :class:`CpuExecutor` on ``cpu`` (``config`` for its sessions, each piece on the backend
+    ``placement`` gives it), :class:`~gspo.runtime.cuda.CudaExecutor` on ``cuda``
+    (``one_stream``: the schedule's pieces one after another on a single stream).
+
+    Raises:
+        GspoError: an unknown device, or a setting the device's executor does not take.
+    """
+    check_device(device)
+    return _EXECUTORS[device](graph, schedule, config, placement, one_stream)
+
+
+def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
+                  config: SessionConfig = SessionConfig()) -> Executor:
+    """The executor ``gspo run`` and ``gspo bench`` use for ``graph`` on ``device``: the schedule
+    :func:`choose_schedule` picks; on the CPU, the model's saved placement (backend per op)."""
+    check_device(device)
+    preflight = _PREFLIGHT.get(device)
+    if preflight is not None:
+        preflight()  # before anything else, so that a missing GPU is the error reported
+    placement = saved_placement(graph) if device == "cpu" else None
+    return device_executor(graph, choose_schedule(graph, streams, device), device, config=config, placement=placement)

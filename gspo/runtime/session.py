@@ -8,15 +8,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gspo.errors import GspoError
-from gspo.errors import first_line as _first_line
+from gspo.errors import GspoError, first_line
 from gspo.ir import Graph, serialize
 from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
 
-__all__ = ["SessionConfig", "load_refusal", "make_session", "optimized_op_types", "run", "RuntimeError_",
-           "runtime_version"]
+__all__ = ["BackendError", "OPTIMIZATION_LEVELS", "SessionConfig", "load_refusal", "make_session", "optimized_op_types",
+           "run", "runtime_version", "session_options"]
 
 
 def runtime_version() -> str:
@@ -27,8 +26,8 @@ def runtime_version() -> str:
 ort.set_default_logger_severity(4)
 
 
-class RuntimeError_(GspoError):
-    """onnxruntime refused or failed to run a model."""
+class BackendError(GspoError):
+    """A backend (onnxruntime, OpenVINO) refused a model or failed to run it."""
 
 
 @dataclass(frozen=True)
@@ -48,12 +47,53 @@ class SessionConfig:
     parallel_mode: bool = False
 
 
-_LEVELS = {
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+#: ``SessionConfig.optimization`` -> the name of onnxruntime's ``GraphOptimizationLevel``.
+OPTIMIZATION_LEVELS = {
+    "all": "ORT_ENABLE_ALL",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "basic": "ORT_ENABLE_BASIC",
+    "disable": "ORT_DISABLE_ALL",
 }
+
+
+def session_options(ort, *, threads: int | None = None, allow_spinning: bool | None = None,
+                    optimization: str | None = None, inter_op_threads: int | None = None, parallel: bool = False,
+                    log_severity: int = 4, optimized_path: str | None = None,
+                    entries: Mapping[str, str] | None = None):
+    """The ``SessionOptions`` of every session gspo builds (the CPU's, the CUDA runner's and the
+    CUDA executor's pieces); ``None`` leaves onnxruntime's default.
+
+    Args:
+        ort: the onnxruntime module to build them with (the CUDA code passes its own, which
+            tests replace with a stand-in).
+        threads: intra-op threads (0: onnxruntime chooses).
+        allow_spinning: whether idle intra-op (and, with ``parallel``, inter-op) threads spin.
+        optimization: a key of :data:`OPTIMIZATION_LEVELS`.
+        inter_op_threads: inter-op threads.
+        parallel: onnxruntime's parallel execution mode.
+        log_severity: onnxruntime's log severity for the session (4: fatal only).
+        optimized_path: where onnxruntime writes the graph it will run.
+        entries: further session config entries, as given.
+    """
+    so = ort.SessionOptions()
+    so.log_severity_level = log_severity
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
+    if optimization is not None:
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
+    if threads is not None:
+        so.intra_op_num_threads = int(threads)
+    if inter_op_threads is not None:
+        so.inter_op_num_threads = int(inter_op_threads)
+    if allow_spinning is not None:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
+    if parallel:
+        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+        if allow_spinning is not None:
+            so.add_session_config_entry("session.inter_op.allow_spinning", "1" if allow_spinning else "0")
+    for key, value in (entries or {}).items():
+        so.add_session_config_entry(key, value)
+    return so
 
 
 def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
@@ -61,29 +101,21 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
     """An ``InferenceSession`` over a graph or serialized model bytes; with ``optimized_path``,
     onnxruntime also writes the graph it will run there (after its fusions and layout changes)."""
     data = serialize(model) if isinstance(model, Graph) else model
-    so = ort.SessionOptions()
-    if optimized_path is not None:
-        so.optimized_model_filepath = optimized_path
-    so.graph_optimization_level = _LEVELS[config.optimization]
-    so.intra_op_num_threads = config.intra_op_threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 4
-    so.add_session_config_entry("session.intra_op.allow_spinning", "1" if config.allow_spinning else "0")
-    if config.parallel_mode:
-        so.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-        so.inter_op_num_threads = os.cpu_count() or 1
-        so.add_session_config_entry("session.inter_op.allow_spinning", "1" if config.allow_spinning else "0")
+    so = session_options(ort, threads=config.intra_op_threads, allow_spinning=config.allow_spinning,
+                         optimization=config.optimization, optimized_path=optimized_path,
+                         inter_op_threads=(os.cpu_count() or 1) if config.parallel_mode else 1,
+                         parallel=config.parallel_mode)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:
-        raise RuntimeError_(f"onnxruntime cannot load the model: {_first_line(e)}") from None
+        raise BackendError(f"onnxruntime cannot load the model: {first_line(e)}") from None
 
 
 def load_refusal(data: bytes) -> str | None:
     """Why onnxruntime refuses to load the serialized model ``data`` (``None``: it loads it)."""
     try:
         make_session(data)
-    except RuntimeError_ as e:
+    except BackendError as e:
         return str(e)
     return None
 
@@ -107,5 +139,5 @@ def run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray]) -> dict[
     try:
         outs = session.run(names, dict(feeds))
     except Exception as e:
-        raise RuntimeError_(f"onnxruntime failed to run the model: {_first_line(e)}") from None
+        raise BackendError(f"onnxruntime failed to run the model: {first_line(e)}") from None
     return dict(zip(names, outs))

@@ -233,14 +233,14 @@ class FakeOrt:
 
 def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None = None, log: list | None = None):
     """Make ``gspo.runtime.cuda`` see the fakes; returns (log, ort, cudart)."""
-    import gspo.runtime.cuda as cuda
+    from gspo.runtime.cuda import common, executor
 
     log = [] if log is None else log
     ort = ort or FakeOrt(log)
     cudart = cudart or FakeCudart(log)
     utils = FakeUtils(log)
-    monkeypatch.setattr(cuda, "_onnxruntime", lambda: ort)
-    monkeypatch.setattr(cuda, "_cudart", lambda: cudart)
-    monkeypatch.setattr(cuda, "_cuda_utils", lambda: utils)
-    monkeypatch.setattr(cuda, "_arenas", set())
+    monkeypatch.setattr(common, "import_ort", lambda: ort)
+    monkeypatch.setattr(common, "import_cudart", lambda: cudart)
+    monkeypatch.setattr(common, "import_cuda_utils", lambda: utils)
+    monkeypatch.setattr(executor, "_arenas", set())
     return log, ort, cudart

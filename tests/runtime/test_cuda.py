@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from gspo.errors import GspoError
-from gspo.runtime import cuda as cuda_mod
 from gspo.runtime import make_executor, make_session, random_inputs, run
 from gspo.runtime.cuda import (
     CudaConfig,
@@ -22,6 +21,7 @@ from gspo.runtime.cuda import (
     gpu_status,
     stream_overlap,
 )
+from gspo.runtime.cuda import status as cuda_mod
 from gspo.streams import assign_streams
 from gspo.zoo import build
 from tests.helpers import branchy

@@ -1,11 +1,16 @@
-"""Session options: onnxruntime's parallel execution mode (a benchmark peer) computes the same."""
+"""Session options: one helper builds them, each setting reaches onnxruntime; its parallel execution
+mode (a benchmark peer) computes the same."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 from gspo.runtime import SessionConfig, make_session, random_inputs
+from gspo.runtime.session import OPTIMIZATION_LEVELS, session_options
 from tests.helpers import branchy
 
 
@@ -18,3 +23,43 @@ def test_parallel_mode_is_set_and_computes_the_same():
     assert par.get_session_options().execution_mode == ort.ExecutionMode.ORT_PARALLEL
     for a, b in zip(plain.run(None, feeds), par.run(None, feeds)):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_session_options_each_option_reaches_the_session_options():
+    so = session_options(ort, threads=3, allow_spinning=False, optimization="basic", inter_op_threads=2,
+                         parallel=True, log_severity=3, optimized_path="/tmp/x.onnx",
+                         entries={"session.use_env_allocators": "1"})
+    assert so.intra_op_num_threads == 3 and so.inter_op_num_threads == 2
+    assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL
+    assert so.log_severity_level == 3 and so.optimized_model_filepath == "/tmp/x.onnx"
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert so.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+    assert so.get_session_config_entry("session.use_env_allocators") == "1"
+    assert session_options(ort, allow_spinning=True).get_session_config_entry("session.intra_op.allow_spinning") == "1"
+
+
+def test_session_options_left_out_keep_onnxruntimes_defaults():
+    default, so = ort.SessionOptions(), session_options(ort)
+    for name in ("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
+                 "optimized_model_filepath"):
+        assert getattr(so, name) == getattr(default, name), name
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        so.get_session_config_entry("session.intra_op.allow_spinning")
+    assert so.log_severity_level == 4
+
+
+@pytest.mark.parametrize("level", sorted(OPTIMIZATION_LEVELS))
+def test_every_optimization_level_names_onnxruntimes(level):
+    want = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[level])
+    assert session_options(ort, optimization=level).graph_optimization_level == want
+    assert make_session(branchy(), SessionConfig(optimization=level)).get_session_options().graph_optimization_level == want
+
+
+def test_make_session_builds_its_options_from_the_config():
+    so = make_session(branchy(), SessionConfig(intra_op_threads=1, allow_spinning=True)).get_session_options()
+    assert so.intra_op_num_threads == 1 and so.inter_op_num_threads == 1
+    assert so.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    par = make_session(branchy(), SessionConfig(parallel_mode=True)).get_session_options()
+    assert par.inter_op_num_threads == (os.cpu_count() or 1)
+    assert par.get_session_config_entry("session.inter_op.allow_spinning") == "0"

@@ -1,4 +1,4 @@
-"""CUDA backend: onnxruntime's CUDA provider on cuda-python streams, timed with CUDA events.
+"""Running on CUDA: onnxruntime's CUDA provider on cuda-python streams, timed with CUDA events.
 
 Each stream of the plan is a non-blocking CUDA stream created with cuda-python
 (``cuda.bindings.runtime``); every piece's session runs on its stream (provider options
@@ -15,63 +15,42 @@ arena registered with onnxruntime's environment (its CUDA arena is stream-aware 
 hand a block freed on one stream to another).
 
 No GPU exists where gspo is built and tested: this module is written against the documented
-onnxruntime-gpu and cuda-python APIs; its GPU tests skip with :func:`gpu_status`'s reason, and
-``benchmarks/gpu_check.py`` checks the whole path on the first machine with an NVIDIA GPU.
+onnxruntime-gpu and cuda-python APIs; its GPU tests skip with
+:func:`~gspo.runtime.cuda.status.gpu_status`'s reason, and ``benchmarks/gpu_check.py`` checks the
+whole path on the first machine with an NVIDIA GPU.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-import os
-import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from gspo.errors import GspoError, first_line
+from gspo.errors import first_line
 from gspo.ir import Graph, serialize
 from gspo.runtime.bench import DeviceTime
-from gspo.runtime.plan import make_plan
-from gspo.runtime.runtimes import (
-    GPU_INSTALL,
-    import_onnxruntime,
-    installed_runtimes,
-    runtime_conflict,
+from gspo.runtime.cuda import common
+from gspo.runtime.cuda.common import (
+    CUDA,
+    CudaConfig,
+    CudaError,
+    check,
+    cuda_provider_options,
+    native_handle,
 )
+from gspo.runtime.cuda.status import require_cuda_provider, require_gpu
+from gspo.runtime.plan import make_plan
+from gspo.runtime.session import session_options
 from gspo.streams import Schedule
 
-__all__ = ["CUDA_MAJOR", "CudaConfig", "CudaError", "CudaExecutor", "CudaRunner", "PieceTime", "backend_key", "check",
-           "cuda_provider_options", "device_name", "gpu_status", "load_cuda_runner", "native_handle",
-           "require_cuda_provider", "require_gpu", "stream_overlap"]
+__all__ = ["CudaExecutor", "CudaRunner", "PieceTime", "load_cuda_runner", "stream_overlap"]
 
 log = logging.getLogger(__name__)
-
-#: The CUDA major of the onnxruntime-gpu and cuda-python that ``gspo[gpu]`` installs.
-CUDA_MAJOR = 12
-CUDA = "CUDAExecutionProvider"
-
-
-class CudaError(GspoError):
-    """CUDA cannot run here, or a CUDA call failed (one line naming the call and the error)."""
-
-
-@dataclass(frozen=True)
-class CudaConfig:
-    """How to run on the GPU.
-
-    ``tf32`` lets convolutions and matrix products round their inputs to TF32 (Ampere and later):
-    faster, but ~1e-3 relative error against fp32, so it is off by default and always off when
-    outputs are compared with the CPU's. ``shared_arena``: one device memory arena for every
-    session instead of one each.
-    """
-
-    device_id: int = 0
-    tf32: bool = False
-    shared_arena: bool = True
+#: onnxruntime's log severity for CUDA sessions (3: errors only).
+_LOG_SEVERITY = 3
 
 
 @dataclass(frozen=True)
@@ -82,217 +61,6 @@ class PieceTime:
     stream: int
     start_ms: float
     end_ms: float
-
-
-# ----------------------------------------------------------------- cuda-python
-def _onnxruntime():
-    return import_onnxruntime()
-
-
-def _cudart():
-    from cuda.bindings import runtime
-
-    return runtime
-
-
-def _cuda_utils():
-    from cuda.bindings import utils
-
-    return utils
-
-
-def native_handle(obj) -> int:
-    """The address of a cuda-python object (a stream) as an int, the documented way."""
-    return int(_cuda_utils().get_cuda_native_handle(obj))
-
-
-def _error_text(cudart, err) -> str:
-    name = getattr(err, "name", str(err))
-    try:
-        text = cudart.cudaGetErrorString(err)[1]
-        text = text.decode() if isinstance(text, bytes) else str(text)
-    except Exception:
-        return name
-    return f"{name}: {text}"
-
-
-def check(result, what: str):
-    """cuda-python calls return ``(err, *values)``: raise :class:`CudaError` naming ``what`` on an
-    error; else return the value (``None`` without one, a tuple with several)."""
-    cudart = _cudart()
-    err, *values = result if isinstance(result, tuple) else (result,)
-    if err != cudart.cudaError_t.cudaSuccess:
-        raise CudaError(f"{what} failed ({_error_text(cudart, err)})")
-    if not values:
-        return None
-    return values[0] if len(values) == 1 else tuple(values)
-
-
-# ------------------------------------------------------------- can CUDA run?
-def _major(version: str) -> int | None:
-    head = str(version).strip().split(".")[0]
-    return int(head) if head.isdigit() else None
-
-
-def _version_problem(ort, cuda_python_version: str) -> str | None:
-    """The onnxruntime-gpu build's CUDA major against cuda-python's."""
-    ort_major = _major(getattr(ort, "cuda_version", "") or "")
-    py_major = _major(cuda_python_version)
-    if ort_major is not None and py_major is not None and ort_major != py_major:
-        return (f"onnxruntime-gpu {ort.__version__} is built for CUDA {ort_major} but cuda-python "
-                f"{cuda_python_version} is for CUDA {py_major}: install matching ones ({GPU_INSTALL}: CUDA {CUDA_MAJOR})")
-    return None
-
-
-def _runtime_problem(ort) -> str | None:
-    conflict = runtime_conflict(installed_runtimes())
-    if conflict:
-        return conflict
-    if CUDA not in ort.get_available_providers():
-        return f"this onnxruntime ({ort.__version__}) has no CUDAExecutionProvider: {GPU_INSTALL}"
-    return None
-
-
-def _cuda_python_problem() -> str | None:
-    try:
-        _cudart()
-        utils = _cuda_utils()
-    except ImportError:
-        return f"cuda-python is not installed: {GPU_INSTALL}"
-    if not hasattr(utils, "get_cuda_native_handle"):
-        return f"cuda-python is older than 12.9.1 (no cuda.bindings.utils.get_cuda_native_handle): {GPU_INSTALL}"
-    return None
-
-
-def _cuda_python_version() -> str:
-    from importlib import metadata
-
-    for name in ("cuda-bindings", "cuda-python"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return ""
-
-
-def _preload(ort) -> None:
-    """``onnxruntime.preload_dlls()`` where it exists (onnxruntime-gpu >= 1.21): load the CUDA and
-    cuDNN libraries of the nvidia-* wheels before the provider looks for them. It prints; what it
-    printed is logged instead."""
-    preload = getattr(ort, "preload_dlls", None)
-    if preload is None:
-        return
-    out = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            preload()
-    except Exception as e:
-        log.warning("onnxruntime.preload_dlls() failed: %s", first_line(e))
-    if out.getvalue().strip():
-        log.info("onnxruntime.preload_dlls(): %s", " ".join(out.getvalue().split()))
-
-
-def _device_problem(device_id: int) -> str | None:
-    cudart = _cudart()
-    try:
-        err, count = cudart.cudaGetDeviceCount()
-    except Exception as e:
-        return f"the CUDA runtime cannot start ({first_line(e)})"
-    if err != cudart.cudaError_t.cudaSuccess:
-        derr, driver = cudart.cudaDriverGetVersion()
-        has = f"; the NVIDIA driver supports CUDA {driver // 1000}.{driver % 1000 // 10}" if derr == cudart.cudaError_t.cudaSuccess and driver else ""
-        return f"no usable CUDA device ({_error_text(cudart, err)}{has}; CUDA {CUDA_MAJOR} is needed)"
-    if not 0 <= device_id < count:
-        return f"CUDA device {device_id} does not exist ({count} visible)"
-    return None
-
-
-def _provider_library_error(ort) -> str:
-    """Why onnxruntime's CUDA provider library does not load (what the dynamic loader says)."""
-    import ctypes
-
-    name = "onnxruntime_providers_cuda.dll" if sys.platform == "win32" else "libonnxruntime_providers_cuda.so"
-    path = os.path.join(os.path.dirname(ort.__file__), "capi", name)
-    if not os.path.exists(path):
-        return f"{name} is missing from the onnxruntime package"
-    try:
-        ctypes.CDLL(path)
-    except OSError as e:
-        return f"{name} does not load: {first_line(e)}"
-    return "onnxruntime.print_debug_info() says more"
-
-
-def require_cuda_provider(session, ort, what: str) -> None:
-    """Raise :class:`CudaError` unless ``session`` runs on the CUDA provider (onnxruntime falls
-    back to the CPU silently when the CUDA or cuDNN libraries are missing)."""
-    providers = list(session.get_providers())
-    if not providers or providers[0] != CUDA:
-        raise CudaError(f"onnxruntime fell back to the CPU for {what} (providers {providers}): "
-                        f"{_provider_library_error(ort)}")
-
-
-def _probe_problem(ort, config: CudaConfig) -> str | None:
-    """Load a one-op model on the CUDA provider and see that it stays there."""
-    from gspo.ir.builder import GraphBuilder
-
-    b = GraphBuilder("probe")
-    model = serialize(b.output(b.op("Relu", [b.input("x", (1, 4))])).build())
-    try:
-        session = ort.InferenceSession(model, providers=[(CUDA, cuda_provider_options(None, config)), "CPUExecutionProvider"])
-        require_cuda_provider(session, ort, "a one-op model")
-    except CudaError as e:
-        return str(e)
-    except Exception as e:
-        return f"onnxruntime cannot start its CUDA provider: {first_line(e)}"
-    return None
-
-
-def gpu_status(config: CudaConfig = CudaConfig()) -> tuple[bool, str]:
-    """Whether gspo can run on CUDA device ``config.device_id`` here, and if not, what is missing.
-
-    Checked in order: one onnxruntime installed, with the CUDA provider; cuda-python, for the same
-    CUDA major; the libraries preloaded; a visible device; a probe session really on the GPU.
-    """
-    try:
-        ort = _onnxruntime()
-    except GspoError as e:
-        return False, str(e)
-    problem = _runtime_problem(ort) or _cuda_python_problem()
-    if problem is None:
-        problem = _version_problem(ort, _cuda_python_version())
-    if problem is None:
-        _preload(ort)
-        problem = _device_problem(config.device_id) or _probe_problem(ort, config)
-    if problem:
-        return False, problem
-    return True, f"CUDA device {config.device_id} with onnxruntime-gpu {ort.__version__}"
-
-
-def require_gpu(config: CudaConfig = CudaConfig(), option: str = "--device cuda") -> None:
-    """Raise :class:`CudaError` (``"<option>: <what is missing>"``) unless CUDA can run here."""
-    ok, why = gpu_status(config)
-    if not ok:
-        raise CudaError(f"{option}: {why}")
-
-
-def device_name(device_id: int = 0) -> str:
-    """The CUDA device's name, as ``cudaGetDeviceProperties`` gives it."""
-    name = check(_cudart().cudaGetDeviceProperties(device_id), "cudaGetDeviceProperties").name
-    return (name.decode(errors="replace") if isinstance(name, bytes) else str(name)).rstrip("\x00").strip()
-
-
-def backend_key(device_id: int = 0) -> str:
-    """What measurements on the CUDA backend depend on: onnxruntime-gpu's version and the device."""
-    return f"cuda-{_onnxruntime().__version__}-{device_name(device_id)}"
-
-
-# ----------------------------------------------------------------- sessions
-def cuda_provider_options(stream: int | None, config: CudaConfig) -> dict[str, str]:
-    """The CUDA provider's options for a session on stream handle ``stream`` (None: its own)."""
-    options = {"device_id": str(config.device_id), "use_tf32": "1" if config.tf32 else "0"}
-    if stream is not None:
-        options.update(user_compute_stream=str(stream), has_user_compute_stream="1")
-    return options
 
 
 _arena_lock = threading.Lock()
@@ -356,18 +124,23 @@ def load_cuda_runner(model: bytes, threads: int = 0, config: CudaConfig = CudaCo
     Raises:
         CudaError: onnxruntime cannot load the model on CUDA, or fell back to the CPU for it.
     """
-    ort = _onnxruntime()
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = int(threads)
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    try:
-        session = ort.InferenceSession(model, sess_options=so,
-                                       providers=[(CUDA, cuda_provider_options(None, config)), "CPUExecutionProvider"])
-    except Exception as e:
-        raise CudaError(f"onnxruntime cannot load the model on CUDA: {first_line(e)}") from None
-    require_cuda_provider(session, ort, "a piece placed on CUDA")
+    ort = common.import_ort()
+    so = session_options(ort, threads=threads, allow_spinning=False, log_severity=_LOG_SEVERITY)
+    session = _cuda_session(ort, model, so, None, config, "the model", "a piece placed on CUDA")
     return CudaRunner(session)
+
+
+def _cuda_session(ort, model: bytes, so, stream: int | None, config: CudaConfig, loading: str, checking: str):
+    """A session of ``model`` on the CUDA provider (on stream handle ``stream``; None: its own),
+    the CPU provider only for what CUDA cannot run; refused if onnxruntime fell back to the CPU.
+    ``loading`` and ``checking`` name the model in the errors."""
+    providers = [(CUDA, cuda_provider_options(stream, config)), "CPUExecutionProvider"]
+    try:
+        session = ort.InferenceSession(model, sess_options=so, providers=providers)
+    except Exception as e:
+        raise CudaError(f"onnxruntime cannot load {loading} on CUDA: {first_line(e)}") from None
+    require_cuda_provider(session, ort, checking)
+    return session
 
 
 class CudaExecutor:
@@ -400,7 +173,7 @@ class CudaExecutor:
             raise
 
     def _start(self, num_streams: int) -> None:
-        ort, cudart = _onnxruntime(), _cudart()
+        ort, cudart = common.import_ort(), common.import_cudart()
         check(cudart.cudaSetDevice(self.config.device_id), "cudaSetDevice")
         for _ in range(num_streams):
             self._streams.append(check(cudart.cudaStreamCreateWithFlags(cudart.cudaStreamNonBlocking), "cudaStreamCreateWithFlags"))
@@ -414,17 +187,10 @@ class CudaExecutor:
             self._sessions.append(self._load(ort, k, serialize(seg.graph), shared))
 
     def _load(self, ort, k: int, model: bytes, shared: bool):
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        if shared:
-            so.add_session_config_entry("session.use_env_allocators", "1")
-        options = cuda_provider_options(native_handle(self._streams[self._stream_of[k]]), self.config)
-        try:
-            session = ort.InferenceSession(model, sess_options=so, providers=[(CUDA, options), "CPUExecutionProvider"])
-        except Exception as e:
-            raise CudaError(f"onnxruntime cannot load piece {k} on CUDA: {first_line(e)}") from None
-        require_cuda_provider(session, ort, f"piece {k} of {self.graph.name}")
-        return session
+        so = session_options(ort, log_severity=_LOG_SEVERITY,
+                             entries={"session.use_env_allocators": "1"} if shared else None)
+        stream = native_handle(self._streams[self._stream_of[k]])
+        return _cuda_session(ort, model, so, stream, self.config, f"piece {k}", f"piece {k} of {self.graph.name}")
 
     @property
     def num_streams(self) -> int:
@@ -438,7 +204,7 @@ class CudaExecutor:
     def upload(self, feeds: Mapping[str, np.ndarray]) -> dict:
         """Copy ``feeds`` to device OrtValues (``cudaMemcpyAsync`` on the upload stream, which is
         synchronized before this returns, so every stream sees the copies complete)."""
-        ort, cudart = _onnxruntime(), _cudart()
+        ort, cudart = common.import_ort(), common.import_cudart()
         values, hosts = {}, []
         for name, arr in feeds.items():
             host = np.ascontiguousarray(arr)
@@ -454,7 +220,7 @@ class CudaExecutor:
     def _launch(self, values: dict, marks: list | None = None) -> dict:
         """Issue every piece on its stream in the plan's order; ``marks``: a (start, end) timing
         event pair per piece, recorded around it on its stream."""
-        cudart = _cudart()
+        cudart = common.import_cudart()
         for k, (seg, session) in enumerate(zip(self.plan.segments, self._sessions)):
             stream = self._streams[self._stream_of[k]]
             for e in seg.waits:
@@ -475,7 +241,7 @@ class CudaExecutor:
         return values
 
     def _synchronize(self) -> None:
-        cudart = _cudart()
+        cudart = common.import_cudart()
         for stream in self._streams:
             check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
 
@@ -496,7 +262,7 @@ class CudaExecutor:
     def _timing_marks(self) -> list:
         """Timing events, created once: the run's start and end, then a pair per piece."""
         if not self._marks:
-            cudart = _cudart()
+            cudart = common.import_cudart()
             for _ in range(2 + 2 * len(self.plan.segments) + len(self._streams)):
                 self._marks.append(check(cudart.cudaEventCreateWithFlags(cudart.cudaEventDefault), "cudaEventCreateWithFlags"))
         return self._marks
@@ -505,7 +271,7 @@ class CudaExecutor:
         """One run on uploaded inputs timed with CUDA events: seconds from the start (recorded on
         stream 0, which every stream waits for) to the end (after stream 0 waited for every
         stream), and when each piece ran on its stream."""
-        cudart = _cudart()
+        cudart = common.import_cudart()
         marks = self._timing_marks()
         start, end, joins, rest = marks[0], marks[1], marks[2:2 + len(self._streams)], marks[2 + len(self._streams):]
         pairs = list(zip(rest[0::2], rest[1::2]))
@@ -538,7 +304,7 @@ class CudaExecutor:
         first failure is raised after."""
         if not (self._streams or self._sessions or self._events or self._marks or self._upload):
             return
-        cudart = _cudart()
+        cudart = common.import_cudart()
         errors: list[CudaError] = []
 
         def attempt(result, what: str) -> None:
