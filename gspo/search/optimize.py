@@ -38,7 +38,6 @@ from gspo.rules import GREEDY_RULES, WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime import (
     capture_values,
     make_session,
-    random_inputs,
     run,
     runtime_version,
 )
@@ -48,7 +47,7 @@ from gspo.runtime.backends import (
     backend_versions,
     check_backends,
 )
-from gspo.runtime.inputs import check_inputs
+from gspo.runtime.inputs import check_inputs, human_bytes, input_bytes, random_input_sets
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
     OptimizeConfig,
@@ -109,7 +108,9 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     if original.extras.defaulted:
         pins = {v.name: v.shape for v in original.inputs}
         notes.append(describe_defaults(original.extras.defaulted, pins))
-    feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
+    feeds = [dict(inputs)] if inputs is not None else random_input_sets(work, cfg.seed, cfg.verify_runs)
+    if len(feeds) < cfg.verify_runs and inputs is None:
+        notes.append(f"verified on one random input set, not {cfg.verify_runs}: one takes {human_bytes(input_bytes(work))}")
     if work is original:
         _require_runs(original, feeds[0])
         return Prepared(original, work, feeds, notes)
