@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from gspo.errors import GspoError
-from gspo.errors import first_line as _first_line
 from gspo.ir import Graph
 from gspo.ir.ranges import input_ranges
 from gspo.ir.weights import np_dtype
+from gspo.runtime.npz import declared, read_npz
 from gspo.runtime.session import SessionConfig, make_session, run
 
 __all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory", "input_bytes", "human_bytes", "read_npz", "check_inputs", "load_inputs", "capture_values"]
@@ -122,17 +122,18 @@ def random_input_sets(graph: Graph, seed: int, runs: int) -> list[dict[str, np.n
     return [random_inputs(graph, seed + i) for i in range(count)]
 
 
-def read_npz(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, by name."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as e:
-        raise GspoError(f"{path}: cannot read inputs (expected an .npz file): {_first_line(e)}") from None
+def _check_spec(name: str, dtype: np.dtype, shape: Sequence[int], v, label: str) -> None:
+    if tuple(shape) != tuple(v.shape) or dtype != np_dtype(v.dtype):
+        raise GspoError(
+            f"{label}: input {name!r} is {dtype}{list(shape)}, "
+            f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
+        )
 
 
 def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--inputs") -> dict[str, np.ndarray]:
-    """``feeds`` checked against the graph's inputs (names, shapes, dtypes).
+    """``feeds`` checked against the graph's inputs (names, shapes, dtypes); the arrays of an
+    ``.npz`` (:func:`read_npz`) are checked from their headers, and against the memory
+    available, before they are read.
 
     Raises:
         GspoError: one line naming what does not match.
@@ -142,18 +143,20 @@ def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--
     extra = sorted(set(feeds) - set(expected))
     if missing or extra:
         raise GspoError(f"{label}: inputs do not match the model (missing: {missing}, unknown: {extra})")
+    headers = declared(feeds)
+    if headers is not None:
+        for name, (shape, dtype) in headers.items():
+            _check_spec(name, dtype, shape, expected[name], label)
+        require_memory(input_bytes(graph), f"{label}: the inputs")
+    feeds = {name: feeds[name] for name in feeds}
     for name, arr in feeds.items():
-        v = expected[name]
-        if tuple(arr.shape) != tuple(v.shape) or arr.dtype != np_dtype(v.dtype):
-            raise GspoError(
-                f"{label}: input {name!r} is {arr.dtype}{list(arr.shape)}, "
-                f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
-            )
-    return dict(feeds)
+        _check_spec(name, arr.dtype, arr.shape, expected[name], label)
+    return feeds
 
 
 def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
-    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)."""
+    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)
+    before they are read."""
     return check_inputs(read_npz(path), graph, path)
 
 
