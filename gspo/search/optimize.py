@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gspo.costmodel import CostModel, device_description, load_profile
-from gspo.costmodel.db import CalibrationDB
+from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph, load
 from gspo.ir.frontend import describe_defaults
@@ -268,7 +268,7 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
         options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b)))
         if changed:
             options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b)))
-    db = CalibrationDB(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
+    db = CalibrationCache(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
     try:
         feeds = [[{v.name: b[v.name] for v in g.inputs} for b in boundary] for g in pieces]
         times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, deadline=deadline)
