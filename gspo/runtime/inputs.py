@@ -47,16 +47,16 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"
 
 
-def require_memory(nbytes: int, what: str) -> None:
+def require_memory(nbytes: int, what: str, hint: str = "") -> None:
     """Refuse, before allocating, ``nbytes`` more than the machine has available.
 
     Raises:
-        GspoError: one line naming ``what`` and both sizes.
+        GspoError: one line naming ``what``, both sizes and the ``hint`` (what to do).
     """
     free = available_memory()
     if free is not None and nbytes > free:
         raise GspoError(f"{what} take {human_bytes(nbytes)}, more than the {human_bytes(free)} of memory "
-                        "available; pin smaller dynamic dimensions with --input-shape")
+                        f"available{'; ' + hint if hint else ''}")
 
 
 def input_bytes(graph: Graph) -> int:
@@ -94,8 +94,9 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
             raise GspoError(f"cannot make random data for input {v.name!r} of type {np_dtype(v.dtype)}")
     largest = max(graph.inputs, key=lambda v: math.prod(v.shape), default=None)
     if largest is not None:
+        hint = "pin smaller dynamic dimensions with --input-shape" if graph.extras.defaulted else ""
         require_memory(input_bytes(graph), f"the random inputs (the largest: {largest.name!r} "
-                       f"{np_dtype(largest.dtype)}{list(largest.shape)})")
+                       f"{np_dtype(largest.dtype)}{list(largest.shape)})", hint)
     feeds = {}
     for v in graph.inputs:
         dt = np_dtype(v.dtype)

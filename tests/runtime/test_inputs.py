@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import capture_values, make_session, random_inputs, run
 from gspo.runtime.inputs import check_inputs
+from tests.helpers import relu_model
 
 
 def _bert_like():
@@ -117,8 +119,15 @@ def test_inputs_larger_than_the_memory_available_are_refused_before_allocating(m
     monkeypatch.setattr(inputs_mod, "available_memory", lambda: 1_000_000)
     monkeypatch.setattr(inputs_mod.np, "empty", lambda *a, **k: pytest.fail("allocated"))
     with pytest.raises(GspoError, match=r"'x' float32\[1000, 1000\]\) take 4\.0 MB, more than the 1\.0 MB "
-                                        r"of memory available; pin smaller .* --input-shape"):
+                                        r"of memory available$"):
         random_inputs(_relu_graph((1000, 1000)), 0)
+    pinned = ir.load_bytes(relu_model(("n", 1000, 1000)).SerializeToString(), {"x": [1, 1000, 1000]})
+    assert not pinned.extras.defaulted
+    with pytest.raises(GspoError, match=r"of memory available$"):  # nothing to pin smaller
+        random_inputs(pinned, 0)
+    defaulted = ir.load_bytes(relu_model(("n", 1000, 1000)).SerializeToString())  # n gets a default
+    with pytest.raises(GspoError, match=r"of memory available; pin smaller dynamic dimensions with --input-shape$"):
+        random_inputs(defaulted, 0)
 
 
 def test_the_memory_available_is_read_from_the_system():
