@@ -16,7 +16,8 @@ from gspo.ir.weights import np_dtype
 from gspo.runtime.npz import declared, read_npz
 from gspo.runtime.session import SessionConfig, make_session, run
 
-__all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory", "input_bytes", "human_bytes", "read_npz", "check_inputs", "load_inputs", "capture_values"]
+__all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory",
+           "input_bytes", "human_bytes", "read_npz", "check_inputs", "load_inputs", "capture_values"]
 
 
 #: Elements drawn at a time: random data is drawn as float64 / int64 and cast a chunk at a
