@@ -189,6 +189,7 @@ def verify(
     worst: dict[str, OutputDiff] = {}
     for feeds in feeds_sets:
         res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol)
+        del feeds  # let the set go before the next one is drawn
         for d in res.outputs:
             old = worst.get(d.name)
             if old is None or (not d.ok and old.ok) or (d.ok == old.ok and d.max_abs > old.max_abs):

@@ -166,3 +166,24 @@ def test_verify_makes_its_input_sets_one_at_a_time(monkeypatch):
     g = branchy()
     assert verify(g, g, runs=3).equivalent
     assert events == ["draw", "compare"] * 3
+
+
+def test_verify_lets_each_input_set_go_before_drawing_the_next(monkeypatch):
+    import gc
+    import weakref
+
+    verify_mod = importlib.import_module("gspo.runtime.verify")
+    drawn, alive_at_draw = [], []
+    draw = verify_mod.random_inputs
+
+    def watched(g, seed):
+        gc.collect()
+        alive_at_draw.append(sum(r() is not None for r in drawn))
+        feeds = draw(g, seed)
+        drawn.extend(weakref.ref(a) for a in feeds.values())
+        return feeds
+
+    monkeypatch.setattr(verify_mod, "random_inputs", watched)
+    g = branchy()
+    assert verify(g, g, runs=3).equivalent
+    assert alive_at_draw == [0, 0, 0]
