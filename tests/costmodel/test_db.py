@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sqlite3
+import subprocess
+import sys
+import tempfile
 import time
 
 import pytest
@@ -76,6 +80,42 @@ def test_a_cache_in_a_read_only_folder_is_skipped(tmp_path, caplog):
         _skipped(CalibrationCache(folder / "calibration.sqlite", "dev", "rt"), caplog, "unable to open database")
     finally:
         folder.chmod(0o755)
+
+
+def _as_nobody(code: str) -> subprocess.CompletedProcess | None:
+    """``code`` run by Python as the user nobody (``None`` when that cannot be done here)."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+    if subprocess.run(cmd + ["import gspo.costmodel.db"], capture_output=True, timeout=60).returncode != 0:
+        return None  # this Python or gspo is not readable by nobody
+    return subprocess.run(cmd + [code], capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_cache_in_a_read_only_folder_is_skipped_as_a_plain_user(existing):
+    """As root the folder's mode is ignored: the check runs as the user nobody."""
+    top = tempfile.mkdtemp(prefix="gspo-ro-")
+    try:
+        os.chmod(top, 0o755)
+        folder = os.path.join(top, "gspo")
+        os.mkdir(folder)
+        if existing:
+            _filled(os.path.join(folder, "calibration.sqlite"), 3)
+        os.chmod(folder, 0o555)
+        proc = _as_nobody(
+            "import logging; logging.basicConfig(format='%(message)s')\n"
+            "from gspo.costmodel.db import CalibrationCache\n"
+            f"c = CalibrationCache({os.path.join(folder, 'calibration.sqlite')!r}, 'dev', 'rt')\n"
+            "c.put('x', 'op', {}); print(c.usable, c.get('sig1'))")
+        if proc is None:
+            pytest.skip("cannot run as another user here")
+        assert proc.returncode == 0 and proc.stdout.strip() == "False None", proc.stderr
+        reason = "attempt to write a readonly database" if existing else "unable to open database file"
+        assert proc.stderr.strip().endswith(f"calibration.sqlite: {reason}; going on without it")
+    finally:
+        os.chmod(os.path.join(top, "gspo"), 0o755)
+        shutil.rmtree(top)
 
 
 def test_a_cache_that_fails_while_used_is_skipped_from_then_on(tmp_path, caplog, monkeypatch):
