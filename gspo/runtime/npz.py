@@ -115,7 +115,13 @@ class NpzInputs(Mapping[str, np.ndarray]):
         member = self.members[name]
         with _open(self.path) as f, _zip(self.path, f) as zf:
             try:
-                with zf.open(member.member) as data:
+                info = zf.getinfo(member.member)
+            except KeyError:
+                info = None
+            if info is None or _header(self.path, zf, info) != member:
+                raise GspoError(f"{self.path}: changed while read (array {name!r})")
+            try:
+                with zf.open(info) as data:
                     return np.lib.format.read_array(data, allow_pickle=False)
             except Exception as e:
                 raise GspoError(f"{self.path}: array {name!r} cannot be read: {_first_line(e)}") from None

@@ -123,3 +123,12 @@ def test_a_fifo_or_a_directory_is_refused_without_waiting(tmp_path):
         read_npz(fifo)
     with pytest.raises(GspoError, match="not a regular file"):
         read_npz(tmp_path)
+
+
+def test_a_file_changed_after_its_headers_were_checked_is_refused(tmp_path):
+    p = tmp_path / "in.npz"
+    np.savez(p, x=np.zeros((2, 3), np.float32))
+    feeds = read_npz(p)
+    np.savez(p, x=np.zeros((4000, 4000), np.float32))  # replaced by a larger array
+    with pytest.raises(GspoError, match="changed while read"):
+        feeds["x"]
