@@ -4,16 +4,31 @@ Keyed by (device, runtime version, signature). WAL journal and one short transac
 measurement: an interrupted run loses at most the measurement in flight, and two calibrations
 on one database neither corrupt it nor lose measurements (``INSERT OR IGNORE`` keeps the first
 of two measurements of the same signature).
+
+Where the database is only a cache (optimize's placement timings, in the user's cache folder),
+:class:`CalibrationCache` wraps it: a database that is corrupt, of another schema, locked by
+another process for more than :data:`LOCK_WAIT_S`, or that cannot be written is a one-line
+warning, and the work goes on without it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 from pathlib import Path
 
-__all__ = ["CalibrationDB"]
+from gspo.errors import GspoError
 
+__all__ = ["CalibrationDB", "CalibrationCache", "CacheError", "LOCK_WAIT_S"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a cache (:class:`CalibrationCache`) waits for another process's lock before it is
+#: skipped; a calibration's own database waits a minute (two calibrations may share one).
+LOCK_WAIT_S = 2.0
+
+_COLUMNS = ("device", "runtime", "signature", "kind", "data")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS measurements (
     device TEXT NOT NULL,
@@ -26,38 +41,84 @@ CREATE TABLE IF NOT EXISTS measurements (
 """
 
 
+class CacheError(GspoError):
+    """The database cannot be opened, read or written: not SQLite, corrupt, of another schema,
+    locked by another process, or in a folder that cannot be written."""
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if isinstance(e, sqlite3.OperationalError) and "locked" in text:
+        return f"{text} (another process holds it)"
+    if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
+        return f"{text} (delete it to start a new one)"  # not SQLite, or corrupt
+    return text
+
+
+def _connect(path: Path, timeout: float) -> sqlite3.Connection:
+    """A connection in WAL mode with the ``measurements`` table, checked to be gspo's."""
+    if path.parent.exists() and not path.parent.is_dir():
+        raise CacheError(f"{path}: its folder {path.parent} is a file")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise CacheError(f"{path}: is a directory, not a calibration database")
+    conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout={int(timeout * 1000)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(_SCHEMA)
+        columns = tuple(row[1] for row in conn.execute("PRAGMA table_info(measurements)"))
+        if columns != _COLUMNS:
+            raise CacheError(f"{path}: not a gspo calibration database (its measurements table has the "
+                             f"columns {', '.join(columns)}; delete it to start a new one)")
+        conn.execute("SELECT COUNT(*) FROM measurements").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 class CalibrationDB:
     """Measurements of one device and runtime, cached in SQLite by benchmark signature.
 
     Several processes can write one database (WAL, immediate transactions); a signature measured
-    once is never overwritten.
+    once is never overwritten. Another process's lock is waited on for ``timeout`` seconds.
+
+    Raises:
+        CacheError: (from every method) the database cannot be used, in one line.
     """
 
-    def __init__(self, path: str | Path, device: str, runtime: str):
+    def __init__(self, path: str | Path, device: str, runtime: str, timeout: float = 60.0):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.device, self.runtime = device, runtime
-        self._conn = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA busy_timeout=60000")
-        self._conn.execute(_SCHEMA)
+        self._conn = None
+        self._conn = self._call(_connect, self.path, timeout)
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except CacheError:
+            raise
+        except (sqlite3.Error, OSError, ValueError) as e:  # ValueError: undecodable JSON
+            raise CacheError(f"{self.path}: {_reason(e)}") from None
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return self._call(lambda: self._conn.execute(sql, args).fetchall())
 
     def get(self, signature: str) -> dict | None:
         """The measurement stored under ``signature`` (``None``: not measured yet)."""
-        row = self._conn.execute(
-            "SELECT data FROM measurements WHERE device=? AND runtime=? AND signature=?",
-            (self.device, self.runtime, signature),
-        ).fetchone()
-        return json.loads(row[0]) if row else None
+        rows = self._query("SELECT data FROM measurements WHERE device=? AND runtime=? AND signature=?",
+                           (self.device, self.runtime, signature))
+        return self._call(json.loads, rows[0][0]) if rows else None
 
     def put(self, signature: str, kind: str, data: dict) -> None:
         """Store ``data`` under ``signature`` unless something is stored there already."""
+        self._call(self._insert, (self.device, self.runtime, signature, kind, json.dumps(data, sort_keys=True)))
+
+    def _insert(self, row: tuple) -> None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.execute(
-                "INSERT OR IGNORE INTO measurements VALUES (?, ?, ?, ?, ?)",
-                (self.device, self.runtime, signature, kind, json.dumps(data, sort_keys=True)),
-            )
+            self._conn.execute("INSERT OR IGNORE INTO measurements VALUES (?, ?, ?, ?, ?)", row)
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
@@ -65,18 +126,64 @@ class CalibrationDB:
 
     def all(self, kind: str) -> list[tuple[str, dict]]:
         """Every ``(signature, data)`` of ``kind``, in signature order."""
-        rows = self._conn.execute(
+        rows = self._query(
             "SELECT signature, data FROM measurements WHERE device=? AND runtime=? AND kind=? ORDER BY signature",
-            (self.device, self.runtime, kind),
-        ).fetchall()
-        return [(sig, json.loads(d)) for sig, d in rows]
+            (self.device, self.runtime, kind))
+        return [(sig, self._call(json.loads, d)) for sig, d in rows]
 
     def count(self) -> int:
         """How many measurements the database holds for this device and runtime."""
-        return self._conn.execute(
-            "SELECT COUNT(*) FROM measurements WHERE device=? AND runtime=?", (self.device, self.runtime)
-        ).fetchone()[0]
+        return self._query("SELECT COUNT(*) FROM measurements WHERE device=? AND runtime=?",
+                           (self.device, self.runtime))[0][0]
 
     def close(self) -> None:
         """Close the connection."""
-        self._conn.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class CalibrationCache:
+    """A :class:`CalibrationDB` used only as a cache: when it cannot be opened, read or written
+    (corrupt, foreign, locked for more than ``timeout`` seconds, unwritable), one warning says
+    so and it is skipped from then on: ``get`` finds nothing, ``put`` keeps nothing.
+    """
+
+    def __init__(self, path: str | Path, device: str, runtime: str, timeout: float = LOCK_WAIT_S):
+        self.path = Path(path)
+        self._db: CalibrationDB | None = None
+        try:
+            self._db = CalibrationDB(path, device, runtime, timeout)
+        except CacheError as e:
+            self._skip(e)
+
+    @property
+    def usable(self) -> bool:
+        """Whether the cache is still in use (no failure so far)."""
+        return self._db is not None
+
+    def _skip(self, e: CacheError) -> None:
+        log.warning("calibration cache not used: %s; going on without it", e)
+        self.close()
+
+    def get(self, signature: str) -> dict | None:
+        """The cached measurement (``None``: not cached, or the cache is skipped)."""
+        try:
+            return self._db.get(signature) if self._db is not None else None
+        except CacheError as e:
+            self._skip(e)
+            return None
+
+    def put(self, signature: str, kind: str, data: dict) -> None:
+        """Cache ``data`` under ``signature`` (nothing when the cache is skipped)."""
+        try:
+            if self._db is not None:
+                self._db.put(signature, kind, data)
+        except CacheError as e:
+            self._skip(e)
+
+    def close(self) -> None:
+        """Close the database, if open."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None

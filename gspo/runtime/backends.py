@@ -117,11 +117,13 @@ class _OpenVinoRunner:
         self._outputs = {name: port for port in compiled.outputs for name in port.get_names()}
 
     def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        # The inputs are read in place (not copied into the request); the outputs come back as
+        # arrays of their own (share_outputs is off), so they are not copied again.
         try:
-            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()}, share_inputs=True)
         except Exception as e:
             raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
-        return [np.array(result[self._outputs[n]]) for n in names]
+        return [result[self._outputs[n]] for n in names]
 
 
 def _reason(e: Exception) -> str:

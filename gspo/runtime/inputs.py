@@ -4,57 +4,138 @@ that cross from one piece of a partitioned model to the next."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from gspo.errors import GspoError
-from gspo.errors import first_line as _first_line
 from gspo.ir import Graph
 from gspo.ir.ranges import input_ranges
 from gspo.ir.weights import np_dtype
+from gspo.runtime.npz import declared, read_npz
 from gspo.runtime.session import SessionConfig, make_session, run
 
-__all__ = ["random_inputs", "read_npz", "check_inputs", "load_inputs", "capture_values"]
+__all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory",
+           "input_bytes", "human_bytes", "read_npz", "check_inputs", "load_inputs", "capture_values"]
+
+
+#: Elements drawn at a time: random data is drawn as float64 / int64 and cast a chunk at a
+#: time, so an input costs its own size and 2 MB more (drawn whole and then cast, a float32
+#: input cost three times its size).
+_CHUNK = 1 << 18
+
+
+def available_memory() -> int | None:
+    """Bytes of memory the machine can still give (``MemAvailable`` of ``/proc/meminfo``), or
+    ``None`` where that is not known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes in B, KB, MB, GB or TB (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def require_memory(nbytes: int, what: str, hint: str = "") -> None:
+    """Refuse, before allocating, ``nbytes`` more than the machine has available.
+
+    Raises:
+        GspoError: one line naming ``what``, both sizes and the ``hint`` (what to do).
+    """
+    free = available_memory()
+    if free is not None and nbytes > free:
+        raise GspoError(f"{what} take {human_bytes(nbytes)}, more than the {human_bytes(free)} of memory "
+                        f"available{'; ' + hint if hint else ''}")
+
+
+def input_bytes(graph: Graph) -> int:
+    """Bytes one set of inputs of ``graph`` takes (its inputs' shapes must be static)."""
+    return sum(math.prod(v.shape) * np_dtype(v.dtype).itemsize for v in graph.inputs if v.is_static)
+
+
+def _filled(shape: Sequence[int], dtype: np.dtype, draw: Callable[[int], np.ndarray]) -> np.ndarray:
+    """An array of ``shape`` and ``dtype`` filled with ``draw(n)`` a chunk at a time (the same
+    values as one draw of the whole size: the generator's stream does not depend on chunking)."""
+    out = np.empty(shape, dtype)
+    flat = out.reshape(-1)
+    for start in range(0, flat.size, _CHUNK):
+        flat[start:start + _CHUNK] = draw(min(_CHUNK, flat.size - start))
+    return out
 
 
 def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
     """Random feeds for every graph input: N(0,1) floats, random bools, and integers drawn from
     the range their consumers accept (:func:`gspo.ir.ranges.input_ranges`, or ``ranges``).
 
+    Each input is made at its own size (no float64 copy of it); inputs larger than the memory
+    available are refused before anything is allocated.
+
     Raises:
-        GspoError: an input has no static shape, or a type random data cannot be made for.
+        GspoError: an input has no static shape, a type random data cannot be made for, or the
+            inputs do not fit in memory.
     """
     rng = np.random.default_rng(seed)
     ranges = input_ranges(graph) if ranges is None else ranges
-    feeds = {}
     for v in graph.inputs:
         if not v.is_static:
             raise GspoError(f"graph input {v.name!r} has no static shape; pin it with --input-shape {v.name}=D1,D2,...")
+        if np_dtype(v.dtype).kind not in "fiub":
+            raise GspoError(f"cannot make random data for input {v.name!r} of type {np_dtype(v.dtype)}")
+    largest = max(graph.inputs, key=lambda v: math.prod(v.shape), default=None)
+    if largest is not None:
+        hint = "pin smaller dynamic dimensions with --input-shape" if graph.extras.defaulted else ""
+        require_memory(input_bytes(graph), f"the random inputs (the largest: {largest.name!r} "
+                       f"{np_dtype(largest.dtype)}{list(largest.shape)})", hint)
+    feeds = {}
+    for v in graph.inputs:
         dt = np_dtype(v.dtype)
         if dt.kind == "f":
-            feeds[v.name] = rng.standard_normal(v.shape).astype(dt)
+            feeds[v.name] = _filled(v.shape, dt, rng.standard_normal)
         elif dt.kind in "iu":
             low, high = ranges.get(v.name, (0, 16))
-            feeds[v.name] = rng.integers(low, high, size=v.shape).astype(dt)
-        elif dt.kind == "b":
-            feeds[v.name] = rng.random(v.shape) < 0.5
+            feeds[v.name] = _filled(v.shape, dt, lambda n, low=low, high=high: rng.integers(low, high, size=n))
         else:
-            raise GspoError(f"cannot make random data for input {v.name!r} of type {dt}")
+            feeds[v.name] = _filled(v.shape, dt, lambda n: rng.random(n) < 0.5)
     return feeds
 
 
-def read_npz(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` file, by name."""
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except Exception as e:
-        raise GspoError(f"{path}: cannot read inputs (expected an .npz file): {_first_line(e)}") from None
+#: Random input sets larger than this are drawn once instead of ``runs`` times: each set is
+#: held, with the reference's outputs on it, while every candidate is verified (two sets of a
+#: 400 MB input and their outputs took 1.6 GB before a candidate ran).
+LARGE_INPUT_SET = 64 * 10**6
+
+
+def random_input_sets(graph: Graph, seed: int, runs: int) -> list[dict[str, np.ndarray]]:
+    """``runs`` sets of :func:`random_inputs` (seeds ``seed, seed+1, ...``); one set when a set
+    takes more than :data:`LARGE_INPUT_SET` bytes."""
+    count = runs if input_bytes(graph) <= LARGE_INPUT_SET else min(runs, 1)
+    return [random_inputs(graph, seed + i) for i in range(count)]
+
+
+def _check_spec(name: str, dtype: np.dtype, shape: Sequence[int], v, label: str) -> None:
+    if tuple(shape) != tuple(v.shape) or dtype != np_dtype(v.dtype):
+        raise GspoError(
+            f"{label}: input {name!r} is {dtype}{list(shape)}, "
+            f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
+        )
 
 
 def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--inputs") -> dict[str, np.ndarray]:
-    """``feeds`` checked against the graph's inputs (names, shapes, dtypes).
+    """``feeds`` checked against the graph's inputs (names, shapes, dtypes); the arrays of an
+    ``.npz`` (:func:`read_npz`) are checked from their headers, and against the memory
+    available, before they are read.
 
     Raises:
         GspoError: one line naming what does not match.
@@ -64,18 +145,20 @@ def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--
     extra = sorted(set(feeds) - set(expected))
     if missing or extra:
         raise GspoError(f"{label}: inputs do not match the model (missing: {missing}, unknown: {extra})")
+    headers = declared(feeds)
+    if headers is not None:
+        for name, (shape, dtype) in headers.items():
+            _check_spec(name, dtype, shape, expected[name], label)
+        require_memory(input_bytes(graph), f"{label}: the inputs")
+    feeds = {name: feeds[name] for name in feeds}
     for name, arr in feeds.items():
-        v = expected[name]
-        if tuple(arr.shape) != tuple(v.shape) or arr.dtype != np_dtype(v.dtype):
-            raise GspoError(
-                f"{label}: input {name!r} is {arr.dtype}{list(arr.shape)}, "
-                f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
-            )
-    return dict(feeds)
+        _check_spec(name, arr.dtype, arr.shape, expected[name], label)
+    return feeds
 
 
 def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
-    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)."""
+    """Feeds from an ``.npz`` file, checked against the graph's inputs (names, shapes, dtypes)
+    before they are read."""
     return check_inputs(read_npz(path), graph, path)
 
 

@@ -94,6 +94,34 @@ def _fail(name: str, reason: str) -> OutputDiff:
     return OutputDiff(name, float("inf"), float("inf"), False, float("inf"), reason)
 
 
+#: Elements compared at a time: the comparison works in float64, a chunk at a time, so it costs
+#: tens of MB beside the outputs whatever their size (whole, it took eight copies of an output).
+_CHUNK = 1 << 16
+
+
+def _chunks(a: np.ndarray, b: np.ndarray):
+    """``a`` and ``b`` flattened, as float64, a chunk at a time."""
+    fa, fb = np.ravel(a), np.ravel(b)
+    for start in range(0, fa.size, _CHUNK):
+        yield fa[start:start + _CHUNK].astype(np.float64), fb[start:start + _CHUNK].astype(np.float64)
+
+
+def _special_places(name: str, a: np.ndarray, b: np.ndarray) -> tuple[OutputDiff | None, float, bool]:
+    """A failure when NaN or infinities are not at the same places (infinities with the same
+    sign); else the largest finite magnitude of ``a`` and whether ``a`` has a finite element."""
+    if any(not np.array_equal(np.isnan(ca), np.isnan(cb)) for ca, cb in _chunks(a, b)):
+        return _fail(name, "NaN at different places"), 0.0, False
+    scale, any_finite = 0.0, False
+    for ca, cb in _chunks(a, b):
+        inf_a, inf_b = np.isinf(ca), np.isinf(cb)
+        if not np.array_equal(inf_a, inf_b) or not np.array_equal(ca[inf_a], cb[inf_b]):
+            return _fail(name, "infinities at different places"), 0.0, False
+        finite = np.abs(ca[np.isfinite(ca)])
+        if finite.size:
+            any_finite, scale = True, max(scale, float(finite.max()))
+    return None, scale, any_finite
+
+
 def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff:
     if a.shape != b.shape:
         return _fail(name, f"shape {list(b.shape)} instead of {list(a.shape)}")
@@ -101,24 +129,23 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff
         same = bool(np.array_equal(a, b))
         return OutputDiff(name, 0.0, 0.0, True) if same else _fail(name, "values differ")
     tol = tol.for_dtype(a.dtype)
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    if not np.array_equal(np.isnan(a64), np.isnan(b64)):
-        return _fail(name, "NaN at different places")
-    inf_a, inf_b = np.isinf(a64), np.isinf(b64)
-    if not np.array_equal(inf_a, inf_b) or not np.array_equal(a64[inf_a], b64[inf_b]):
-        return _fail(name, "infinities at different places")
-    finite = np.isfinite(a64)
-    fa, fb = a64[finite], b64[finite]
-    if fa.size == 0:
+    failed, scale, any_finite = _special_places(name, a, b)
+    if failed is not None:
+        return failed
+    if not any_finite:
         return OutputDiff(name, 0.0, 0.0, True)
-    err = np.abs(fa - fb)
-    scale = float(np.max(np.abs(fa)))
-    bound = tol.atol + tol.rtol * np.abs(fa) + tol.ntol * scale
-    max_abs = float(err.max())
-    above = np.abs(fa) > tol.atol
-    max_rel = float((err[above] / np.abs(fa[above])).max()) if above.any() else 0.0
+    max_abs = max_rel = 0.0
+    ok = True
+    for ca, cb in _chunks(a, b):
+        finite = np.isfinite(ca)
+        fa, err = np.abs(ca[finite]), np.abs(ca[finite] - cb[finite])
+        if err.size:
+            max_abs = max(max_abs, float(err.max()))
+            ok = ok and bool(np.all(err <= tol.atol + tol.rtol * fa + tol.ntol * scale))
+            above = fa > tol.atol
+            if above.any():
+                max_rel = max(max_rel, float((err[above] / fa[above]).max()))
     norm_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    ok = bool(np.all(err <= bound))
     return OutputDiff(name, max_abs, max_rel, ok, norm_rel, "" if ok else f"max abs error {max_abs:.3g}")
 
 
@@ -150,17 +177,19 @@ def verify(
     """Run both graphs with onnxruntime on the same inputs and compare every output.
 
     With ``inputs`` given they are used once; otherwise ``runs`` sets of random inputs are drawn
-    from seeds ``seed, seed+1, ...`` and the worst error per output is reported.
+    from seeds ``seed, seed+1, ...``, one at a time, and the worst error per output is reported.
     """
     ref_in = {v.name: (v.dtype, v.shape) for v in reference.inputs}
     cand_in = {v.name: (v.dtype, v.shape) for v in candidate.inputs}
     if ref_in != cand_in:
         raise GspoError("the models have different inputs (names, types or shapes)")
     s_ref, s_cand = make_session(reference, config), make_session(candidate, config)
-    feeds_list = [inputs] if inputs is not None else [random_inputs(reference, seed + i) for i in range(runs)]
+    # One input set at a time: only it and the two models' outputs on it are held.
+    feeds_sets = iter([inputs]) if inputs is not None else (random_inputs(reference, seed + i) for i in range(runs))
     worst: dict[str, OutputDiff] = {}
-    for feeds in feeds_list:
+    for feeds in feeds_sets:
         res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol)
+        del feeds  # let the set go before the next one is drawn
         for d in res.outputs:
             old = worst.get(d.name)
             if old is None or (not d.ok and old.ok) or (d.ok == old.ok and d.max_abs > old.max_abs):

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from gspo.costmodel import CostModel, device_description, load_profile
-from gspo.costmodel.db import CalibrationDB
+from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.frontend import describe_defaults
@@ -38,7 +38,6 @@ from gspo.rules import GREEDY_RULES, WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime import (
     capture_values,
     make_session,
-    random_inputs,
     run,
     runtime_version,
 )
@@ -48,7 +47,7 @@ from gspo.runtime.backends import (
     backend_versions,
     check_backends,
 )
-from gspo.runtime.inputs import check_inputs
+from gspo.runtime.inputs import check_inputs, human_bytes, input_bytes, random_input_sets
 from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
 from gspo.search.backtrack import Candidate
@@ -119,7 +118,9 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
         notes.append(describe_defaults(original.extras.defaulted, pins))
     if original.extras.static_refused:
         notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
-    feeds = [dict(inputs)] if inputs is not None else [random_inputs(work, cfg.seed + i) for i in range(cfg.verify_runs)]
+    feeds = [dict(inputs)] if inputs is not None else random_input_sets(work, cfg.seed, cfg.verify_runs)
+    if len(feeds) < cfg.verify_runs and inputs is None:
+        notes.append(f"verified on one random input set, not {cfg.verify_runs}: one takes {human_bytes(input_bytes(work))}")
     seed = cfg.seed if inputs is None else None  # with the user's inputs, gspo chose no size
     if work is original:
         _require_runs(original, feeds[0], seed)
@@ -285,7 +286,7 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
         options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b)))
         if changed:
             options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b)))
-    db = CalibrationDB(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
+    db = CalibrationCache(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
     try:
         feeds = [[{v.name: b[v.name] for v in g.inputs} for b in boundary] for g in pieces]
         times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, deadline=deadline)

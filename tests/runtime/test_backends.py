@@ -117,3 +117,19 @@ def test_a_piece_whose_session_falls_back_to_the_cpu_is_refused_with_the_reason(
     g = _model()
     [times] = time_pieces([g], [[random_inputs(g, 0)]], ("ort", "cuda"), runs=3)
     assert "fell back to the CPU" in times.refused["cuda"] and set(times.seconds) == {"ort"}
+
+
+def test_every_backend_returns_outputs_of_their_own_and_reads_inputs_in_place():
+    """Outputs are not overwritten by the next run (OpenVINO's are not copied a second time),
+    and the inputs, read in place, are left as they were."""
+    g = _model()
+    names = [v.name for v in g.outputs]
+    for name in available_backends():
+        runner = load_runner(name, serialize(g), SessionConfig(intra_op_threads=1))
+        x = random_inputs(g, 0)["x"]
+        kept = x.copy()
+        first = runner.run(names, {"x": x})[0]
+        first_copy = first.copy()
+        runner.run(names, {"x": -x})
+        np.testing.assert_array_equal(first, first_copy)
+        np.testing.assert_array_equal(x, kept)

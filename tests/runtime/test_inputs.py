@@ -6,10 +6,12 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 
+from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import capture_values, make_session, random_inputs, run
 from gspo.runtime.inputs import check_inputs
+from tests.helpers import relu_model
 
 
 def _bert_like():
@@ -71,3 +73,83 @@ def test_capture_values_of_several_input_sets_builds_one_session(monkeypatch):
     assert len(built) == 1 and len(got) == 2
     np.testing.assert_array_equal(got[1]["mid"], [[5, 0, 7, 0]])
     np.testing.assert_array_equal(got[0]["x"], sets[0]["x"])
+
+
+def _relu_graph(shape, dtype=TensorProto.FLOAT):
+    b = GraphBuilder()
+    x = b.input("x", shape, dtype)
+    b.output(b.op("Relu", [x], out="y"))
+    return b.build()
+
+
+def test_random_inputs_are_made_at_their_own_size():
+    """No float64 copy of a float32 input (drawn whole and cast, it peaked at 3x its size)."""
+    import tracemalloc
+
+    g = _relu_graph((2000, 2000))
+    tracemalloc.start()
+    try:
+        feeds = random_inputs(g, 0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert feeds["x"].dtype == np.float32 and feeds["x"].shape == (2000, 2000)
+    assert peak < 1.5 * feeds["x"].nbytes
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT32, TensorProto.BOOL])
+def test_inputs_drawn_a_chunk_at_a_time_are_those_drawn_whole(monkeypatch, dtype):
+    """Chunking changes no value: the inputs of a seed are what they were when drawn at once."""
+    import gspo.runtime.inputs as inputs_mod
+
+    g = _relu_graph((5, 7), dtype)
+    whole = random_inputs(g, 4)["x"]
+    monkeypatch.setattr(inputs_mod, "_CHUNK", 3)
+    np.testing.assert_array_equal(random_inputs(g, 4)["x"], whole)
+    rng = np.random.default_rng(4)
+    if dtype in (TensorProto.FLOAT, TensorProto.FLOAT16):
+        np.testing.assert_array_equal(whole, rng.standard_normal((5, 7)).astype(whole.dtype))
+    elif dtype == TensorProto.BOOL:
+        np.testing.assert_array_equal(whole, rng.random((5, 7)) < 0.5)
+
+
+def test_inputs_larger_than_the_memory_available_are_refused_before_allocating(monkeypatch):
+    import gspo.runtime.inputs as inputs_mod
+
+    monkeypatch.setattr(inputs_mod, "available_memory", lambda: 1_000_000)
+    monkeypatch.setattr(inputs_mod.np, "empty", lambda *a, **k: pytest.fail("allocated"))
+    with pytest.raises(GspoError, match=r"'x' float32\[1000, 1000\]\) take 4\.0 MB, more than the 1\.0 MB "
+                                        r"of memory available$"):
+        random_inputs(_relu_graph((1000, 1000)), 0)
+    pinned = ir.load_bytes(relu_model(("n", 1000, 1000)).SerializeToString(), {"x": [1, 1000, 1000]})
+    assert not pinned.extras.defaulted
+    with pytest.raises(GspoError, match=r"of memory available$"):  # nothing to pin smaller
+        random_inputs(pinned, 0)
+    defaulted = ir.load_bytes(relu_model(("n", 1000, 1000)).SerializeToString())  # n gets a default
+    with pytest.raises(GspoError, match=r"of memory available; pin smaller dynamic dimensions with --input-shape$"):
+        random_inputs(defaulted, 0)
+
+
+def test_the_memory_available_is_read_from_the_system():
+    from gspo.runtime.inputs import available_memory, require_memory
+
+    free = available_memory()
+    assert free is None or free > 0
+    require_memory(1, "one byte")  # fits on any machine
+    g = _relu_graph((10**6, 10**6))  # 4 TB
+    with pytest.raises(GspoError, match="take 4.0 TB"):
+        if free is None:
+            raise GspoError("take 4.0 TB (no /proc/meminfo here)")
+        random_inputs(g, 0)
+
+
+def test_large_input_sets_are_drawn_once(monkeypatch):
+    import gspo.runtime.inputs as inputs_mod
+    from gspo.runtime.inputs import random_input_sets
+
+    g = _relu_graph((10, 10))
+    assert len(random_input_sets(g, 0, 3)) == 3
+    monkeypatch.setattr(inputs_mod, "LARGE_INPUT_SET", 399)
+    sets = random_input_sets(g, 7, 3)
+    assert len(sets) == 1
+    np.testing.assert_array_equal(sets[0]["x"], random_inputs(g, 7)["x"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -117,3 +119,71 @@ def test_half_precision_outputs_get_half_precision_tolerances():
     b = (a.astype(np.float32) * (1 + 2e-3)).astype(np.float16)  # a few fp16 rounding units
     assert compare_outputs({"y": a}, {"y": b}).equivalent
     assert not compare_outputs({"y": a.astype(np.float32)}, {"y": b.astype(np.float32)}).equivalent
+
+
+def test_comparing_large_outputs_takes_no_copy_of_them():
+    """The comparison works a chunk at a time (whole, it took eight float64 copies of an output)."""
+    import tracemalloc
+
+    a = np.random.default_rng(0).standard_normal((2000, 2000)).astype(np.float32)
+    b = a * np.float32(1.00001)
+    tracemalloc.start()
+    try:
+        res = compare_outputs({"y": a}, {"y": b})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert res.equivalent and res.outputs[0].max_abs > 0
+    assert peak < 0.5 * a.nbytes
+
+
+def test_the_comparison_in_chunks_is_the_comparison_whole(monkeypatch):
+    verify_mod = importlib.import_module("gspo.runtime.verify")  # the package exports a function of that name
+
+    rng = np.random.default_rng(1)
+    cases = []
+    for _ in range(300):
+        a = (rng.standard_normal(20) * 10.0 ** rng.integers(-4, 4)).astype(np.float32)
+        b = (a + rng.standard_normal(20) * 10.0 ** rng.integers(-8, 0) * (rng.random(20) < 0.3)).astype(np.float32)
+        for arr in (a, b):
+            arr[rng.integers(0, 20, rng.integers(0, 3))] = rng.choice([np.nan, np.inf, -np.inf, 0.0])
+        cases.append((a, b))
+    whole = [compare_outputs({"y": a}, {"y": b}) for a, b in cases]
+    monkeypatch.setattr(verify_mod, "_CHUNK", 3)
+    assert [compare_outputs({"y": a}, {"y": b}) for a, b in cases] == whole
+    assert {w.outputs[0].reason for w in whole} >= {"", "NaN at different places", "infinities at different places"}
+    assert any(not w.equivalent and w.outputs[0].reason.startswith("max abs") for w in whole)
+
+
+def test_verify_makes_its_input_sets_one_at_a_time(monkeypatch):
+    """Each set is drawn when it is compared (a list of every set came first, 16 GB for --runs 10**9)."""
+    verify_mod = importlib.import_module("gspo.runtime.verify")  # the package exports a function of that name
+
+    events = []
+    draw, compare = verify_mod.random_inputs, verify_mod.compare_outputs
+    monkeypatch.setattr(verify_mod, "random_inputs", lambda g, seed: events.append("draw") or draw(g, seed))
+    monkeypatch.setattr(verify_mod, "compare_outputs", lambda *a: events.append("compare") or compare(*a))
+    g = branchy()
+    assert verify(g, g, runs=3).equivalent
+    assert events == ["draw", "compare"] * 3
+
+
+def test_verify_lets_each_input_set_go_before_drawing_the_next(monkeypatch):
+    import gc
+    import weakref
+
+    verify_mod = importlib.import_module("gspo.runtime.verify")
+    drawn, alive_at_draw = [], []
+    draw = verify_mod.random_inputs
+
+    def watched(g, seed):
+        gc.collect()
+        alive_at_draw.append(sum(r() is not None for r in drawn))
+        feeds = draw(g, seed)
+        drawn.extend(weakref.ref(a) for a in feeds.values())
+        return feeds
+
+    monkeypatch.setattr(verify_mod, "random_inputs", watched)
+    g = branchy()
+    assert verify(g, g, runs=3).equivalent
+    assert alive_at_draw == [0, 0, 0]

@@ -163,3 +163,17 @@ def test_a_contender_that_fails_while_timed_again_is_rejected_and_the_input_kept
     assert choice.best.label == "original" and choice.decisive == first
     assert choice.outcomes[1].timing is None and "boom" in choice.outcomes[1].rejected
     assert choice.confirmations == [{"label": "optimized", "confirmed": False, "rejected": "failed while timed: boom"}]
+
+
+def test_a_large_input_set_is_drawn_once_and_the_report_says_so(monkeypatch):
+    """Two sets of a 400 MB input and their outputs took 1.6 GB before any candidate ran."""
+    import gspo.runtime.inputs as inputs_mod
+    from tests.helpers import branchy
+
+    g = branchy()
+    monkeypatch.setattr(inputs_mod, "LARGE_INPUT_SET", 100)  # the input takes 1 KB
+    r = optimize(g, jobs=1, time_budget=None, **FAST)
+    assert "verified on one random input set, not 2: one takes 1.0 KB" in r.report["notes"]
+    monkeypatch.undo()
+    r = optimize(g, jobs=1, time_budget=None, **FAST)
+    assert not any("verified on one" in n for n in r.report["notes"])
