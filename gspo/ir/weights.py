@@ -29,6 +29,7 @@ __all__ = [
     "concat",
     "slice_weight",
     "np_dtype",
+    "dtype_named",
     "materialize",
 ]
 
@@ -36,6 +37,12 @@ __all__ = [
 def np_dtype(elem_type: int) -> np.dtype:
     """numpy dtype of an ONNX ``TensorProto`` element type."""
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def dtype_named(name: str) -> int:
+    """The ONNX element type of a runtime's type name (``"float"``, ``"int64"``, ``"float16"``;
+    0 for a name onnx does not know)."""
+    return int(onnx.TensorProto.DataType.Value(name.upper())) if name.upper() in onnx.TensorProto.DataType.keys() else 0
 
 
 class WeightStore:

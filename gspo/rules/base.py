@@ -43,6 +43,7 @@ __all__ = [
     "single_consumer",
     "can_rewire",
     "is_output",
+    "site_guard",
 ]
 
 T = TypeVar("T")
@@ -182,9 +183,10 @@ class Rule:
     def match(self, graph: Graph, explain: bool = False) -> Iterator[Match | Fail]:
         """Matches in graph order; with ``explain`` also the failures, with their reasons."""
         for site in self.sites(graph):
-            if any(n.is_opaque for n in site):
+            untouchable = site_guard(graph, site)
+            if untouchable is not None:
                 if explain:
-                    yield Fail("opaque node", tuple(n.name for n in site))
+                    yield untouchable
                 continue
             try:
                 result = self.check(graph, site)
@@ -203,6 +205,22 @@ class Rule:
 
 
 # --------------------------------------------------------------------- helpers
+def site_guard(graph: Graph, site: Sequence[Node]) -> Fail | None:
+    """Why no rule may rewrite ``site``, or ``None``: a node gspo keeps opaque (a custom-domain
+    op, a subgraph), or a value the site reads or writes that is not a tensor of known element
+    type and static shape (a sequence or map, or the output of an op whose shapes neither onnx
+    nor onnxruntime could infer): a rewrite must know what it computes."""
+    names = tuple(n.name or n.op_type for n in site)
+    if any(n.is_opaque for n in site):
+        return Fail("opaque node", names)
+    for n in site:
+        for name in (*n.inputs, *n.output_names):
+            v = graph.values.get(name) if name else None
+            if name and (v is None or not v.is_tensor or not v.is_static):
+                return Fail(f"{name!r} is not a tensor of known type and shape", names)
+    return None
+
+
 def nodes_of(graph: Graph, *op_types: str) -> Iterator[Node]:
     """The interpreted standard-domain nodes of the given op types, in graph order (through the
     graph's index by op type: a rule anchored on Conv looks at Convs only)."""

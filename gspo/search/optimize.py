@@ -49,6 +49,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.inputs import check_inputs
+from gspo.runtime.types import complete_types
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
     OptimizeConfig,
@@ -92,12 +93,14 @@ STREAMS_SKIP_MARGIN = 0.25
 
 # ------------------------------------------------------------------ preparing
 def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph]:
+    """The model as given and as the front end makes it plain, each with the types and shapes
+    onnxruntime infers where onnx has none (the outputs of contrib ops)."""
     if isinstance(model, Graph):
         if not use_frontend:
             return model, model
-        return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
-    original = load(model, input_shapes)
-    return original, (load(model, input_shapes, plain=True) if use_frontend else original)
+        return model, complete_types(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
+    original = complete_types(load(model, input_shapes))
+    return original, (complete_types(load(model, input_shapes, plain=True)) if use_frontend else original)
 
 
 def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
