@@ -177,6 +177,8 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
         _fold_passes(m, label)
         out = oir.to_proto(m)
     except Exception as e:  # the library's own bug or limit: go on with the model as given
+        while e.__cause__ is not None:  # the library's own reason, not its wrapper's
+            e = e.__cause__
         log.warning("%s: constant folding failed (%s); using the graph as exported", label, first_line(e))
         return model
     out.ir_version = model.ir_version
