@@ -69,3 +69,28 @@ def zipmap_model(features: int = 4, classes: int = 3) -> onnx.ModelProto:
 def save(model: onnx.ModelProto, path) -> str:
     onnx.save(model, str(path))
     return str(path)
+
+
+def mlp_model(hidden: int = 32, inner: int = 64) -> onnx.ModelProto:
+    """A SwiGLU MLP block (an LLM's decoder MLP, in small): gate and up projections reading one
+    input (mergeable), ``silu(gate) * up``, then the down projection."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_gate"], ["gate"]),
+        helper.make_node("MatMul", ["x", "w_up"], ["up"]),
+        helper.make_node("Sigmoid", ["gate"], ["sg"]),
+        helper.make_node("Mul", ["gate", "sg"], ["silu"]),
+        helper.make_node("Mul", ["silu", "up"], ["h"]),
+        helper.make_node("MatMul", ["h", "w_down"], ["y"]),
+    ]
+    inits = _weights([("w_gate", (hidden, inner)), ("w_up", (hidden, inner)), ("w_down", (inner, hidden))], seed=3)
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, hidden])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, hidden])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def save_external(model: onnx.ModelProto, path) -> str:
+    """``model`` saved with every weight in ``<name>.data`` beside it."""
+    onnx.save_model(model, str(path), save_as_external_data=True, location=path.name + ".data", size_threshold=0)
+    return str(path)

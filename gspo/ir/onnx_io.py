@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import TensorProto, helper
 
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
@@ -40,6 +41,7 @@ __all__ = [
     "check_graph",
     "save_bytes",
     "uses_external_data",
+    "external_dir",
     "MAX_IR_VERSION",
     "MIN_OPSET",
     "STREAM_KEY",
@@ -104,7 +106,7 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
         data = p.read_bytes()
     except OSError as e:
         raise ModelLoadError(f"{p}: cannot read: {e.strerror or e}") from None
-    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain)
+    return load_bytes(data, input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain, path=p)
 
 
 def load_bytes(
@@ -113,8 +115,15 @@ def load_bytes(
     base_dir: str | None = None,
     label: str = "<model>",
     plain: bool = False,
+    path: str | os.PathLike | None = None,
 ) -> Graph:
-    """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
+    """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``;
+    ``path``: the file the bytes were read from, for onnx's checker to read its external data).
+
+    Weights kept in external data are not read: the graph refers to them in their files
+    (``graph.store``, read when a rewrite or a save needs their values), so that a model past
+    protobuf's 2 GB limit loads, checks and runs without a copy of its weights in memory.
+    """
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -123,8 +132,13 @@ def load_bytes(
     if not data or not model.HasField("graph") or not model.opset_import:
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
-    external = _load_external_data(model, base_dir, label)
-    graph = from_model(model, input_shapes, label=label, plain=plain)
+    external = _check_external_data(model, base_dir, label)
+    if external and path is not None:
+        try:
+            onnx.checker.check_model(os.fspath(path))  # the path API: external data read from files
+        except Exception as e:
+            raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
+    graph = from_model(model, input_shapes, label=label, plain=plain, base_dir=base_dir if external else "")
     if external:
         graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
     return graph
@@ -147,8 +161,9 @@ def _check_text(model: onnx.ModelProto, label: str) -> None:
         raise ModelLoadError(f"{label}: not an ONNX model (a name or text field is not valid UTF-8)")
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
-    """Read the weights kept in files beside the model into it; whether there were any."""
+def _check_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
+    """Whether the model keeps weights in files beside it, after checking that each lies in
+    the model's directory and holds the bytes its tensor claims (the files are not read)."""
     from onnx import external_data_helper as edh
 
     tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
@@ -168,10 +183,9 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str
             )
         if not os.path.isfile(target):
             raise ModelLoadError(f"{label}: external data file {loc!r} of {t.name!r} is missing")
-    try:
-        edh.load_external_data_for_model(model, root)
-    except Exception as e:
-        raise ModelLoadError(f"{label}: cannot read external data: {_first_line(e)}") from None
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        if end > os.path.getsize(target):
+            raise ModelLoadError(f"{label}: cannot read external data: {loc!r} is shorter than {t.name!r} needs")
     return True
 
 
@@ -189,10 +203,31 @@ def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], .
             f"({onnx.defs.onnx_opset_version()})"
         )
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_without_external_data(model))
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
     return opsets
+
+
+def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose weights kept in external data are graph inputs of their type
+    and shape: onnx's checker reads an in-memory model's external files relative to the working
+    directory (the files themselves are checked through the path API, see :func:`load_bytes`)."""
+    from onnx import external_data_helper as edh
+
+    external = [t for t in model.graph.initializer if edh.uses_external_data(t)]
+    if not external:
+        return model
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    names = {t.name for t in external}
+    kept = [t for t in light.graph.initializer if t.name not in names]
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(kept)
+    listed = {vi.name for vi in light.graph.input}
+    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in external if t.name not in listed)
+    return light
 
 
 def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
@@ -245,8 +280,10 @@ def from_model(
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     label: str = "<model>",
     plain: bool = False,
+    base_dir: str = "",
 ) -> Graph:
-    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
+    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data loaded, or read
+    from ``base_dir`` when needed).
 
     Dynamic input dimensions that ``input_shapes`` does not pin get a default value
     (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
@@ -278,7 +315,7 @@ def from_model(
         weights=weights,
         opsets=opsets,
         name=g.name,
-        store=WeightStore({t.name: t for t in g.initializer}),
+        store=WeightStore({t.name: t for t in g.initializer}, base_dir),
         extras=extras,
     )
     try:
@@ -391,7 +428,7 @@ def _ir_version(graph: Graph, opsets) -> int:
 
 
 def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-             light: bool = False, placement: Mapping | None = None) -> onnx.ModelProto:
+             light: bool = False, placement: Mapping | None = None, inline: bool = True) -> onnx.ModelProto:
     """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded).
 
     With ``keep_dynamic``, graph inputs and outputs keep the dynamic dimensions they were loaded
@@ -399,14 +436,16 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     only running it at another size shows) and no intermediate shapes are written. With
     ``light``, large weights are not computed: they become graph inputs of their type and
     shape, which is all that checking and shape inference read; and every intermediate value
-    gets the shape gspo's IR gives it, for strict shape inference to confirm.
+    gets the shape gspo's IR gives it, for strict shape inference to confirm. With ``inline``
+    false, weights the model keeps in external data still refer to their files (in
+    ``graph.store.base_dir``: see :func:`external_dir`) instead of being read into the model.
     """
     ex = graph.extras
     dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]
     stubbed = {name for name, w in graph.weights.items() if light and w.size > _STRIP_ELEMENTS}
-    initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items() if name not in stubbed]
+    initializers = [materialize(name, w, graph.store, inline) for name, w in graph.weights.items() if name not in stubbed]
     live = set(graph.values)
     infos = [] if dynamic else [
         vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
@@ -454,9 +493,24 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
 
 
 def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-              placement: Mapping | None = None) -> bytes:
-    """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`."""
-    return to_model(graph, schedule, keep_dynamic, placement=placement).SerializeToString()
+              placement: Mapping | None = None, inline: bool = True) -> bytes:
+    """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`.
+
+    Raises:
+        ModelLoadError: the model with its weights inline is past protobuf's 2 GB limit (run it
+            with ``inline=False``, its external data read from :func:`external_dir`).
+    """
+    model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=inline)
+    try:
+        return model.SerializeToString()
+    except (EncodeError, ValueError) as e:  # past protobuf's 2 GB: "Failed to serialize proto"
+        raise ModelLoadError(f"the model cannot be serialized in one piece: {_first_line(e)}") from None
+
+
+def external_dir(graph: Graph) -> str:
+    """The directory the external data of ``graph``'s original weights is read from ("" if
+    they are all in memory): what ``serialize(graph, inline=False)`` refers to."""
+    return graph.store.base_dir if graph.extras.external_data else ""
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000
@@ -486,7 +540,9 @@ def save(
     keep_dynamic: bool = False,
     placement: Mapping | None = None,
 ) -> Path:
-    """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it.
+    """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it
+    (written one tensor at a time; weights loaded from external data are copied from their
+    files, never all in memory at once). Under that size the file holds its weights.
 
     ``keep_dynamic``: see :func:`to_model`.
 
@@ -498,23 +554,86 @@ def save(
         raise ModelLoadError(f"{p}: exists; refusing to overwrite it (use --force)")
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    model = to_model(graph, schedule, keep_dynamic, placement=placement)
-    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
-    if weight_bytes > _EXTERNAL_THRESHOLD:
-        _save_external(model, p)
+    model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=False)
+    base_dir = external_dir(graph)
+    if sum(_tensor_bytes(t, base_dir) for t in model.graph.initializer) > _EXTERNAL_THRESHOLD:
+        _save_external(model, p, base_dir)
     else:
+        for t in model.graph.initializer:
+            _inline(t, base_dir)
         atomic_write(p, model.SerializeToString())
     return p
 
 
-def _save_external(model, p: Path) -> None:
+def _tensor_bytes(t: TensorProto, base_dir: str) -> int:
+    """The bytes of a tensor's data, in the model or in its external file."""
+    from onnx import external_data_helper as edh
+
+    if not edh.uses_external_data(t):
+        return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+    info = {e.key: e.value for e in t.external_data}
+    if "length" in info:
+        return int(info["length"])
+    return os.path.getsize(os.path.join(base_dir, info["location"])) - int(info.get("offset", 0) or 0)
+
+
+def _inline(t: TensorProto, base_dir: str) -> None:
+    """Read a tensor kept in external data into it."""
+    from onnx import external_data_helper as edh
+
+    if edh.uses_external_data(t):
+        edh.load_external_data_for_tensor(t, base_dir)
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+_COPY_CHUNK = 1 << 26
+#: Tensors smaller than this stay in the model file when the weights go to external data.
+_EXTERNAL_MIN_BYTES = 1024
+
+
+def _write_data(model: onnx.ModelProto, data_path: Path, location: str, base_dir: str) -> None:
+    """Move the weights of ``model`` into ``data_path`` one tensor at a time (those already in
+    external data copied from their file in chunks): never more than one tensor in memory."""
+    from onnx import external_data_helper as edh
+
+    offset = 0
+    with open(data_path, "wb") as out:
+        for t in model.graph.initializer:
+            if edh.uses_external_data(t):
+                info = {e.key: e.value for e in t.external_data}
+                length = _tensor_bytes(t, base_dir)
+                with open(os.path.join(base_dir, info["location"]), "rb") as src:
+                    src.seek(int(info.get("offset", 0) or 0))
+                    left = length
+                    while left:
+                        chunk = src.read(min(left, _COPY_CHUNK))
+                        if not chunk:
+                            raise OSError(f"external data of {t.name!r} ends early")
+                        out.write(chunk)
+                        left -= len(chunk)
+            elif t.HasField("raw_data") and len(t.raw_data) >= _EXTERNAL_MIN_BYTES:
+                length = len(t.raw_data)
+                out.write(t.raw_data)
+                t.ClearField("raw_data")
+            else:
+                continue
+            del t.external_data[:]
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+                t.external_data.add(key=k, value=v)
+            offset += length
+
+
+def _save_external(model, p: Path, base_dir: str = "") -> None:
     """Save with weights in ``<file>.data``: both written complete in a temporary folder beside
     ``p``, then renamed into place (the weights first, so a model never names missing data)."""
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix=f".{p.name}.", dir=p.parent) as tmp:
             staged = Path(tmp) / p.name
-            onnx.save_model(model, str(staged), save_as_external_data=True, location=p.name + ".data")
+            _write_data(model, Path(tmp) / (p.name + ".data"), p.name + ".data", base_dir)
+            staged.write_bytes(model.SerializeToString())
             os.replace(Path(tmp) / (p.name + ".data"), p.parent / (p.name + ".data"))
             os.replace(staged, p)
     except OSError as e:

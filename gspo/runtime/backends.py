@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gspo.errors import GspoError
+from gspo.ir import Graph, serialize
 from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
@@ -151,8 +152,8 @@ def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
     return _OpenVinoRunner(compiled)
 
 
-def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()):
-    """A runner of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
+def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig()):
+    """A runner of ``model`` (a graph or serialized ONNX) on backend ``name`` (threads from ``config``).
 
     Raises:
         RuntimeError_: the backend refuses the model (the reason in one line).
@@ -163,6 +164,8 @@ def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()
     ok, why = backend_status(name)
     if not ok:
         raise GspoError(f"backend {name!r} cannot run here: {why}")
+    if isinstance(model, Graph):
+        model = serialize(model)
     if name == "cuda":
         from gspo.runtime.cuda import load_cuda_runner
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gspo.ir import Graph, serialize
+from gspo.ir import Graph
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
 from gspo.runtime.session import RuntimeError_, SessionConfig, make_session
@@ -66,10 +66,10 @@ class CpuExecutor:
         self._workers: list[threading.Thread] = []
         single = schedule is None or schedule.num_streams <= 1
         if single and self.placement is None:
-            self._session = make_session(serialize(graph), config)
+            self._session = make_session(graph, config)
             return
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
-        self._sessions = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
+        self._sessions = [load_runner(seg.backend, seg.graph, config) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]

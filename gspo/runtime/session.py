@@ -11,6 +11,7 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.errors import first_line as _first_line
 from gspo.ir import Graph, serialize
+from gspo.ir.onnx_io import external_dir
 from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
@@ -47,6 +48,9 @@ class SessionConfig:
     parallel_mode: bool = False
 
 
+#: onnxruntime's session option: where the external data of a model given as bytes lies.
+_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
+
 _LEVELS = {
     "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
@@ -58,9 +62,20 @@ _LEVELS = {
 def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
                  optimized_path: str | None = None) -> ort.InferenceSession:
     """An ``InferenceSession`` over a graph or serialized model bytes; with ``optimized_path``,
-    onnxruntime also writes the graph it will run there (after its fusions and layout changes)."""
-    data = serialize(model) if isinstance(model, Graph) else model
+    onnxruntime also writes the graph it will run there (after its fusions and layout changes).
+
+    A graph whose weights are in external data is passed with its weights still in their files
+    (onnxruntime reads them from there): no copy of them in the serialized model, which stays
+    below protobuf's 2 GB limit however large the weights are.
+    """
+    folder = external_dir(model) if isinstance(model, Graph) else ""
+    try:
+        data = serialize(model, inline=not folder) if isinstance(model, Graph) else model
+    except GspoError as e:
+        raise RuntimeError_(f"onnxruntime cannot load the model: {e}") from None
     so = ort.SessionOptions()
+    if folder:
+        so.add_session_config_entry(_EXTERNAL_FOLDER, folder)
     if optimized_path is not None:
         so.optimized_model_filepath = optimized_path
     so.graph_optimization_level = _LEVELS[config.optimization]
