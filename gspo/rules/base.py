@@ -44,6 +44,8 @@ __all__ = [
     "can_rewire",
     "is_output",
     "site_guard",
+    "qdq_guard",
+    "QDQ_OPS",
 ]
 
 T = TypeVar("T")
@@ -193,6 +195,8 @@ class Rule:
             except Mismatch as e:
                 result = e.fail
             if isinstance(result, Match):
+                result = qdq_guard(graph, result.nodes) or result
+            if isinstance(result, Match):
                 yield dataclasses.replace(result, site=tuple(site))
             elif explain:
                 yield result
@@ -205,6 +209,29 @@ class Rule:
 
 
 # --------------------------------------------------------------------- helpers
+#: The ops that mark a quantized (QDQ) group: ``DQ -> op -> Q`` is what onnxruntime and
+#: OpenVINO fuse into one integer kernel.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+
+
+def qdq_guard(graph: Graph, nodes: Sequence[Node]) -> Fail | None:
+    """Why rewriting ``nodes`` could break a QDQ group, or ``None``: a rule may not rewrite a
+    QuantizeLinear or DequantizeLinear, an op that reads a DequantizeLinear's output or an op
+    whose output a QuantizeLinear reads (no rule rewrites a whole group exactly yet)."""
+    names = tuple(n.name or n.op_type for n in nodes)
+    for n in nodes:
+        if n.op_type in QDQ_OPS:
+            return Fail(f"{n.op_type} belongs to a QDQ group", names)
+        for name in n.inputs:
+            made = graph.producers.get(name) if name else None
+            if made is not None and made[0].op_type == "DequantizeLinear":
+                return Fail(f"{n.op_type} reads a DequantizeLinear (a QDQ group)", names)
+        for v in n.outputs:
+            if any(c.op_type == "QuantizeLinear" for c in graph.consumers.get(v.name, ())):
+                return Fail(f"{n.op_type} feeds a QuantizeLinear (a QDQ group)", names)
+    return None
+
+
 def site_guard(graph: Graph, site: Sequence[Node]) -> Fail | None:
     """Why no rule may rewrite ``site``, or ``None``: a node gspo keeps opaque (a custom-domain
     op, a subgraph), or a value the site reads or writes that is not a tensor of known element

@@ -56,3 +56,37 @@ def test_a_classifier_with_zipmap_keeps_its_sequence_of_maps(tmp_path):
     got = ort.InferenceSession(str(out)).run(None, {"x": x})
     assert got[1] == want[1] and len(got[1]) == 3 and set(got[1][0]) == {0, 1, 2}
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def _ops_around(model: onnx.ModelProto) -> list[tuple]:
+    """Each op with the op types that feed it and read it (a QDQ group's shape), sorted."""
+    made = {o: n.op_type for n in model.graph.node for o in n.output}
+    reads: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            reads.setdefault(i, []).append(n.op_type)
+    return sorted((n.op_type, tuple(sorted(made.get(i, "") for i in n.input)),
+                   tuple(sorted(r for o in n.output for r in reads.get(o, ())))) for n in model.graph.node)
+
+
+def test_a_qdq_model_keeps_every_group_and_a_float16_model_its_type(tmp_path):
+    from tests.kinds import half_model, qdq_model
+
+    for name, model in (("qdq", qdq_model()), ("half", half_model())):
+        path = save_model(model, tmp_path / f"{name}.onnx")
+        r = optimize(path, **FAST)
+        out = tmp_path / f"{name}-out.onnx"
+        save(r.graph, out, r.schedule)
+        saved = onnx.load(str(out))
+        if name == "qdq":
+            assert _ops_around(saved) == _ops_around(model)
+        else:
+            greedy = [c for p in r.report["pieces_detail"] for c in p["candidates"] if c["label"] == "greedy"]
+            assert greedy[0]["rules"] and greedy[0]["rejected"] is None  # rewritten, verified equivalent
+            assert {t.data_type for t in saved.graph.initializer} == {onnx.TensorProto.FLOAT16}
+            assert saved.graph.output[0].type == model.graph.output[0].type
+        feeds = {"x": np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(
+            np.float16 if name == "half" else np.float32)}
+        want = ort.InferenceSession(path).run(None, feeds)[0]
+        got = ort.InferenceSession(str(out)).run(None, feeds)[0]
+        np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=1e-2, atol=1e-2)
