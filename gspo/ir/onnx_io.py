@@ -38,6 +38,7 @@ __all__ = [
     "serialize",
     "parse_input_shapes",
     "node_op_types",
+    "saved_plan",
     "check_graph",
     "save_bytes",
     "uses_external_data",
@@ -65,6 +66,21 @@ def node_op_types(path: str | os.PathLike) -> list[str]:
     """The op type of every top-level node of the model at ``path``, in order, whatever its
     domain (e.g. the optimized model onnxruntime writes, with its own fused and layout ops)."""
     return [n.op_type for n in onnx.load(os.fspath(path), load_external_data=False).graph.node]
+
+
+def saved_plan(path: str | os.PathLike) -> tuple[str, str]:
+    """The schedule and placement JSON ``gspo optimize`` saved in the model at ``path`` (""
+    for each it did not save), read without its weights.
+
+    Raises:
+        ModelLoadError: the file cannot be read as an ONNX model.
+    """
+    try:
+        model = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as e:
+        raise ModelLoadError(f"{path}: not an ONNX model ({_first_line(e)})") from None
+    props = {p.key: p.value for p in model.metadata_props}
+    return props.get(SCHEDULE_KEY, ""), props.get(PLACEMENT_KEY, "")
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
