@@ -92,15 +92,20 @@ STREAMS_SKIP_MARGIN = 0.25
 
 
 # ------------------------------------------------------------------ preparing
+def _typed(graph: Graph) -> Graph:
+    """``graph`` with the types and shapes onnxruntime gives where onnx has none, when it has
+    ops outside onnx's default domain (contrib and custom ops, whose schemas onnx lacks)."""
+    return complete_types(graph) if any(n.domain not in ("", "ai.onnx") for n in graph.nodes) else graph
+
+
 def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph]:
-    """The model as given and as the front end makes it plain, each with the types and shapes
-    onnxruntime infers where onnx has none (the outputs of contrib ops)."""
+    """The model as given and as the front end makes it plain (each :func:`_typed`)."""
     if isinstance(model, Graph):
         if not use_frontend:
             return model, model
-        return model, complete_types(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
-    original = complete_types(load(model, input_shapes))
-    return original, (complete_types(load(model, input_shapes, plain=True)) if use_frontend else original)
+        return model, _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
+    original = _typed(load(model, input_shapes))
+    return original, (_typed(load(model, input_shapes, plain=True)) if use_frontend else original)
 
 
 def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
