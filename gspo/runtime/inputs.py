@@ -15,12 +15,15 @@ from gspo.ir.ranges import input_ranges
 from gspo.ir.weights import np_dtype
 from gspo.runtime.session import SessionConfig, make_session, run
 
+_STRING = 8  # TensorProto.STRING
+
 __all__ = ["random_inputs", "read_npz", "check_inputs", "load_inputs", "capture_values"]
 
 
 def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
-    """Random feeds for every graph input: N(0,1) floats, random bools, and integers drawn from
-    the range their consumers accept (:func:`gspo.ir.ranges.input_ranges`, or ``ranges``).
+    """Random feeds for every graph input: N(0,1) floats, random bools, integers drawn from the
+    range their consumers accept (:func:`gspo.ir.ranges.input_ranges`, or ``ranges``), and
+    strings among ``s0`` ... ``s15`` (a model's real vocabulary comes only with ``--inputs``).
 
     Raises:
         GspoError: an input has no static shape, or a type random data cannot be made for.
@@ -39,6 +42,9 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
             feeds[v.name] = rng.integers(low, high, size=v.shape).astype(dt)
         elif dt.kind == "b":
             feeds[v.name] = rng.random(v.shape) < 0.5
+        elif v.dtype == _STRING:  # no vocabulary is known: short tokens (real ones via --inputs)
+            feeds[v.name] = np.array([f"s{k}" for k in rng.integers(0, 16, size=v.shape).reshape(-1)],
+                                     dtype=object).reshape(v.shape)
         else:
             raise GspoError(f"cannot make random data for input {v.name!r} of type {dt}")
     return feeds
@@ -64,14 +70,17 @@ def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--
     extra = sorted(set(feeds) - set(expected))
     if missing or extra:
         raise GspoError(f"{label}: inputs do not match the model (missing: {missing}, unknown: {extra})")
+    feeds = dict(feeds)
     for name, arr in feeds.items():
         v = expected[name]
+        if v.dtype == _STRING and arr.dtype.kind in "US":  # an .npz holds text as unicode or bytes
+            arr = feeds[name] = arr.astype(str).astype(object)
         if tuple(arr.shape) != tuple(v.shape) or arr.dtype != np_dtype(v.dtype):
             raise GspoError(
                 f"{label}: input {name!r} is {arr.dtype}{list(arr.shape)}, "
                 f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
             )
-    return dict(feeds)
+    return feeds
 
 
 def load_inputs(path: str, graph: Graph) -> dict[str, np.ndarray]:
