@@ -7,7 +7,17 @@ paper's model set, ``gspo.runtime`` runs and compares models with onnxruntime.
 from gspo.errors import GspoError
 
 __version__ = "0.1.0"
-__all__ = ["GspoError", "__version__", "optimize"]
+__all__ = ["GspoError", "InferenceSession", "__version__", "optimize"]
+
+
+def __getattr__(name: str):
+    """``gspo.InferenceSession`` (:class:`gspo.runtime.deploy.InferenceSession`), imported on
+    first use: ``import gspo`` does not load onnxruntime."""
+    if name == "InferenceSession":
+        from gspo.runtime.deploy import InferenceSession
+
+        return InferenceSession
+    raise AttributeError(f"module 'gspo' has no attribute {name!r}")
 
 
 def optimize(model, **options):

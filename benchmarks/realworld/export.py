@@ -273,6 +273,11 @@ CORPUS: list[Entry] = [
     Entry("whisper_encoder", "transformers WhisperEncoder (4 layers, d_model 256)", "torchscript", hf_whisper_encoder),
     Entry("crnn", "CRNN text recognizer (conv + BiLSTM + CTC head)", "torchscript", crnn, {"image": {0: "batch"}}),
     Entry("vad_gru", "voice-activity detector (GRU)", "torchscript", vad_gru),
+    # older opsets and dynamic spatial axes, as older deployment pipelines export them
+    Entry("squeezenet_opset9", "torchvision squeezenet1_1 at opset 9", "torchscript",
+          torchvision_model("squeezenet1_1"), opset=9),
+    Entry("regnety_002_dynamic_hw", "timm regnety_002, dynamic batch, height and width", "torchscript",
+          timm_model("regnety_002"), {"input": {0: "batch", 2: "height", 3: "width"}}),
 ]
 
 

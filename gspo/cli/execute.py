@@ -51,6 +51,10 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     n = parse_streams(streams)
     check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force)
     graph = load_model(model, input_shapes)
+    others = [v.name for v in graph.outputs if v.type_proto]
+    if output and others:
+        raise GspoError(f"output {others[0]!r} is not a tensor (a sequence, map or optional) and an .npz "
+                        "holds tensors only; run without -o to see it")
     feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
     executor = make_executor(graph, n, device)
     if timeline and executor.num_streams == 1:
@@ -69,7 +73,7 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     click.echo(f"ran {graph.name} on {executor.num_streams} stream(s), {where}: {seconds * 1e3:.2f} ms "
                "(one cold run; use gspo bench to time)")
     for name, arr in outputs.items():
-        click.echo(f"  {name}: {arr.dtype}{list(arr.shape)} mean {float(np.mean(arr)):.6g}")
+        click.echo(f"  {name}: {_describe(arr)}")
     if output:
         with replacing(output, force) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
             np.savez(f, **outputs)
@@ -79,7 +83,23 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
         click.echo(f"wrote {timeline}")
 
 
+def _describe(value) -> str:
+    """One line about an output: a tensor's type, shape and mean; what another value holds."""
+    import numpy as np
+
+    if isinstance(value, np.ndarray):
+        mean = f" mean {float(np.mean(value)):.6g}" if value.dtype.kind in "biuf" and value.size else ""
+        return f"{value.dtype}{list(value.shape)}{mean}"
+    if value is None:
+        return "none (an empty optional)"
+    if isinstance(value, dict):
+        return f"map of {len(value)} entries"
+    kinds = sorted({"map" if isinstance(v, dict) else type(v).__name__ for v in value})
+    return f"sequence of {len(value)} ({', '.join(kinds) or 'empty'})"
+
+
 def _plot_timeline(trace, executor, path, force: bool) -> None:
+
     try:
         import matplotlib
 

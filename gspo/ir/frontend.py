@@ -179,6 +179,8 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
         _fold_passes(m, label)
         out = oir.to_proto(m)
     except Exception as e:  # the library's own bug or limit: go on with the model as given
+        while e.__cause__ is not None:  # the library's own reason, not its wrapper's
+            e = e.__cause__
         log.warning("%s: constant folding failed (%s); using the graph as exported", label, first_line(e))
         return model
     if _io_names(out) != _io_names(model):  # the clean-up renamed an input wired to an output

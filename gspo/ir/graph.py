@@ -36,12 +36,20 @@ class Value:
     """A tensor: its name, ONNX element type and static shape (``None`` when unknown).
 
     Dimensions are ints; a dimension that shape inference could not resolve is a string
-    (its symbolic name or ``"?"``).
+    (its symbolic name or ``"?"``). A value that is not a tensor (a sequence, map or optional)
+    has ``dtype`` 0, no shape, and its serialized ``TypeProto`` in ``type_proto``; a tensor
+    whose element type is not known has ``dtype`` 0 and no ``type_proto``.
     """
 
     name: str
     dtype: int
     shape: tuple[int | str, ...] | None
+    type_proto: bytes = b""
+
+    @property
+    def is_tensor(self) -> bool:
+        """Whether the value is a tensor of a known element type."""
+        return self.dtype != 0 and not self.type_proto
 
     @property
     def is_static(self) -> bool:
@@ -86,7 +94,7 @@ class Node:
     def __post_init__(self) -> None:
         object.__setattr__(self, "_reads", tuple(i for i in self.inputs if i) + self.implicit_inputs)
         attrs = tuple((a.name, a.type, a.value) for a in self.attrs)
-        outs = tuple((v.name, v.dtype, v.shape) for v in self.outputs)
+        outs = tuple((v.name, v.dtype, v.shape, v.type_proto) for v in self.outputs)
         object.__setattr__(
             self,
             "key",
@@ -335,6 +343,16 @@ class Graph:
                         retired.setdefault(new_weights[name].key, name)
                         del new_weights[name]
         return dataclasses.replace(self, nodes=tuple(nodes), weights=new_weights, retired_weights=retired)
+
+    def with_values(self, values: Mapping[str, Value]) -> Graph:
+        """A copy of the graph whose node outputs and graph outputs named in ``values`` have
+        those types and shapes instead (what onnxruntime inferred where onnx could not)."""
+        def swap(vs: tuple[Value, ...]) -> tuple[Value, ...]:
+            return tuple(values.get(v.name, v) if v.name else v for v in vs)
+
+        nodes = [n if not any(v.name in values for v in n.outputs) else n.replace(outputs=swap(n.outputs))
+                 for n in self.nodes]
+        return dataclasses.replace(self, nodes=tuple(nodes), outputs=swap(self.outputs))
 
     def with_nodes(self, nodes: Sequence[Node]) -> Graph:
         """A copy of the graph with ``nodes`` instead of its own."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import TensorProto, helper
 
 from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
@@ -38,10 +39,12 @@ __all__ = [
     "serialize",
     "parse_input_shapes",
     "node_op_types",
+    "saved_plan",
     "check_graph",
     "save_bytes",
     "read_model_file",
     "uses_external_data",
+    "external_dir",
     "MAX_IR_VERSION",
     "MIN_OPSET",
     "STREAM_KEY",
@@ -67,6 +70,21 @@ def node_op_types(path: str | os.PathLike) -> list[str]:
     """The op type of every top-level node of the model at ``path``, in order, whatever its
     domain (e.g. the optimized model onnxruntime writes, with its own fused and layout ops)."""
     return [n.op_type for n in onnx.load(os.fspath(path), load_external_data=False).graph.node]
+
+
+def saved_plan(path: str | os.PathLike) -> tuple[str, str]:
+    """The schedule and placement JSON ``gspo optimize`` saved in the model at ``path`` (""
+    for each it did not save), read without its weights.
+
+    Raises:
+        ModelLoadError: the file cannot be read as an ONNX model.
+    """
+    try:
+        model = onnx.load(os.fspath(path), load_external_data=False)
+    except Exception as e:
+        raise ModelLoadError(f"{path}: not an ONNX model ({_first_line(e)})") from None
+    props = {p.key: p.value for p in model.metadata_props}
+    return props.get(SCHEDULE_KEY, ""), props.get(PLACEMENT_KEY, "")
 
 
 def parse_input_shapes(specs: Sequence[str]) -> dict[str, tuple[int, ...]]:
@@ -103,7 +121,7 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
     """
     p = Path(path)
     return load_bytes(read_model_file(p), input_shapes, base_dir=str(p.resolve().parent), label=str(p), plain=plain,
-                      refusal=refusal)
+                      refusal=refusal, path=p)
 
 
 #: The largest ONNX file: protobuf parses no message over 2 GiB (larger models keep their
@@ -171,8 +189,15 @@ def load_bytes(
     label: str = "<model>",
     plain: bool = False,
     refusal: Callable[[bytes], str | None] | None = None,
+    path: str | os.PathLike | None = None,
 ) -> Graph:
-    """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``)."""
+    """Like :func:`load`, from serialized bytes (external data resolved against ``base_dir``;
+    ``path``: the file the bytes were read from, for onnx's checker to read its external data).
+
+    Weights kept in external data are not read: the graph refers to them in their files
+    (``graph.store``, read when a rewrite or a save needs their values), so that a model past
+    protobuf's 2 GB limit loads, checks and runs without a copy of its weights in memory.
+    """
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -181,8 +206,14 @@ def load_bytes(
     if not data or not model.HasField("graph") or not model.opset_import:
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
     _check_text(model, label)
-    external = _load_external_data(model, base_dir, label)
-    graph = from_model(model, input_shapes, label=label, plain=plain, refusal=refusal)
+    external = _check_external_data(model, base_dir, label)
+    if external and path is not None:
+        try:
+            onnx.checker.check_model(os.fspath(path))  # the path API: external data read from files
+        except Exception as e:
+            raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
+    graph = from_model(model, input_shapes, label=label, plain=plain, base_dir=base_dir if external else "",
+                       refusal=refusal)
     if external:
         graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
     return graph
@@ -205,8 +236,9 @@ def _check_text(model: onnx.ModelProto, label: str) -> None:
         raise ModelLoadError(f"{label}: not an ONNX model (a name or text field is not valid UTF-8)")
 
 
-def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
-    """Read the weights kept in files beside the model into it; whether there were any."""
+def _check_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
+    """Whether the model keeps weights in files beside it, after checking that each lies in
+    the model's directory and holds the bytes its tensor claims (the files are not read)."""
     from onnx import external_data_helper as edh
 
     tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
@@ -226,10 +258,9 @@ def _load_external_data(model: onnx.ModelProto, base_dir: str | None, label: str
             )
         if not os.path.isfile(target):
             raise ModelLoadError(f"{label}: external data file {loc!r} of {t.name!r} is missing")
-    try:
-        edh.load_external_data_for_model(model, root)
-    except Exception as e:
-        raise ModelLoadError(f"{label}: cannot read external data: {_first_line(e)}") from None
+        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
+        if end > os.path.getsize(target):
+            raise ModelLoadError(f"{label}: cannot read external data: {loc!r} is shorter than {t.name!r} needs")
     return True
 
 
@@ -247,7 +278,7 @@ def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], .
             f"({onnx.defs.onnx_opset_version()})"
         )
     try:
-        onnx.checker.check_model(_shapes_declared(model))
+        onnx.checker.check_model(_shapes_declared(_without_external_data(model)))
     except Exception as e:
         raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
     return opsets
@@ -268,6 +299,27 @@ def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
     for tt in shapeless(out):
         tt.shape.SetInParent()
     return out
+
+
+def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose weights kept in external data are graph inputs of their type
+    and shape: onnx's checker reads an in-memory model's external files relative to the working
+    directory (the files themselves are checked through the path API, see :func:`load_bytes`)."""
+    from onnx import external_data_helper as edh
+
+    external = [t for t in model.graph.initializer if edh.uses_external_data(t)]
+    if not external:
+        return model
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    names = {t.name for t in external}
+    kept = [t for t in light.graph.initializer if t.name not in names]
+    del light.graph.initializer[:]
+    light.graph.initializer.extend(kept)
+    listed = {vi.name for vi in light.graph.input}
+    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in external if t.name not in listed)
+    return light
 
 
 def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
@@ -321,8 +373,10 @@ def from_model(
     label: str = "<model>",
     plain: bool = False,
     refusal: Callable[[bytes], str | None] | None = None,
+    base_dir: str = "",
 ) -> Graph:
-    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data already loaded).
+    """Build a :class:`Graph` from an in-memory ``ModelProto`` (external data loaded, or read
+    from ``base_dir`` when needed).
 
     Dynamic input dimensions that ``input_shapes`` does not pin get a default value
     (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
@@ -340,7 +394,8 @@ def from_model(
     opsets = _check_model(model, label)
     model = _negative_dims_unknown(model)
     pinned, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
-    graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label)
+    graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label,
+                   base_dir=base_dir)
     if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
         return graph
     why = refusal(serialize(graph))
@@ -349,7 +404,7 @@ def from_model(
     pins = {v.name: v.shape for v in graph.inputs if v.is_static}
     # folded where that holds at every size (unless the runtime refuses that too), else as given
     for given in ([frontend.fold(model, label)] if plain else []) + [model]:
-        declared = _declared(given, pins, opsets, defaulted, why, label)
+        declared = _declared(given, pins, opsets, defaulted, why, label, base_dir)
         if refusal(serialize(declared)) is None:
             log.info("%s: onnxruntime refuses the model with its inputs pinned (%s); keeping them as declared",
                      label, why)
@@ -357,14 +412,14 @@ def from_model(
     return graph  # refused as declared too: not a matter of the pins
 
 
-def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: str) -> Graph:
+def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: str, base_dir: str = "") -> Graph:
     """The graph of ``model`` written with the inputs and outputs it declares, its values
     shaped as with ``pins`` (``why``: the runtime's reason to refuse the pinned model)."""
     weights = _weight_names(model)
     declared = tuple(vi.SerializeToString() for vi in list(model.graph.input) + list(model.graph.output)
                      if vi.name not in weights)
     extras = dataclasses.replace(_extras(model, weights, defaulted, declared), static_refused=why)
-    return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins))
+    return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins), base_dir=base_dir)
 
 
 def _negative_dims_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -384,9 +439,10 @@ def _negative_dims_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def _check_sizes(values: Mapping[str, tuple[int, tuple | None]], label: str) -> None:
-    """Refuse a value whose static shape holds more than :data:`MAX_ELEMENTS` elements."""
-    for name, (_, shape) in values.items():
+def _check_sizes(values: Mapping[str, tuple], label: str) -> None:
+    """Refuse a value whose static shape holds more than :data:`MAX_ELEMENTS` elements
+    (``values``: name -> :func:`~gspo.ir.protos.type_of`'s element type, shape, ...)."""
+    for name, (_, shape, *_) in values.items():
         dims = [d for d in shape or () if isinstance(d, int)]
         if _numel(dims) > MAX_ELEMENTS:
             axis, d = max(enumerate(dims), key=lambda x: x[1])
@@ -412,9 +468,10 @@ def _has_subgraphs(model: onnx.ModelProto) -> bool:
 
 
 def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
-           values_from: onnx.ModelProto | None = None) -> Graph:
+           values_from: onnx.ModelProto | None = None, base_dir: str = "") -> Graph:
     """The checked :class:`Graph` of ``model``, with the shapes inferred on ``values_from``
-    (``model`` itself by default; the same graph with other input shapes)."""
+    (``model`` itself by default; the same graph with other input shapes); weights kept in
+    external data are read from ``base_dir`` when needed."""
     g = model.graph
     weight_names = _weight_names(model)
     real_inputs = _real_inputs(model)
@@ -438,7 +495,7 @@ def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
         weights=weights,
         opsets=opsets,
         name=g.name,
-        store=WeightStore({t.name: t for t in g.initializer}),
+        store=WeightStore({t.name: t for t in g.initializer}, base_dir),
         extras=extras,
     )
     try:
@@ -551,7 +608,7 @@ def _ir_version(graph: Graph, opsets) -> int:
 
 
 def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-             light: bool = False, placement: Mapping | None = None) -> onnx.ModelProto:
+             light: bool = False, placement: Mapping | None = None, inline: bool = True) -> onnx.ModelProto:
     """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded).
 
     With ``keep_dynamic``, graph inputs and outputs keep the dynamic dimensions they were loaded
@@ -559,7 +616,9 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     only running it at another size shows) and no intermediate shapes are written. With
     ``light``, large weights are not computed: they become graph inputs of their type and
     shape, which is all that checking and shape inference read; and every intermediate value
-    gets the shape gspo's IR gives it, for strict shape inference to confirm.
+    gets the shape gspo's IR gives it, for strict shape inference to confirm. With ``inline``
+    false, weights the model keeps in external data still refer to their files (in
+    ``graph.store.base_dir``: see :func:`external_dir`) instead of being read into the model.
     """
     ex = graph.extras
     keep_dynamic = keep_dynamic or bool(ex.static_refused)
@@ -567,7 +626,7 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]
     stubbed = {name for name, w in graph.weights.items() if light and w.size > _STRIP_ELEMENTS}
-    initializers = [materialize(name, w, graph.store) for name, w in graph.weights.items() if name not in stubbed]
+    initializers = [materialize(name, w, graph.store, inline) for name, w in graph.weights.items() if name not in stubbed]
     live = set(graph.values)
     infos = [] if dynamic else [
         vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
@@ -615,9 +674,24 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
 
 
 def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-              placement: Mapping | None = None) -> bytes:
-    """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`."""
-    return to_model(graph, schedule, keep_dynamic, placement=placement).SerializeToString()
+              placement: Mapping | None = None, inline: bool = True) -> bytes:
+    """Serialized ONNX bytes of ``graph`` (for running it in memory); see :func:`to_model`.
+
+    Raises:
+        ModelLoadError: the model with its weights inline is past protobuf's 2 GB limit (run it
+            with ``inline=False``, its external data read from :func:`external_dir`).
+    """
+    model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=inline)
+    try:
+        return model.SerializeToString()
+    except (EncodeError, ValueError) as e:  # past protobuf's 2 GB: "Failed to serialize proto"
+        raise ModelLoadError(f"the model cannot be serialized in one piece: {_first_line(e)}") from None
+
+
+def external_dir(graph: Graph) -> str:
+    """The directory the external data of ``graph``'s original weights is read from ("" if
+    they are all in memory): what ``serialize(graph, inline=False)`` refers to."""
+    return graph.store.base_dir if graph.extras.external_data else ""
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000
@@ -646,7 +720,9 @@ def save(
     keep_dynamic: bool = False,
     placement: Mapping | None = None,
 ) -> Path:
-    """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it.
+    """Write ``graph`` as an ONNX file; weights over ~1.8 GB go to ``<file>.data`` beside it
+    (written one tensor at a time; weights loaded from external data are copied from their
+    files, never all in memory at once). Under that size the file holds its weights.
 
     ``keep_dynamic``: see :func:`to_model`.
 
@@ -657,19 +733,83 @@ def save(
     p = Path(path)
     if p.is_dir():
         raise ModelLoadError(f"{p}: is a directory")
-    model = to_model(graph, schedule, keep_dynamic, placement=placement)
-    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
-    if weight_bytes > _EXTERNAL_THRESHOLD:
-        _save_external(model, p, overwrite)
+    model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=False)
+    base_dir = external_dir(graph)
+    if sum(_tensor_bytes(t, base_dir) for t in model.graph.initializer) > _EXTERNAL_THRESHOLD:
+        _save_external(model, p, base_dir, overwrite)
     else:
+        for t in model.graph.initializer:
+            _inline(t, base_dir)
         atomic_write(p, model.SerializeToString(), overwrite=overwrite)
     return p
 
 
-def _save_external(model, p: Path, overwrite: bool) -> None:
+def _tensor_bytes(t: TensorProto, base_dir: str) -> int:
+    """The bytes of a tensor's data, in the model or in its external file."""
+    from onnx import external_data_helper as edh
+
+    if not edh.uses_external_data(t):
+        return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
+    info = {e.key: e.value for e in t.external_data}
+    if "length" in info:
+        return int(info["length"])
+    return os.path.getsize(os.path.join(base_dir, info["location"])) - int(info.get("offset", 0) or 0)
+
+
+def _inline(t: TensorProto, base_dir: str) -> None:
+    """Read a tensor kept in external data into it."""
+    from onnx import external_data_helper as edh
+
+    if edh.uses_external_data(t):
+        edh.load_external_data_for_tensor(t, base_dir)
+        t.data_location = TensorProto.DEFAULT
+        del t.external_data[:]
+
+
+_COPY_CHUNK = 1 << 26
+#: Tensors smaller than this stay in the model file when the weights go to external data.
+_EXTERNAL_MIN_BYTES = 1024
+
+
+def _write_data(model: onnx.ModelProto, data_path: Path, location: str, base_dir: str) -> None:
+    """Move the weights of ``model`` into ``data_path`` one tensor at a time (those already in
+    external data copied from their file in chunks): never more than one tensor in memory."""
+    from onnx import external_data_helper as edh
+
+    offset = 0
+    with open(data_path, "wb") as out:
+        for t in model.graph.initializer:
+            if edh.uses_external_data(t):
+                info = {e.key: e.value for e in t.external_data}
+                length = _tensor_bytes(t, base_dir)
+                with open(os.path.join(base_dir, info["location"]), "rb") as src:
+                    src.seek(int(info.get("offset", 0) or 0))
+                    left = length
+                    while left:
+                        chunk = src.read(min(left, _COPY_CHUNK))
+                        if not chunk:
+                            raise OSError(f"external data of {t.name!r} ends early")
+                        out.write(chunk)
+                        left -= len(chunk)
+            elif t.HasField("raw_data") and len(t.raw_data) >= _EXTERNAL_MIN_BYTES:
+                length = len(t.raw_data)
+                out.write(t.raw_data)
+                t.ClearField("raw_data")
+            else:
+                continue
+            del t.external_data[:]
+            t.data_location = TensorProto.EXTERNAL
+            for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
+                t.external_data.add(key=k, value=v)
+            offset += length
+
+
+def _save_external(model, p: Path, base_dir: str = "", overwrite: bool = False) -> None:
     """Save with weights in ``<file>.data``: both written complete in a temporary folder beside
-    ``p``, then moved into place under :func:`~gspo.outputs.replacing_together`'s rules (the
-    weights first, so a model never names missing data)."""
+    ``p`` (the weights one tensor at a time, :func:`_write_data`), then moved into place under
+    :func:`~gspo.outputs.replacing_together`'s rules (the weights first, so a model never names
+    missing data)."""
     data = p.with_name(p.name + ".data")
     with replacing_together([data, p], overwrite) as folder:
-        onnx.save_model(model, str(folder / p.name), save_as_external_data=True, location=data.name)
+        _write_data(model, folder / data.name, data.name, base_dir)
+        (folder / p.name).write_bytes(model.SerializeToString())

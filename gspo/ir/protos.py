@@ -25,10 +25,14 @@ _PROTO_LIST_ATTRS = {
 }
 
 
-def type_of(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
-    """The element type and shape a ValueInfoProto declares (``(0, None)`` for a non-tensor)."""
+def type_of(vi: onnx.ValueInfoProto) -> tuple:
+    """The element type and shape a ValueInfoProto declares: ``(dtype, shape)`` for a tensor
+    (``(0, None)`` when it declares no type), ``(0, None, type_proto)`` for a value of another
+    type (sequence, map, optional, sparse tensor), its ``TypeProto`` serialized."""
     if not vi.type.HasField("tensor_type"):
-        return (0, None)
+        if vi.type.WhichOneof("value") is None:
+            return (0, None)
+        return (0, None, vi.type.SerializeToString())
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return (tt.elem_type, None)
@@ -40,8 +44,7 @@ def type_of(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
 
 def value_of(vi: onnx.ValueInfoProto, values) -> Value:
     """The IR value of ``vi``, with the inferred type and shape where ``values`` has them."""
-    dtype, shape = values.get(vi.name) or type_of(vi)
-    return Value(vi.name, dtype, shape)
+    return Value(vi.name, *(values.get(vi.name) or type_of(vi)))
 
 
 def is_understood(n: onnx.NodeProto) -> bool:
@@ -153,7 +156,12 @@ def set_stream(proto: onnx.NodeProto, stream: int | None) -> None:
 
 
 def value_info(v: Value) -> onnx.ValueInfoProto:
-    """The ValueInfoProto of an IR value (symbolic dimensions kept by name)."""
+    """The ValueInfoProto of an IR value (symbolic dimensions kept by name; a value that is not
+    a tensor with its own type; a tensor of unknown element type with its name alone)."""
+    if v.type_proto:
+        return onnx.ValueInfoProto(name=v.name, type=onnx.TypeProto.FromString(v.type_proto))
+    if v.dtype == 0:
+        return onnx.ValueInfoProto(name=v.name)
     shape = None if v.shape is None else [d if isinstance(d, int) else (None if d == "?" else d) for d in v.shape]
     return helper.make_tensor_value_info(v.name, v.dtype, shape)
 

@@ -5,8 +5,10 @@ token-type id one of two, an attention mask is 0 or 1. :func:`input_ranges` foll
 integer input through ops that keep its values (Cast to an integer type, Reshape, Unsqueeze,
 Slice, Concat, ...) to the ops that constrain them: the indices of a ``Gather`` lie below the
 size of the gathered axis, a ``OneHot`` index below its depth, and a value read as a condition
-(``Where``, ``Not``/``And``/``Or``, ``Cast`` to bool) or named like a mask is 0 or 1. A scalar
-compared for equality with a constant (a sample rate tested against 16000) takes that constant.
+(``Where``, ``Not``/``And``/``Or``, ``Cast`` to bool) or named like a mask is 0 or 1; so are
+the ids onnxruntime's fused ``EmbedLayerNormalization`` (com.microsoft) looks up in its tables
+and its mask. A scalar compared for equality with a constant (a sample rate tested against 16000)
+takes that constant.
 
 Example:
     >>> from gspo.ir.builder import GraphBuilder
@@ -37,12 +39,28 @@ _KEEPS_VALUES = frozenset({"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten",
                            "Transpose", "Concat", "Tile", "Split", "Gather", "GatherElements"})
 _BOOLEAN_OPS = frozenset({"Not", "And", "Or", "Xor"})
 _BOOL = 9  # TensorProto.BOOL
+#: onnxruntime's fused BERT embedding (com.microsoft): input position -> the position of the
+#: table it indexes (word, segment, position embeddings); its mask (position 7) is 0 or 1.
+_EMBED_TABLES = {0: 2, 1: 4, 8: 3}
+_EMBED_MASK = 7
+
+
+def _embed_limit(graph: Graph, node: Node, position: int) -> tuple[int | None, bool]:
+    """What com.microsoft ``EmbedLayerNormalization`` says of the value at ``position``."""
+    table = _EMBED_TABLES.get(position)
+    if table is not None and table < len(node.inputs):
+        shape = graph.values[node.inputs[table]].shape if node.inputs[table] in graph.values else None
+        size = shape[0] if shape else None
+        return (size if isinstance(size, int) and size > 0 else None), False
+    return None, position == _EMBED_MASK
 
 
 def _consumer_limit(graph: Graph, node: Node, position: int) -> tuple[int | None, bool]:
     """What reading a value at input ``position`` of ``node`` says: an exclusive upper bound on
     it, and whether it is used as a truth value."""
     op = node.op_type
+    if node.domain == "com.microsoft":
+        return _embed_limit(graph, node, position) if op == "EmbedLayerNormalization" else (None, False)
     if op in ("Gather", "GatherElements") and position == 1:
         data = graph.values.get(node.inputs[0])
         if data is None or data.shape is None:
@@ -108,7 +126,7 @@ def _range_of(graph: Graph, name: str) -> tuple[int, int]:
     while todo:
         value = todo.pop()
         for node in graph.consumers.get(value, ()):
-            if node.is_opaque:
+            if node.is_opaque and node.domain != "com.microsoft":
                 continue
             for position, read in enumerate(node.inputs):
                 if read != value:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
+from onnx import external_data_helper, numpy_helper
 
 from gspo.ir.digests import digest
 
@@ -29,6 +29,7 @@ __all__ = [
     "concat",
     "slice_weight",
     "np_dtype",
+    "dtype_named",
     "materialize",
 ]
 
@@ -36,6 +37,12 @@ __all__ = [
 def np_dtype(elem_type: int) -> np.dtype:
     """numpy dtype of an ONNX ``TensorProto`` element type."""
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def dtype_named(name: str) -> int:
+    """The ONNX element type of a runtime's type name (``"float"``, ``"int64"``, ``"float16"``;
+    0 for a name onnx does not know)."""
+    return int(onnx.TensorProto.DataType.Value(name.upper())) if name.upper() in onnx.TensorProto.DataType.keys() else 0
 
 
 class WeightStore:
@@ -314,10 +321,16 @@ def concat(parts, axis: int) -> Weight:
     return joined[0] if len(joined) == 1 else Concat(tuple(joined), ax)
 
 
-def materialize(name: str, weight: Weight, store: WeightStore) -> onnx.TensorProto:
-    """The initializer to save for ``weight``; an unchanged original is copied byte for byte."""
+def materialize(name: str, weight: Weight, store: WeightStore, inline: bool = True) -> onnx.TensorProto:
+    """The initializer to save for ``weight``; an unchanged original is copied byte for byte
+    (one kept in external data is read into it, or with ``inline=False`` still refers to its
+    file in ``store.base_dir``)."""
     if isinstance(weight, Init) and weight.name == name and name in store:
         proto = onnx.TensorProto()
         proto.CopyFrom(store.proto(name))
+        if inline and external_data_helper.uses_external_data(proto):
+            external_data_helper.load_external_data_for_tensor(proto, store.base_dir)
+            proto.data_location = onnx.TensorProto.DEFAULT
+            del proto.external_data[:]
         return proto
     return numpy_helper.from_array(weight.evaluate(store), name)

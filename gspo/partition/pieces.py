@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gspo.errors import GspoError
-from gspo.ir import Graph, Value, toposort
+from gspo.ir import Graph, toposort
 from gspo.ir.subgraph import extract
 
 __all__ = ["Piece", "make_piece", "merge_pieces"]
@@ -73,7 +73,7 @@ def merge_pieces(original: Graph, pieces: Sequence[Piece], replacements: Sequenc
                 nodes.append(n)
     merged = Graph(
         inputs=original.inputs,
-        outputs=tuple(Value(v.name, v.dtype, v.shape) for v in original.outputs),
+        outputs=original.outputs,
         nodes=tuple(toposort(nodes)),
         weights=weights,
         opsets=original.opsets,

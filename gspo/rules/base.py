@@ -43,6 +43,9 @@ __all__ = [
     "single_consumer",
     "can_rewire",
     "is_output",
+    "site_guard",
+    "qdq_guard",
+    "QDQ_OPS",
 ]
 
 T = TypeVar("T")
@@ -182,14 +185,17 @@ class Rule:
     def match(self, graph: Graph, explain: bool = False) -> Iterator[Match | Fail]:
         """Matches in graph order; with ``explain`` also the failures, with their reasons."""
         for site in self.sites(graph):
-            if any(n.is_opaque for n in site):
+            untouchable = site_guard(graph, site)
+            if untouchable is not None:
                 if explain:
-                    yield Fail("opaque node", tuple(n.name for n in site))
+                    yield untouchable
                 continue
             try:
                 result = self.check(graph, site)
             except Mismatch as e:
                 result = e.fail
+            if isinstance(result, Match):
+                result = qdq_guard(graph, result.nodes) or result
             if isinstance(result, Match):
                 yield dataclasses.replace(result, site=tuple(site))
             elif explain:
@@ -203,6 +209,45 @@ class Rule:
 
 
 # --------------------------------------------------------------------- helpers
+#: The ops that mark a quantized (QDQ) group: ``DQ -> op -> Q`` is what onnxruntime and
+#: OpenVINO fuse into one integer kernel.
+QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"})
+
+
+def qdq_guard(graph: Graph, nodes: Sequence[Node]) -> Fail | None:
+    """Why rewriting ``nodes`` could break a QDQ group, or ``None``: a rule may not rewrite a
+    QuantizeLinear or DequantizeLinear, an op that reads a DequantizeLinear's output or an op
+    whose output a QuantizeLinear reads (no rule rewrites a whole group exactly yet)."""
+    names = tuple(n.name or n.op_type for n in nodes)
+    for n in nodes:
+        if n.op_type in QDQ_OPS:
+            return Fail(f"{n.op_type} belongs to a QDQ group", names)
+        for name in n.inputs:
+            made = graph.producers.get(name) if name else None
+            if made is not None and made[0].op_type == "DequantizeLinear":
+                return Fail(f"{n.op_type} reads a DequantizeLinear (a QDQ group)", names)
+        for v in n.outputs:
+            if any(c.op_type == "QuantizeLinear" for c in graph.consumers.get(v.name, ())):
+                return Fail(f"{n.op_type} feeds a QuantizeLinear (a QDQ group)", names)
+    return None
+
+
+def site_guard(graph: Graph, site: Sequence[Node]) -> Fail | None:
+    """Why no rule may rewrite ``site``, or ``None``: a node gspo keeps opaque (a custom-domain
+    op, a subgraph), or a value the site reads or writes that is not a tensor of known element
+    type and static shape (a sequence or map, or the output of an op whose shapes neither onnx
+    nor onnxruntime could infer): a rewrite must know what it computes."""
+    names = tuple(n.name or n.op_type for n in site)
+    if any(n.is_opaque for n in site):
+        return Fail("opaque node", names)
+    for n in site:
+        for name in (*n.inputs, *n.output_names):
+            v = graph.values.get(name) if name else None
+            if name and (v is None or not v.is_tensor or not v.is_static):
+                return Fail(f"{name!r} is not a tensor of known type and shape", names)
+    return None
+
+
 def nodes_of(graph: Graph, *op_types: str) -> Iterator[Node]:
     """The interpreted standard-domain nodes of the given op types, in graph order (through the
     graph's index by op type: a rule anchored on Conv looks at Convs only)."""

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from gspo.errors import GspoError
+from gspo.ir import Graph, serialize
 from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
@@ -154,8 +155,8 @@ def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
     return _OpenVinoRunner(compiled)
 
 
-def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()) -> Runner:
-    """A :class:`~gspo.runtime.protocols.Runner` of serialized ONNX ``model`` on backend ``name`` (threads from ``config``).
+def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig()) -> Runner:
+    """A :class:`~gspo.runtime.protocols.Runner` of ``model`` (a graph or serialized ONNX) on backend ``name`` (threads from ``config``).
 
     Raises:
         BackendError: the backend refuses the model (the reason in one line).
@@ -166,6 +167,8 @@ def load_runner(name: str, model: bytes, config: SessionConfig = SessionConfig()
     ok, why = backend_status(name)
     if not ok:
         raise GspoError(f"backend {name!r} cannot run here: {why}")
+    if isinstance(model, Graph):
+        model = serialize(model)
     if name == "cuda":
         from gspo.runtime.cuda import load_cuda_runner
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspo.errors import first_line
-from gspo.ir import Graph, serialize
+from gspo.ir import Graph
 from gspo.runtime.backends import load_runner
 from gspo.runtime.plan import Plan, make_plan
 from gspo.runtime.protocols import Runner
@@ -74,12 +74,12 @@ class CpuExecutor:
         self._workers: list[threading.Thread] = []
         single = schedule is None or schedule.num_streams <= 1
         if single and self.placement is None:
-            self._session = make_session(serialize(graph), config)
+            self._session = make_session(graph, config)
             return
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
         # outputs no piece computes: weights the graph returns as they are
         self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
-        self._sessions: list[Runner] = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
+        self._sessions: list[Runner] = [load_runner(seg.backend, seg.graph, config) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]

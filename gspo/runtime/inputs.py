@@ -75,9 +75,13 @@ def _filled(shape: Sequence[int], dtype: np.dtype, draw: Callable[[int], np.ndar
     return out
 
 
+_STRING = 8  # TensorProto.STRING
+
+
 def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
-    """Random feeds for every graph input: N(0,1) floats, random bools, and integers drawn from
-    the range their consumers accept (:func:`gspo.ir.ranges.input_ranges`, or ``ranges``).
+    """Random feeds for every graph input: N(0,1) floats, random bools, integers drawn from the
+    range their consumers accept (:func:`gspo.ir.ranges.input_ranges`, or ``ranges``), and
+    strings among ``s0`` ... ``s15`` (a model's real vocabulary comes only with ``--inputs``).
 
     Each input is made at its own size (no float64 copy of it); inputs larger than the memory
     available are refused before anything is allocated.
@@ -91,7 +95,7 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
     for v in graph.inputs:
         if not v.is_static:
             raise GspoError(f"graph input {v.name!r} has no static shape; pin it with --input-shape {v.name}=D1,D2,...")
-        if np_dtype(v.dtype).kind not in "fiub":
+        if np_dtype(v.dtype).kind not in "fiub" and v.dtype != _STRING:
             raise GspoError(f"cannot make random data for input {v.name!r} of type {np_dtype(v.dtype)}")
     largest = max(graph.inputs, key=lambda v: math.prod(v.shape), default=None)
     if largest is not None:
@@ -106,6 +110,9 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
         elif dt.kind in "iu":
             low, high = ranges.get(v.name, (0, 16))
             feeds[v.name] = _filled(v.shape, dt, lambda n, low=low, high=high: rng.integers(low, high, size=n))
+        elif v.dtype == _STRING:  # no vocabulary is known: short tokens (real ones via --inputs)
+            feeds[v.name] = np.array([f"s{k}" for k in rng.integers(0, 16, size=v.shape).reshape(-1)],
+                                     dtype=object).reshape(v.shape)
         else:
             feeds[v.name] = _filled(v.shape, dt, lambda n: rng.random(n) < 0.5)
     return feeds
@@ -125,7 +132,8 @@ def random_input_sets(graph: Graph, seed: int, runs: int) -> list[dict[str, np.n
 
 
 def _check_spec(name: str, dtype: np.dtype, shape: Sequence[int], v, label: str) -> None:
-    if tuple(shape) != tuple(v.shape) or dtype != np_dtype(v.dtype):
+    text = v.dtype == _STRING and np.dtype(dtype).kind in "USO"  # text arrives as unicode, bytes or objects
+    if tuple(shape) != tuple(v.shape) or (dtype != np_dtype(v.dtype) and not text):
         raise GspoError(
             f"{label}: input {name!r} is {dtype}{list(shape)}, "
             f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
@@ -152,6 +160,8 @@ def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--
         require_memory(input_bytes(graph), f"{label}: the inputs")
     feeds = {name: feeds[name] for name in feeds}
     for name, arr in feeds.items():
+        if expected[name].dtype == _STRING and arr.dtype.kind in "US":  # an .npz holds text as unicode or bytes
+            arr = feeds[name] = arr.astype(str).astype(object)
         _check_spec(name, arr.dtype, arr.shape, expected[name], label)
     return feeds
 

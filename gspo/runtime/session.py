@@ -10,6 +10,7 @@ import numpy as np
 
 from gspo.errors import GspoError, first_line
 from gspo.ir import Graph, serialize
+from gspo.ir.onnx_io import external_dir
 from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
@@ -55,6 +56,9 @@ OPTIMIZATION_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
 }
 
+#: onnxruntime's session option: where the external data of a model given as bytes lies.
+_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
+
 
 def session_options(ort, *, threads: int | None = None, allow_spinning: bool | None = None,
                     optimization: str | None = None, inter_op_threads: int | None = None, parallel: bool = False,
@@ -99,12 +103,21 @@ def session_options(ort, *, threads: int | None = None, allow_spinning: bool | N
 def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
                  optimized_path: str | None = None) -> ort.InferenceSession:
     """An ``InferenceSession`` over a graph or serialized model bytes; with ``optimized_path``,
-    onnxruntime also writes the graph it will run there (after its fusions and layout changes)."""
-    data = serialize(model) if isinstance(model, Graph) else model
+    onnxruntime also writes the graph it will run there (after its fusions and layout changes).
+
+    A graph whose weights are in external data is passed with its weights still in their files
+    (onnxruntime reads them from there): no copy of them in the serialized model, which stays
+    below protobuf's 2 GB limit however large the weights are.
+    """
+    folder = external_dir(model) if isinstance(model, Graph) else ""
+    try:
+        data = serialize(model, inline=not folder) if isinstance(model, Graph) else model
+    except GspoError as e:
+        raise BackendError(f"onnxruntime cannot load the model: {e}") from None
     so = session_options(ort, threads=config.intra_op_threads, allow_spinning=config.allow_spinning,
                          optimization=config.optimization, optimized_path=optimized_path,
                          inter_op_threads=(os.cpu_count() or 1) if config.parallel_mode else 1,
-                         parallel=config.parallel_mode)
+                         parallel=config.parallel_mode, entries={_EXTERNAL_FOLDER: folder} if folder else None)
     try:
         return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:

@@ -11,6 +11,11 @@ with the output's scale (a random-weight network whose outputs are ~1e12 differs
 an exact rewrite, while an element near zero keeps no relative precision at all). Integer and
 bool outputs must be equal; NaN and infinities must sit at the same places (infinities with
 the same sign). Half-precision outputs are held to half-precision tolerances.
+
+An output that is not a tensor (a sequence, a map such as ZipMap's class probabilities, an
+optional) must have the same structure: sequences of the same length, maps with the same keys,
+``None`` where the reference has ``None``; the tensors and numbers it holds are compared one by
+one by the same criterion.
 """
 
 from __future__ import annotations
@@ -149,6 +154,36 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff
     return OutputDiff(name, max_abs, max_rel, ok, norm_rel, "" if ok else f"max abs error {max_abs:.3g}")
 
 
+def _leaves(x, path: str, out: list) -> str | None:
+    """Append ``(path, array)`` for every tensor or number inside ``x``; the structure as text."""
+    if x is None:
+        return "None"
+    if isinstance(x, dict):
+        keys = sorted(x, key=repr)
+        parts = [f"{k!r}:{_leaves(x[k], f'{path}[{k!r}]', out)}" for k in keys]
+        return "{" + ",".join(parts) + "}"
+    if isinstance(x, (list, tuple)):
+        return "[" + ",".join(str(_leaves(v, f"{path}[{i}]", out)) for i, v in enumerate(x)) + "]"
+    out.append((path, np.asarray(x)))
+    return "."
+
+
+def _diff_any(name: str, a, b, tol: Tolerance) -> OutputDiff:
+    """:func:`_diff` for tensors; for other outputs the same structure, then each leaf compared."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return _diff(name, a, b, tol)
+    la: list = []
+    lb: list = []
+    if _leaves(a, name, la) != _leaves(b, name, lb):
+        return _fail(name, "a different structure (lengths, keys or missing values)")
+    diffs = [_diff(pa, xa, xb, tol) for (pa, xa), (_, xb) in zip(la, lb)]
+    bad = next((d for d in diffs if not d.ok), None)
+    if bad is not None:
+        return OutputDiff(name, bad.max_abs, bad.max_rel, False, bad.norm_rel, f"{bad.name}: {bad.reason}")
+    return OutputDiff(name, max((d.max_abs for d in diffs), default=0.0), max((d.max_rel for d in diffs), default=0.0),
+                      True, max((d.norm_rel for d in diffs), default=0.0))
+
+
 def compare_outputs(
     ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL,
     atol: float = DEFAULT_ATOL, ntol: float = DEFAULT_NTOL,
@@ -159,7 +194,7 @@ def compare_outputs(
             f"the models have different outputs: {sorted(ref)} vs {sorted(got)}"
         )
     tol = Tolerance(rtol, atol, ntol)
-    diffs = tuple(_diff(name, ref[name], got[name], tol) for name in ref)
+    diffs = tuple(_diff_any(name, ref[name], got[name], tol) for name in ref)
     return VerifyResult(all(d.ok for d in diffs), diffs)
 
 

@@ -50,6 +50,7 @@ from gspo.runtime.backends import (
 from gspo.runtime.inputs import check_inputs, human_bytes, input_bytes, random_input_sets
 from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
+from gspo.runtime.types import complete_types
 from gspo.search.backtrack import Candidate
 from gspo.search.config import (
     OptimizeConfig,
@@ -92,17 +93,24 @@ STREAMS_SKIP_MARGIN = 0.25
 
 
 # ------------------------------------------------------------------ preparing
+def _typed(graph: Graph) -> Graph:
+    """``graph`` with the types and shapes onnxruntime gives where onnx has none, when it has
+    ops outside onnx's default domain (contrib and custom ops, whose schemas onnx lacks)."""
+    return complete_types(graph) if any(n.domain not in ("", "ai.onnx") for n in graph.nodes) else graph
+
+
 def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph, bytes | None]:
-    """The model as given, as searched, and the file's bytes both come from (read once)."""
+    """The model as given and as searched (each :func:`_typed`), and the file's bytes both come
+    from (read once)."""
     if isinstance(model, Graph):
         if not use_frontend:
             return model, model, None
-        return model, dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras), None
+        return model, _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)), None
     p = Path(model)
     data = read_model_file(p)
-    where = {"base_dir": str(p.resolve().parent), "label": str(p), "refusal": load_refusal}
-    original = load_bytes(data, input_shapes, **where)
-    return original, (load_bytes(data, input_shapes, plain=True, **where) if use_frontend else original), data
+    where = {"base_dir": str(p.resolve().parent), "label": str(p), "refusal": load_refusal, "path": p}
+    original = _typed(load_bytes(data, input_shapes, **where))
+    return original, (_typed(load_bytes(data, input_shapes, plain=True, **where)) if use_frontend else original), data
 
 
 def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:

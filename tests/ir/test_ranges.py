@@ -76,3 +76,25 @@ def test_a_scalar_compared_with_a_constant_node_takes_it():
     graph = from_model(vad_model(), PINS)  # sr == Constant(16000), the Constant node kept
     assert any(n.op_type == "Constant" for n in graph.nodes)
     assert input_ranges(graph)["sr"] == (16000, 16001)
+
+
+def test_onnxruntime_fused_embedding_ids_stay_below_its_tables_and_its_mask_is_zero_or_one():
+    """com.microsoft EmbedLayerNormalization (onnxruntime's fused BERT embedding) is opaque to
+    gspo, but its ids index its word and segment tables: random ids beyond them made
+    onnxruntime fail with 'input index out of range'."""
+    from onnx import TensorProto, helper
+
+    from gspo.ir import load_bytes
+    from tests.kinds import MS, _weights
+
+    h = 8
+    ids = [helper.make_tensor_value_info(n, TensorProto.INT32, [1, 4]) for n in ("input_ids", "segment_ids", "m")]
+    node = helper.make_node("EmbedLayerNormalization", ["input_ids", "segment_ids", "word", "pos", "seg", "gamma",
+                                                        "beta", "m"], ["emb", "mask_index"], domain=MS)
+    inits = _weights([("word", (30, h)), ("pos", (16, h)), ("seg", (2, h)), ("gamma", (h,)), ("beta", (h,))])
+    g = helper.make_graph([node], "emb", ids, [helper.make_tensor_value_info("emb", TensorProto.FLOAT, [1, 4, h])],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    m.ir_version = 8
+    assert input_ranges(load_bytes(m.SerializeToString())) == {"input_ids": (0, 30), "segment_ids": (0, 2),
+                                                               "m": (0, 2)}

@@ -129,3 +129,16 @@ def test_optimized_pieces_merge_back():
     bad[0] = dataclasses.replace(bad[0], outputs=bad[0].outputs[:-1])
     with pytest.raises(GspoError, match="changed its inputs or outputs"):
         p.merge(bad)
+
+
+def test_merged_pieces_keep_an_output_that_is_not_a_tensor():
+    """ZipMap's sequence of maps: the merged graph rebuilt its outputs from name, element type
+    and shape, and the saved model declared it a tensor of element type 0."""
+    from gspo.ir import load_bytes, to_model
+    from tests.kinds import zipmap_model
+
+    model = zipmap_model()
+    g = load_bytes(model.SerializeToString())
+    parts = partition(g, 2)
+    merged = parts.merge([p.graph for p in parts.pieces])
+    assert to_model(merged).graph.output[1].type == model.graph.output[1].type

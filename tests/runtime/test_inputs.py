@@ -153,3 +153,30 @@ def test_large_input_sets_are_drawn_once(monkeypatch):
     sets = random_input_sets(g, 7, 3)
     assert len(sets) == 1
     np.testing.assert_array_equal(sets[0]["x"], random_inputs(g, 7)["x"])
+
+
+def _label_encoder():
+    """A string input mapped to ids by an ai.onnx.ml LabelEncoder (a categorical feature)."""
+    from onnx import helper
+
+    from gspo.ir import load_bytes
+
+    node = helper.make_node("LabelEncoder", ["s"], ["y"], domain="ai.onnx.ml", keys_strings=["s1", "s2"],
+                            values_int64s=[1, 2], default_int64=0)
+    g = helper.make_graph([node], "enc", [helper.make_tensor_value_info("s", TensorProto.STRING, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [1, 4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)])
+    m.ir_version = 8
+    return load_bytes(m.SerializeToString())
+
+
+def test_string_inputs_get_random_tokens_and_npz_text_is_accepted():
+    """A string input stopped optimize ('cannot make random data for input of type object') and
+    an .npz of text was refused ('<U2, the model wants object')."""
+    g = _label_encoder()
+    feeds = random_inputs(g, seed=0)
+    assert feeds["s"].dtype == object and all(isinstance(x, str) for x in feeds["s"].ravel())
+    assert run(make_session(g), feeds)["y"].shape == (1, 4)
+    given = check_inputs({"s": np.array([["s1", "s2", "zz", "s1"]])}, g)
+    assert given["s"].dtype == object
+    np.testing.assert_array_equal(run(make_session(g), given)["y"], [[1, 2, 0, 1]])

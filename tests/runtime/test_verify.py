@@ -187,3 +187,28 @@ def test_verify_lets_each_input_set_go_before_drawing_the_next(monkeypatch):
     g = branchy()
     assert verify(g, g, runs=3).equivalent
     assert alive_at_draw == [0, 0, 0]
+
+
+_MAPS = [{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5}]
+
+
+@pytest.mark.parametrize("got, ok, reason", [
+    ([{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.5 + 1e-7}], True, ""),
+    ([{0: 0.25, 1: 0.75}, {0: 0.5, 1: 0.6}], False, "[1][1]: max abs error"),
+    ([{0: 0.25, 1: 0.75}, {0: 0.5, 2: 0.5}], False, "structure"),
+    ([{0: 0.25, 1: 0.75}], False, "structure"),
+    (None, False, "structure"),
+])
+def test_a_sequence_of_maps_is_compared_key_by_key_and_value_by_value(got, ok, reason):
+    """ZipMap's output (a list of dicts): the same length and keys, each probability within the
+    tolerance; never skipped (compare_outputs took ``.shape`` of the list)."""
+    res = compare_outputs({"p": _MAPS}, {"p": got})
+    assert res.equivalent is ok
+    assert reason in res.outputs[0].reason
+
+
+def test_a_sequence_of_tensors_is_compared_elementwise():
+    a = [np.arange(3, dtype=np.int64), np.ones((2, 2), np.float32)]
+    assert compare_outputs({"s": a}, {"s": [a[0].copy(), a[1] + 1e-7]}).equivalent
+    assert not compare_outputs({"s": a}, {"s": [a[0] + 1, a[1]]}).equivalent
+    assert not compare_outputs({"s": a}, {"s": [a[0], np.ones((2, 3), np.float32)]}).equivalent
