@@ -14,7 +14,7 @@ from contextlib import contextmanager
 import click
 
 from gspo.errors import GspoError
-from gspo.ir.onnx_io import MAX_ELEMENTS
+from gspo.ir.checks import MAX_ELEMENTS
 
 __all__ = ["main", "cli", "load_model", "progress_printer"]
 

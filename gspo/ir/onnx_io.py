@@ -12,23 +12,32 @@ import dataclasses
 import json
 import logging
 import os
-import stat
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import onnx
 from google.protobuf.message import EncodeError
-from onnx import TensorProto, helper
+from onnx import helper
 
-from gspo.errors import InputShapeError, ModelLoadError, UnsupportedModelError
+from gspo.errors import InputShapeError, ModelLoadError
 from gspo.errors import first_line as _first_line
 from gspo.ir import frontend
+from gspo.ir.checks import (
+    MIN_OPSET,
+    check_model,
+    check_sizes,
+    check_text,
+    negative_dims_unknown,
+)
 from gspo.ir.digests import digest
+from gspo.ir.external import check_external_data, inline_tensor, save_external, tensor_bytes
+from gspo.ir.files import read_model_file
 from gspo.ir.graph import Graph, ModelExtras
 from gspo.ir.order import topologically_sorted
-from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, type_of, value_info, value_of
+from gspo.ir.pinning import STRIP_ELEMENTS, infer_values, pinned_model
+from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
-from gspo.outputs import atomic_write, replacing_together
+from gspo.outputs import atomic_write
 
 __all__ = [
     "load",
@@ -56,13 +65,8 @@ log = logging.getLogger(__name__)
 
 #: Highest IR version the supported onnxruntime (1.31) reads; onnx 1.23 stamps 14 by default.
 MAX_IR_VERSION = 13
-#: Oldest default-domain opset gspo accepts.
-MIN_OPSET = 7
 SCHEDULE_KEY = "gspo.schedule"
 PLACEMENT_KEY = "gspo.placement"
-_STRIP_ELEMENTS = 4096
-#: Elements a tensor may hold at most (4 TiB of float32: more than any machine gspo runs on).
-MAX_ELEMENTS = 2**40
 
 
 # ---------------------------------------------------------------------- loading
@@ -124,64 +128,6 @@ def load(path: str | os.PathLike, input_shapes: Mapping[str, Sequence[int]] | No
                       refusal=refusal, path=p)
 
 
-#: The largest ONNX file: protobuf parses no message over 2 GiB (larger models keep their
-#: weights in external data files).
-MAX_MODEL_BYTES = 2**31 - 1
-
-
-def read_model_file(path: str | os.PathLike) -> bytes:
-    """The bytes of a model file, checked before they are read: a regular file (a FIFO or a
-    device is refused without waiting on it) of at most :data:`MAX_MODEL_BYTES`.
-
-    Raises:
-        ModelLoadError: one line saying what the path is instead.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except FileNotFoundError:
-        raise ModelLoadError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise ModelLoadError(f"{path}: is a directory, not an ONNX file") from None
-    except OSError as e:
-        raise ModelLoadError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        st = os.fstat(fd)
-        why = _not_a_model_file(st)
-        if why:
-            raise ModelLoadError(f"{path}: {why}")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return _read_at_most(f, st.st_size, path)
-    except OSError as e:
-        raise ModelLoadError(f"{path}: cannot read: {e.strerror or e}") from None
-    finally:
-        os.close(fd)
-
-
-def _not_a_model_file(st: os.stat_result) -> str:
-    """Why a file of this status cannot be an ONNX model ('' when it can)."""
-    if stat.S_ISDIR(st.st_mode):
-        return "is a directory, not an ONNX file"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a device, FIFO or socket), not an ONNX file"
-    if st.st_size > MAX_MODEL_BYTES:
-        return (f"{st.st_size / 1e9:.1f} GB, larger than an ONNX file can be (2 GiB; larger models keep "
-                "their weights in external data files)")
-    return ""
-
-
-def _read_at_most(f, size: int, path) -> bytes:
-    """The file's ``size`` bytes, and more if it has more (it grew, or its size is not known),
-    up to :data:`MAX_MODEL_BYTES`."""
-    chunks = [f.read(size + 1)]
-    total = len(chunks[0])
-    while total > size and chunks[-1]:
-        if total > MAX_MODEL_BYTES:
-            raise ModelLoadError(f"{path}: larger than an ONNX file can be (2 GiB)")
-        chunks.append(f.read(1 << 24))
-        total += len(chunks[-1])
-    return b"".join(chunks) if len(chunks) > 1 else chunks[0]
-
-
 def load_bytes(
     data: bytes,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
@@ -205,8 +151,8 @@ def load_bytes(
         raise ModelLoadError(f"{label}: not an ONNX model (the protobuf does not parse)") from None
     if not data or not model.HasField("graph") or not model.opset_import:
         raise ModelLoadError(f"{label}: not an ONNX model (no graph or no opset)")
-    _check_text(model, label)
-    external = _check_external_data(model, base_dir, label)
+    check_text(model, label)
+    external = check_external_data(model, base_dir, label)
     if external and path is not None:
         try:
             onnx.checker.check_model(os.fspath(path))  # the path API: external data read from files
@@ -217,130 +163,6 @@ def load_bytes(
     if external:
         graph = dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, external_data=True))
     return graph
-
-
-def _check_text(model: onnx.ModelProto, label: str) -> None:
-    """Refuse names that are not valid UTF-8 (protobuf hands them over as ``bytes``)."""
-    g = model.graph
-    texts = [model.producer_name, model.producer_version, model.domain, model.doc_string]
-    texts += [g.name, g.doc_string]
-    texts += [x for p in model.metadata_props for x in (p.key, p.value)]
-    texts += [o.domain for o in model.opset_import]
-    texts += [vi.name for vi in list(g.input) + list(g.output) + list(g.value_info)]
-    texts += [t.name for t in g.initializer]
-    for n in g.node:
-        texts += [n.name, n.op_type, n.domain, n.doc_string, *n.input, *n.output]
-        texts += [a.name for a in n.attribute]
-        texts += [x for p in n.metadata_props for x in (p.key, p.value)]
-    if any(isinstance(t, bytes) for t in texts):
-        raise ModelLoadError(f"{label}: not an ONNX model (a name or text field is not valid UTF-8)")
-
-
-def _check_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
-    """Whether the model keeps weights in files beside it, after checking that each lies in
-    the model's directory and holds the bytes its tensor claims (the files are not read)."""
-    from onnx import external_data_helper as edh
-
-    tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
-    if not tensors:
-        return False
-    if base_dir is None:
-        raise ModelLoadError(f"{label}: the model has external data but no directory to read it from")
-    root = os.path.realpath(base_dir)
-    for t in tensors:
-        info = {e.key: e.value for e in t.external_data}
-        loc = info.get("location", "")
-        target = os.path.realpath(os.path.join(root, loc))
-        if not loc or os.path.isabs(loc) or os.path.commonpath([root, target]) != root:
-            raise ModelLoadError(
-                f"{label}: external data location {loc!r} of {t.name!r} points outside the "
-                "model's directory; refused"
-            )
-        if not os.path.isfile(target):
-            raise ModelLoadError(f"{label}: external data file {loc!r} of {t.name!r} is missing")
-        end = int(info.get("offset", 0) or 0) + int(info.get("length", 0) or 0)
-        if end > os.path.getsize(target):
-            raise ModelLoadError(f"{label}: cannot read external data: {loc!r} is shorter than {t.name!r} needs")
-    return True
-
-
-def _check_model(model: onnx.ModelProto, label: str) -> tuple[tuple[str, int], ...]:
-    """The model's opsets, after checking that gspo supports them and that onnx's checker passes."""
-    opsets = tuple((o.domain, int(o.version)) for o in model.opset_import)
-    default = [v for d, v in opsets if d in ("", "ai.onnx")]
-    if default and default[0] < MIN_OPSET:
-        raise UnsupportedModelError(
-            f"{label}: opset {default[0]} is not supported (gspo needs opset {MIN_OPSET} or newer)"
-        )
-    if default and default[0] > onnx.defs.onnx_opset_version():
-        raise UnsupportedModelError(
-            f"{label}: opset {default[0]} is newer than this onnx knows "
-            f"({onnx.defs.onnx_opset_version()})"
-        )
-    try:
-        onnx.checker.check_model(_shapes_declared(_without_external_data(model)))
-    except Exception as e:
-        raise ModelLoadError(f"{label}: fails the ONNX checker: {_first_line(e)}") from None
-    return opsets
-
-
-def _shapes_declared(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` as onnx's checker wants it: a graph input or output without a shape (which
-    onnxruntime runs) gets an empty one in a copy, only to be checked (an input must still be
-    given a shape with --input-shape; an output gets the inferred one)."""
-    def shapeless(m):
-        return [vi.type.tensor_type for vi in list(m.graph.input) + list(m.graph.output)
-                if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape")]
-
-    if not shapeless(model):
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for tt in shapeless(out):
-        tt.shape.SetInParent()
-    return out
-
-
-def _without_external_data(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or a copy whose weights kept in external data are graph inputs of their type
-    and shape: onnx's checker reads an in-memory model's external files relative to the working
-    directory (the files themselves are checked through the path API, see :func:`load_bytes`)."""
-    from onnx import external_data_helper as edh
-
-    external = [t for t in model.graph.initializer if edh.uses_external_data(t)]
-    if not external:
-        return model
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    names = {t.name for t in external}
-    kept = [t for t in light.graph.initializer if t.name not in names]
-    del light.graph.initializer[:]
-    light.graph.initializer.extend(kept)
-    listed = {vi.name for vi in light.graph.input}
-    light.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
-                             for t in external if t.name not in listed)
-    return light
-
-
-def _pinned(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
-    """The model with its inputs pinned (dynamic dimensions given a default when not pinned)
-    and, with ``plain``, through the front end; also the defaulted dimensions and the dynamic
-    graph inputs and outputs to write back (empty when the result cannot keep them)."""
-    weight_names = {t.name for t in model.graph.initializer}
-    real_inputs = [vi for vi in model.graph.input if vi.name not in weight_names]
-    pins = _check_pins(real_inputs, input_shapes, label)
-    defaults, defaulted = frontend.default_pins(real_inputs, pins)
-    dynamic_io: tuple[bytes, ...] = ()
-    if defaulted:
-        dynamic_io = tuple(frontend.pinned_value_info(vi, pins.get(vi.name)).SerializeToString()
-                           for vi in list(model.graph.input) + list(model.graph.output) if vi.name not in weight_names)
-    pins = {**defaults, **pins}
-    if plain:
-        model, generic = frontend.plain(model, pins, dynamic=bool(defaulted), label=label)
-        dynamic_io = dynamic_io if generic else ()
-    elif pins:
-        model = frontend.pin_inputs(model, pins)
-    return model, defaulted, dynamic_io
 
 
 def _extras(model: onnx.ModelProto, weight_names: set[str], defaulted, dynamic_io) -> ModelExtras:
@@ -391,9 +213,9 @@ def from_model(
     inside gspo (``graph.extras.static_refused`` says why).
     """
     model = topologically_sorted(model, label)
-    opsets = _check_model(model, label)
-    model = _negative_dims_unknown(model)
-    pinned, defaulted, dynamic_io = _pinned(model, input_shapes or {}, label, plain)
+    opsets = check_model(model, label)
+    model = negative_dims_unknown(model)
+    pinned, defaulted, dynamic_io = pinned_model(model, input_shapes or {}, label, plain)
     graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label,
                    base_dir=base_dir)
     if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
@@ -422,36 +244,6 @@ def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: 
     return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins), base_dir=base_dir)
 
 
-def _negative_dims_unknown(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every negative dimension the main graph declares made unknown, as
-    onnxruntime reads it (a copy when there is one; ONNX dimensions are never negative)."""
-    def negative(m):
-        return [d for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info)
-                if vi.type.HasField("tensor_type") for d in vi.type.tensor_type.shape.dim
-                if d.HasField("dim_value") and d.dim_value < 0]
-
-    if not negative(model):
-        return model
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for d in negative(out):
-        d.Clear()
-    return out
-
-
-def _check_sizes(values: Mapping[str, tuple], label: str) -> None:
-    """Refuse a value whose static shape holds more than :data:`MAX_ELEMENTS` elements
-    (``values``: name -> :func:`~gspo.ir.protos.type_of`'s element type, shape, ...)."""
-    for name, (_, shape, *_) in values.items():
-        dims = [d for d in shape or () if isinstance(d, int)]
-        if _numel(dims) > MAX_ELEMENTS:
-            axis, d = max(enumerate(dims), key=lambda x: x[1])
-            raise UnsupportedModelError(
-                f"{label}: value {name!r} of shape {list(shape)} would hold {_numel(dims):.3g} elements "
-                f"(dimension {axis} is {d}); gspo handles at most 2**{MAX_ELEMENTS.bit_length() - 1} per tensor"
-            )
-
-
 def _weight_names(model: onnx.ModelProto) -> set[str]:
     return {t.name for t in model.graph.initializer}
 
@@ -476,7 +268,7 @@ def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
     weight_names = _weight_names(model)
     real_inputs = _real_inputs(model)
     values = infer_values(values_from if values_from is not None else model, label)
-    _check_sizes(values, label)
+    check_sizes(values, label)
     weights = {}
     for t in g.initializer:
         payload = t.raw_data if t.HasField("raw_data") else t.SerializeToString()
@@ -502,73 +294,6 @@ def _graph(model: onnx.ModelProto, opsets, extras: ModelExtras, label: str,
         return graph.check()
     except ValueError as e:
         raise ModelLoadError(f"{label}: {e}") from None
-
-
-def _check_pins(inputs, pins: Mapping[str, Sequence[int]], label: str) -> dict[str, tuple[int, ...]]:
-    """The ``--input-shape`` pins, checked against the graph inputs (names, ranks, fixed dims)."""
-    names = [vi.name for vi in inputs]
-    for name in pins:
-        if name not in names:
-            raise InputShapeError(
-                f"{label}: --input-shape names {name!r}, which is not a graph input "
-                f"(inputs: {', '.join(names) or 'none'})"
-            )
-    for vi in inputs:
-        if not vi.type.HasField("tensor_type"):
-            raise UnsupportedModelError(f"{label}: input {vi.name!r} is not a tensor")
-        tt = vi.type.tensor_type
-        if vi.name not in pins:
-            if not tt.HasField("shape"):
-                raise InputShapeError(
-                    f"{label}: input {vi.name!r} has no shape; give one with --input-shape {vi.name}=D1,D2,..."
-                )
-            continue
-        dims = tuple(pins[vi.name])
-        if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
-            raise InputShapeError(
-                f"{label}: --input-shape gives {vi.name!r} rank {len(dims)}, "
-                f"the model says rank {len(tt.shape.dim)}"
-            )
-        for i, d in enumerate(dims):
-            if tt.HasField("shape"):
-                old = tt.shape.dim[i]
-                if old.HasField("dim_value") and old.dim_value != d:
-                    raise InputShapeError(
-                        f"{label}: --input-shape sets dim {i} of {vi.name!r} to {d}, "
-                        f"but the model fixes it at {old.dim_value}"
-                    )
-    return {name: tuple(int(d) for d in dims) for name, dims in pins.items()}
-
-
-def _numel(dims) -> int:
-    n = 1
-    for d in dims:
-        n *= int(d)
-    return n
-
-
-def infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
-    """Shape inference on a copy whose large initializers carry dims but no data."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for t in light.graph.initializer:
-        if len(t.dims) and _numel(t.dims) > _STRIP_ELEMENTS:
-            stub = TensorProto(name=t.name, data_type=t.data_type, dims=t.dims)
-            stub.data_location = TensorProto.EXTERNAL
-            stub.external_data.add(key="location", value="__gspo_stripped__")
-            t.CopyFrom(stub)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, data_prop=True)
-    except Exception as e:
-        log.warning("%s: shape inference failed (%s); shapes left unknown", label, _first_line(e))
-        inferred = light
-    g = inferred.graph
-    values: dict[str, tuple[int, tuple | None]] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        values[vi.name] = type_of(vi)
-    for t in model.graph.initializer:
-        values[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
-    return values
 
 
 def check_graph(graph: Graph, nodes: Sequence[int] | None = None) -> str | None:
@@ -625,7 +350,7 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     dynamic = {vi.name: vi for vi in map(onnx.ValueInfoProto.FromString, ex.dynamic_io)} if keep_dynamic else {}
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]
-    stubbed = {name for name, w in graph.weights.items() if light and w.size > _STRIP_ELEMENTS}
+    stubbed = {name for name, w in graph.weights.items() if light and w.size > STRIP_ELEMENTS}
     initializers = [materialize(name, w, graph.store, inline) for name, w in graph.weights.items() if name not in stubbed]
     live = set(graph.values)
     infos = [] if dynamic else [
@@ -735,81 +460,12 @@ def save(
         raise ModelLoadError(f"{p}: is a directory")
     model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=False)
     base_dir = external_dir(graph)
-    if sum(_tensor_bytes(t, base_dir) for t in model.graph.initializer) > _EXTERNAL_THRESHOLD:
-        _save_external(model, p, base_dir, overwrite)
+    if sum(tensor_bytes(t, base_dir) for t in model.graph.initializer) > _EXTERNAL_THRESHOLD:
+        save_external(model, p, base_dir, overwrite)
     else:
         for t in model.graph.initializer:
-            _inline(t, base_dir)
+            inline_tensor(t, base_dir)
         atomic_write(p, model.SerializeToString(), overwrite=overwrite)
     return p
 
 
-def _tensor_bytes(t: TensorProto, base_dir: str) -> int:
-    """The bytes of a tensor's data, in the model or in its external file."""
-    from onnx import external_data_helper as edh
-
-    if not edh.uses_external_data(t):
-        return len(t.raw_data) if t.HasField("raw_data") else t.ByteSize()
-    info = {e.key: e.value for e in t.external_data}
-    if "length" in info:
-        return int(info["length"])
-    return os.path.getsize(os.path.join(base_dir, info["location"])) - int(info.get("offset", 0) or 0)
-
-
-def _inline(t: TensorProto, base_dir: str) -> None:
-    """Read a tensor kept in external data into it."""
-    from onnx import external_data_helper as edh
-
-    if edh.uses_external_data(t):
-        edh.load_external_data_for_tensor(t, base_dir)
-        t.data_location = TensorProto.DEFAULT
-        del t.external_data[:]
-
-
-_COPY_CHUNK = 1 << 26
-#: Tensors smaller than this stay in the model file when the weights go to external data.
-_EXTERNAL_MIN_BYTES = 1024
-
-
-def _write_data(model: onnx.ModelProto, data_path: Path, location: str, base_dir: str) -> None:
-    """Move the weights of ``model`` into ``data_path`` one tensor at a time (those already in
-    external data copied from their file in chunks): never more than one tensor in memory."""
-    from onnx import external_data_helper as edh
-
-    offset = 0
-    with open(data_path, "wb") as out:
-        for t in model.graph.initializer:
-            if edh.uses_external_data(t):
-                info = {e.key: e.value for e in t.external_data}
-                length = _tensor_bytes(t, base_dir)
-                with open(os.path.join(base_dir, info["location"]), "rb") as src:
-                    src.seek(int(info.get("offset", 0) or 0))
-                    left = length
-                    while left:
-                        chunk = src.read(min(left, _COPY_CHUNK))
-                        if not chunk:
-                            raise OSError(f"external data of {t.name!r} ends early")
-                        out.write(chunk)
-                        left -= len(chunk)
-            elif t.HasField("raw_data") and len(t.raw_data) >= _EXTERNAL_MIN_BYTES:
-                length = len(t.raw_data)
-                out.write(t.raw_data)
-                t.ClearField("raw_data")
-            else:
-                continue
-            del t.external_data[:]
-            t.data_location = TensorProto.EXTERNAL
-            for k, v in (("location", location), ("offset", str(offset)), ("length", str(length))):
-                t.external_data.add(key=k, value=v)
-            offset += length
-
-
-def _save_external(model, p: Path, base_dir: str = "", overwrite: bool = False) -> None:
-    """Save with weights in ``<file>.data``: both written complete in a temporary folder beside
-    ``p`` (the weights one tensor at a time, :func:`_write_data`), then moved into place under
-    :func:`~gspo.outputs.replacing_together`'s rules (the weights first, so a model never names
-    missing data)."""
-    data = p.with_name(p.name + ".data")
-    with replacing_together([data, p], overwrite) as folder:
-        _write_data(model, folder / data.name, data.name, base_dir)
-        (folder / p.name).write_bytes(model.SerializeToString())

@@ -1,5 +1,5 @@
 """A model file is checked before it is read: what is not a regular file, or is larger than an
-ONNX file can be, is refused at once in one line (gspo.ir.onnx_io.read_model_file)."""
+ONNX file can be, is refused at once in one line (gspo.ir.files.read_model_file)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from gspo import ir
 from gspo.errors import ModelLoadError
-from gspo.ir.onnx_io import MAX_MODEL_BYTES, read_model_file
+from gspo.ir.files import MAX_MODEL_BYTES, read_model_file
 from tests.helpers import relu_model
 
 
@@ -79,7 +79,7 @@ def test_a_regular_file_is_read_whole(tmp_path):
 
 def test_a_file_whose_size_is_not_known_is_read_to_its_end(tmp_path, monkeypatch):
     """Files that report size 0 (as /proc does) are read on, up to the limit."""
-    import gspo.ir.onnx_io as onnx_io
+    import gspo.ir.files as files
 
     p = tmp_path / "m.onnx"
     data = relu_model().SerializeToString()
@@ -91,8 +91,8 @@ def test_a_file_whose_size_is_not_known_is_read_to_its_end(tmp_path, monkeypatch
         return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, st.st_uid, st.st_gid, 0,
                                st.st_atime, st.st_mtime, st.st_ctime))
 
-    monkeypatch.setattr(onnx_io.os, "fstat", zero_size)
+    monkeypatch.setattr(files.os, "fstat", zero_size)
     assert read_model_file(p) == data
-    monkeypatch.setattr(onnx_io, "MAX_MODEL_BYTES", 10)
+    monkeypatch.setattr(files, "MAX_MODEL_BYTES", 10)
     with pytest.raises(ModelLoadError, match="larger than an ONNX file can be"):
         read_model_file(p)
