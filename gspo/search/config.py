@@ -108,7 +108,6 @@ class OptimizeConfig:
             from gspo.runtime.cuda import require_gpu
 
             require_gpu()
-            raise GspoError("gspo optimize --device cuda is not implemented yet (no GPU to build it on)")
 
     @property
     def tolerance(self) -> Tolerance:
