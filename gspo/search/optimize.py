@@ -183,7 +183,7 @@ def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timi
     if len(options) < 2:
         return options[0], [], ""
     try:
-        with Trial(piece.graph, options, feeds, cfg.tolerance, option_executor(cfg.device)) as trial:
+        with Trial(piece.graph, options, feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
             outcomes = trial.time(cfg.timing_runs, timing_budget)
     except ReferenceError_ as e:
         return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
@@ -325,7 +325,7 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
     Raises:
         OptimizeError: the merged model's outputs differ from the original's.
     """
-    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, option_executor(cfg.device)) as trial:
+    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
         differs = [o for o in trial.rejected if o.label == "optimized" and o.diffs]
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")

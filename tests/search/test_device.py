@@ -219,3 +219,9 @@ def test_the_output_runs_and_benches_on_cuda(tmp_path, monkeypatch):
     assert gspo("bench", out, "--device", "cuda", "--runs", "3").exit_code == 0
     assert len([e for e in log if e[0] == "run"]) > before
     assert CUDA in FakeOrt([]).available
+
+
+def test_backends_with_cuda_is_one_line(tmp_path):
+    model = ir.save(branchy(), tmp_path / "m.onnx")
+    line = one_line_error(gspo("optimize", model, "-o", tmp_path / "o.onnx", "--device", "cuda", "--backends", "ort"))
+    assert "--backends places pieces on the cpu device" in line
