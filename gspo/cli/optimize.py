@@ -90,8 +90,6 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     shapes = ir.parse_input_shapes(input_shapes)
     feeds = read_npz(inputs_file) if inputs_file else None
     chosen_backends = None
-    if backends is not None and device == "cuda":
-        raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
     if backends is not None:
         from gspo.runtime.backends import check_backends
 
