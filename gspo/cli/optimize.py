@@ -124,6 +124,8 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
     click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
                f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
     click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
+    if r.get("device", {}).get("device") == "cuda":
+        click.echo(f"measured on {r['device'].get('name', 'the CUDA device')} (CUDA events, TF32 off)")
     if r["unchanged"]:
         pins = " with its input shapes pinned" if pinned else ""
         click.echo(f"nothing beat the input as measured: the output is the input{pins}")
