@@ -65,6 +65,7 @@ from gspo.search.device import (
     search_profile,
 )
 from gspo.search.dynamic import keeps_dynamic
+from gspo.search.joint import joint_option
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
 from gspo.search.pool import rebuild, search_pieces
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
@@ -405,6 +406,7 @@ def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], bou
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
     final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
+    final += joint_option(merged, chosen, rules, cost_fn) if cfg.device == "cuda" and cfg.use_streams else []
     placed, placement_report = ([], {"backends": ["cuda"]}) if cfg.device == "cuda" else _backend_options(
         prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, cost_model, deadline)
     final_budget = cfg.final_timing_budget
