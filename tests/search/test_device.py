@@ -4,6 +4,7 @@ with onnxruntime's CPU provider (so outputs compare with the CPU's reference).""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -226,3 +227,24 @@ def test_backends_with_cuda_is_one_line(tmp_path):
     model = ir.save(branchy(), tmp_path / "m.onnx")
     line = one_line_error(gspo("optimize", model, "-o", tmp_path / "o.onnx", "--device", "cuda", "--backends", "ort"))
     assert "--backends places pieces on the cpu device" in line
+
+
+def test_the_pieces_joint_streams_are_a_whole_model_option(tmp_path, monkeypatch):
+    """Each piece picks its option on streams: the whole model is then also tried on those streams."""
+    opt = importlib.import_module("gspo.search.optimize")
+    from gspo.zoo import build
+
+    fakes(monkeypatch)
+    real_pick = opt.pick
+
+    def streams_for_pieces(outcomes, baseline, *args, **kwargs):
+        if baseline == "unmodified":
+            return next((o for o in outcomes if o.label == "unmodified+streams"), outcomes[0])
+        return real_pick(outcomes, baseline, *args, **kwargs)
+
+    monkeypatch.setattr(opt, "pick", streams_for_pieces)
+    result = optimize(build("nasnet_mobile", "tiny"), device="cuda", profile=str(gpu_profile(tmp_path / "p.json")),
+                      time_budget=None, jobs=1, timing_runs=5, budget=2, threshold=40, use_rules=False)
+    assert result.report["pieces"] > 1
+    final = {c["label"]: c for c in result.report["final_candidates"]}
+    assert "optimized+joint" in final and final["optimized+joint"]["rejected"] is None
