@@ -13,7 +13,13 @@ Checks, each recorded with its numbers and a pass/fail:
   6. ``gspo bench`` of a branched zoo model at 1 stream, auto and Nimble's streams (capped at 4);
   7. the ``cuda`` placement backend: its runner computes what the CPU does, and ``gspo optimize
      --backends ort,cuda`` of that model (each piece and the whole model timed on the CPU and
-     on the GPU) writes a model that ``gspo run`` runs as placed.
+     on the GPU) writes a model that ``gspo run`` runs as placed;
+  8. ``gspo optimize --device cuda`` (with the profile of step 5) of each branched zoo model, joint
+     and as the ablations rules-only (``--no-streams``) and streams-only (``--no-rules``): what was
+     chosen (streams, rules), then one interleaved ``gspo bench --device cuda`` of the model and
+     the three outputs, each on one stream and on its saved schedule: the speedup over
+     onnxruntime's CUDA provider alone (the model as given, one session) and over one stream
+     (the same output without its schedule), the table of the paper's Figure 5.
 Exit 0 when all pass, 1 when one fails, 2 (one line) on a machine where CUDA cannot run.
 """
 
@@ -133,6 +139,49 @@ def check_cli(tmp: Path, device_id: int) -> dict:
             and optimize["exit"] == 0 and run_placed["exit"] == 0}
 
 
+ABLATIONS = {"joint": (), "rules_only": ("--no-streams",), "streams_only": ("--no-rules",)}
+
+
+def optimize_model(tmp: Path, name: str, profile: Path) -> dict:
+    """Step 8 for one zoo model: the three optimizations, then one bench of all of them."""
+    model = tmp / f"{name}.onnx"
+    row: dict = {"model": name, "zoo": gspo_cli("zoo", name, "-o", str(model), "--force")}
+    outputs = {}
+    for kind, flags in ABLATIONS.items():
+        out, rep = tmp / f"{name}.{kind}.onnx", tmp / f"{name}.{kind}.json"
+        done = gspo_cli("optimize", str(model), "-o", str(out), "--device", "cuda", "--profile", str(profile),
+                        "--report", str(rep), "--time-budget", "120", "--force", *flags)
+        if done["exit"] == 0:
+            r = json.loads(rep.read_text())
+            done["chosen"] = {"option": r["chosen"], "streams": r["streams"], "syncs": r["syncs"],
+                              "rules": r["substitutions"], "speedup_in_optimize": r["speedup"],
+                              "device": r.get("device")}
+            outputs[kind] = out
+        row[kind] = done
+    bench = gspo_cli("bench", str(model), *(str(o) for o in outputs.values()), "--device", "cuda",
+                     "--streams", "1,auto", "--runs", "50", "--json")
+    row["bench"] = bench
+    if bench["exit"] == 0:
+        rows = json.loads(bench["stdout"])["rows"]  # per model: [1 stream], [saved schedule]
+        base = rows[0]["median_ms"]  # the model as given, one session: onnxruntime's CUDA provider alone
+        for k, kind in enumerate(outputs, start=1):
+            one, scheduled = rows[2 * k]["median_ms"], rows[2 * k + 1]["median_ms"]
+            row[kind]["speedup_over_ort_cuda"] = base / scheduled
+            row[kind]["speedup_over_one_stream"] = one / scheduled
+    row["ok"] = row["zoo"]["exit"] == 0 and len(outputs) == len(ABLATIONS) and bench["exit"] == 0
+    return row
+
+
+def check_optimize(tmp: Path) -> dict:
+    """Step 8: ``gspo optimize --device cuda`` on the branched zoo models, with the ablations."""
+    profile = tmp / "gpu-check.json"
+    if not profile.exists():
+        return {"ok": False, "skipped": "no GPU profile: the calibration step failed"}
+    rows = [optimize_model(tmp, name, profile) for name in MODELS]
+    figure5 = {r["model"]: {k: r[k].get("speedup_over_ort_cuda") for k in ABLATIONS} for r in rows}
+    return {"models": rows, "figure5_speedup_over_ort_cuda": figure5, "ok": all(r["ok"] for r in rows)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default="gpu_check.json")
@@ -150,8 +199,9 @@ def main() -> int:
         report["models"].append(check_model(name, config))
     with tempfile.TemporaryDirectory() as d:
         report["cli"] = check_cli(Path(d), args.device_id)
+        report["optimize_cuda"] = check_optimize(Path(d))
     checks = [m[k] for m in report["models"] for k in ("providers_ok", "repeats_ok")]
-    checks += [e["ok"] for m in report["models"] for e in m["equal"].values()] + [report["cli"]["ok"]]
+    checks += [e["ok"] for m in report["models"] for e in m["equal"].values()] + [report["cli"]["ok"], report["optimize_cuda"]["ok"]]
     report["ok"] = all(checks)
     Path(args.output).write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(f"gpu_check: {'all checks passed' if report['ok'] else 'a check FAILED'}; report in {args.output}")

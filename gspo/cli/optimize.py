@@ -27,7 +27,8 @@ from gspo.outputs import OutputError, atomic_write, check_outputs
 @click.argument("model", type=click.Path())
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the optimized model.")
 @device_option
-@click.option("--profile", help="Cost profile: a name (shipped with gspo or in the user cache) or a path [default: cpu].")
+@click.option("--profile", help="Cost profile: a name (shipped with gspo or in the user cache) or a path [default: cpu; "
+                   "with --device cuda, the newest GPU profile in the user cache].")
 @click.option("--foreign-profile", is_flag=True,
               help="Use a profile made on another device or onnxruntime version (with a warning).")
 @click.option("--alpha", type=Number(1), default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
@@ -35,7 +36,7 @@ from gspo.outputs import OutputError, atomic_write, check_outputs
 @click.option("--time-budget", type=Number(0, MAX_SECONDS, low_open=True), default=90.0, show_default=True,
               help="Seconds for the whole optimization, at most a week (anytime: the best so far is verified and written).")
 @click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece in ops [default: 64].")
-@click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores].")
+@click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores; 4 on cuda].")
 @click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=0,
               help=f"Processes searching pieces, at most the CPU cores ({MAX_JOBS}) [default: all of them].")
 @click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
@@ -75,6 +76,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         gspo optimize nasrnn.onnx -o fast.onnx --no-streams --time-budget 60
         gspo optimize resnet50.onnx -o fast.onnx --backends ort,openvino
         gspo optimize bert.onnx -o fast.onnx --input-shape input_ids=1,64 --inputs feeds.npz
+        gspo optimize nasnet.onnx -o fast.onnx --device cuda --profile a100
     """
     from gspo import ir
     from gspo.partition import DEFAULT_THRESHOLD
@@ -122,6 +124,8 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
     click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
                f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
     click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
+    if r.get("device", {}).get("device") == "cuda":
+        click.echo(f"measured on {r['device'].get('name', 'the CUDA device')} (CUDA events, TF32 off)")
     if r["unchanged"]:
         pins = " with its input shapes pinned" if pinned else ""
         click.echo(f"nothing beat the input as measured: the output is the input{pins}")

@@ -105,10 +105,11 @@ class OptimizeConfig:
         if self.device not in ("cpu", "cuda"):
             raise GspoError(f"unknown device {self.device!r}")
         if self.device == "cuda":
+            if self.backends is not None:
+                raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
             from gspo.runtime.cuda import require_gpu
 
             require_gpu()
-            raise GspoError("gspo optimize --device cuda is not implemented yet (no GPU to build it on)")
 
     @property
     def tolerance(self) -> Tolerance:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gspo.costmodel import CostModel, device_description, load_profile
+from gspo.costmodel import CostModel, device_description
 from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
@@ -39,7 +39,6 @@ from gspo.runtime import (
     capture_values,
     make_session,
     run,
-    runtime_version,
 )
 from gspo.runtime.backends import (
     DEFAULT_BACKEND,
@@ -58,7 +57,15 @@ from gspo.search.config import (
     OptimizeResult,
     Prepared,
 )
+from gspo.search.device import (
+    baseline_refusal,
+    device_report,
+    device_streams,
+    option_executor,
+    search_profile,
+)
 from gspo.search.dynamic import keeps_dynamic
+from gspo.search.joint import joint_option
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
 from gspo.search.pool import rebuild, search_pieces
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
@@ -186,10 +193,12 @@ def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timi
     if len(options) < 2:
         return options[0], [], ""
     try:
-        with Trial(piece.graph, options, feeds, cfg.tolerance) as trial:
+        with Trial(piece.graph, options, feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
             outcomes = trial.time(cfg.timing_runs, timing_budget)
     except ReferenceError_ as e:
         return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
+    if refused := baseline_refusal(outcomes, "unmodified"):
+        return options[0], outcomes, f"left unchanged: the piece as given cannot be measured on {cfg.device}: {refused}"
     best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
     return best.option, outcomes, ""
 
@@ -326,11 +335,13 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_f
     Raises:
         OptimizeError: the merged model's outputs differ from the original's.
     """
-    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance) as trial:
+    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
         differs = [o for o in trial.rejected if o.label == "optimized" and o.diffs]
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
         outcomes = trial.time(cfg.timing_runs, budget)
+        if refused := baseline_refusal(outcomes, "original"):
+            raise GspoError(f"the model as given cannot be measured on {cfg.device}: {refused}")
         if cfg.select == "estimated":
             best = pick(outcomes, "original", cfg.final_margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
             return FinalChoice(best, outcomes, outcomes, [])
@@ -404,8 +415,9 @@ def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], bou
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
     final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
-    placed, placement_report = _backend_options(prepared, merged, rules, [o.graph for o in chosen], boundary, cfg,
-                                                cost_model, deadline)
+    final += joint_option(merged, chosen, rules, cost_fn) if cfg.device == "cuda" and cfg.use_streams else []
+    placed, placement_report = ([], {"backends": ["cuda"]}) if cfg.device == "cuda" else _backend_options(
+        prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, cost_model, deadline)
     final_budget = cfg.final_timing_budget
     if cfg.time_budget is not None:
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
@@ -437,12 +449,11 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     cfg = OptimizeConfig(**options)
     cfg.validate()
     t0 = time.perf_counter()
-    profile = load_profile(cfg.profile or "cpu", device_description("cpu"), runtime_version(),
-                           force=cfg.force_profile or cfg.profile is None)
+    profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
     prepared = _prepare(model, input_shapes, inputs, cfg)
     cores = os.cpu_count() or 1
-    max_streams = cfg.max_streams or cores
+    max_streams = cfg.max_streams or device_streams(cfg.device, cores)
     jobs = cfg.jobs or cores
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
     deadline = None if cfg.time_budget is None else t0 + cfg.time_budget
@@ -471,5 +482,6 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, choice,
                           pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
+    report["device"] = device_report(cfg.device)
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
     return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, prepared.data, placement)

@@ -21,7 +21,7 @@ import numpy as np
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
-from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved
+from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, timed_runner
 from gspo.runtime.verify import OutputDiff, Tolerance
 from gspo.streams import Placement, Schedule
 
@@ -95,15 +95,19 @@ def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | No
 
 class Trial:
     """A reference and its options, verified on ``feeds`` (one or more input sets); see the
-    module docstring. Use as a context manager: it closes the executors.
+    module docstring. Use as a context manager: it closes the executors. ``executor(graph,
+    schedule, placement)`` builds the options' executors (default: on the CPU; the reference
+    always runs on the CPU, and with another ``executor`` every option runs on it, the reference's
+    graph too).
 
     Raises:
         ReferenceError_: onnxruntime cannot load or run the reference.
     """
 
     def __init__(self, reference: Graph, options: Sequence[Option], feeds: Sequence[Mapping[str, np.ndarray]],
-                 tolerance: Tolerance = Tolerance()):
+                 tolerance: Tolerance = Tolerance(), executor: Callable | None = None):
         self.feeds = list(feeds)
+        self._make = executor or _executor
         self.tolerance = tolerance
         self.executors: list[CpuExecutor] = []
         self.rejected: list[Outcome] = []
@@ -116,7 +120,8 @@ class Trial:
             except GspoError as e:
                 raise ReferenceError_(str(e)) from None
             for option in options:
-                if option.schedule is None and option.placement is None and option.graph.key == reference.key:
+                if executor is None and option.schedule is None and option.placement is None \
+                        and option.graph.key == reference.key:
                     self._ok.append((option, ref, ()))
                     continue
                 self._add(option, expected)
@@ -126,7 +131,7 @@ class Trial:
 
     def _add(self, option: Option, expected: list[dict]) -> None:
         try:
-            ex = _executor(option.graph, option.schedule, option.placement)
+            ex = self._make(option.graph, option.schedule, option.placement)
         except GspoError as e:
             backend = "onnxruntime" if option.placement is None else "the backend"
             self.rejected.append(Outcome(option, rejected=f"{backend} refused it: {e}"))
@@ -177,9 +182,11 @@ class Trial:
         feeds = self.feeds[0]
 
         def runner(option: Option, ex):
+            run = timed_runner(ex, feeds)  # on a device: inputs uploaded once, timed by its events
+
             def call():
                 try:
-                    return ex.run(feeds)
+                    return run()
                 except GspoError as e:
                     failed[option.label] = e
                     raise

@@ -2,11 +2,14 @@
 
 They follow the documented call shapes (cuda-python's ``(err, *values)`` tuples, onnxruntime's
 sessions, IOBinding and OrtValues) and compute nothing: what the CPU can check of the CUDA path
-is the order and the arguments of the calls, which these record.
+is the order and the arguments of the calls, which these record. With ``FakeOrt(compute=True)``
+the device values hold arrays: ``cudaMemcpyAsync`` copies into them and each session computes
+its outputs with onnxruntime's CPU provider, so that outputs can be compared with the CPU's.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import weakref
 from types import SimpleNamespace
@@ -58,6 +61,7 @@ class FakeCudart:
         self._ids = itertools.count()
         self._clock = itertools.count(1)
         self.recorded: dict = {}
+        self.memory: dict = {}  # device values by data_ptr (shared with FakeOrt)
 
     def _result(self, name: str, *values):
         ok = self.cudaError_t.cudaSuccess
@@ -104,8 +108,14 @@ class FakeCudart:
     def cudaEventElapsedTime(self, start, end):  # noqa: N802
         return self._result("cudaEventElapsedTime", self.recorded[end.number] - self.recorded[start.number])
 
+    def cudaRuntimeGetVersion(self):  # noqa: N802
+        return self._result("cudaRuntimeGetVersion", 12080)
+
     def cudaMemcpyAsync(self, dst, src, nbytes, kind, stream):  # noqa: N802
         self.log.append(("memcpy", kind, stream))
+        value = self.memory.get(dst)
+        if value is not None and value.array is not None:
+            ctypes.memmove(value.array.ctypes.data, src, nbytes)
         return self._result("cudaMemcpyAsync")
 
     def cudaStreamSynchronize(self, stream):  # noqa: N802
@@ -131,19 +141,19 @@ class FakeUtils:
 
 
 class FakeValue:
-    def __init__(self, shape=(1,), dtype=np.float32):
-        self.shape, self.dtype = tuple(shape), dtype
+    def __init__(self, shape=(1,), dtype=np.float32, array=None):
+        self.shape, self.dtype, self.array = tuple(shape), dtype, array
 
     def data_ptr(self) -> int:
         return id(self)
 
     def numpy(self) -> np.ndarray:
-        return np.zeros(self.shape, self.dtype)
+        return self.array.copy() if self.array is not None else np.zeros(self.shape, self.dtype)
 
 
 class FakeBinding:
     def __init__(self, session):
-        self.session, self.inputs, self.outputs = session, {}, []
+        self.session, self.inputs, self.outputs, self.results = session, {}, [], None
 
     def bind_ortvalue_input(self, name, value):
         assert isinstance(value, FakeValue), f"{name}: a host array was bound, not a device OrtValue"
@@ -154,12 +164,12 @@ class FakeBinding:
         self.outputs.append(name)
 
     def get_outputs(self):
-        return [FakeValue() for _ in self.outputs]
+        return self.results if self.results is not None else [FakeValue() for _ in self.outputs]
 
 
 class FakeSession:
-    def __init__(self, ort, index: int, providers, options):
-        self.ort, self.index, self.providers, self.options = ort, index, list(providers), options
+    def __init__(self, ort, index: int, providers, options, cpu=None):
+        self.ort, self.index, self.providers, self.options, self.cpu = ort, index, list(providers), options, cpu
         weakref.finalize(self, ort.log.append, ("session_freed", index))
 
     def get_providers(self):
@@ -172,11 +182,16 @@ class FakeSession:
         """A run on host arrays (onnxruntime copies them to and from the device)."""
         assert all(isinstance(v, np.ndarray) for v in feeds.values())
         self.ort.log.append(("host_run", self.index, tuple(names)))
+        if self.cpu is not None:
+            return self.cpu.run(list(names), dict(feeds))
         return [np.zeros((1,), np.float32) for _ in names]
 
     def run_with_iobinding(self, binding, run_options):
         assert run_options.entries.get("disable_synchronize_execution_providers") == "1"
         self.ort.log.append(("run", self.index, self.options.get("user_compute_stream")))
+        if self.cpu is not None:
+            outs = self.cpu.run(binding.outputs, {n: v.array for n, v in binding.inputs.items()})
+            binding.results = [FakeValue(o.shape, o.dtype, o) for o in outs]
 
 
 class FakeOrt:
@@ -184,8 +199,10 @@ class FakeOrt:
 
     __file__ = "/nonexistent/onnxruntime/__init__.py"
 
-    def __init__(self, log: list, available=(CUDA, CPU), uses=(CUDA, CPU), version="1.26.0", cuda_version="12.8"):
-        self.log, self.available, self.uses = log, list(available), list(uses)
+    def __init__(self, log: list, available=(CUDA, CPU), uses=(CUDA, CPU), version="1.26.0", cuda_version="12.8",
+                 compute: bool = False):
+        self.log, self.available, self.uses, self.compute = log, list(available), list(uses), compute
+        self.memory: dict = {}
         self.__version__, self.cuda_version = version, cuda_version
         self.sessions: list[dict] = []
         self.OrtAllocatorType = SimpleNamespace(ORT_ARENA_ALLOCATOR="arena")
@@ -194,7 +211,9 @@ class FakeOrt:
 
     def _device_value(self, shape, dtype, device, device_id):
         assert device == "cuda"
-        return FakeValue(shape, dtype)
+        value = FakeValue(shape, dtype, np.empty(shape, dtype) if self.compute else None)
+        self.memory[value.data_ptr()] = value
+        return value
 
     def get_available_providers(self):
         return self.available
@@ -228,7 +247,12 @@ class FakeOrt:
         self.sessions.append({"options": options, "config": getattr(sess_options, "entries", {}),
                               "threads": getattr(sess_options, "intra_op_num_threads", None)})
         self.log.append(("session", len(self.sessions) - 1))
-        return FakeSession(self, len(self.sessions) - 1, self.uses, options)
+        cpu = None
+        if self.compute:
+            import onnxruntime
+
+            cpu = onnxruntime.InferenceSession(model, providers=[CPU])
+        return FakeSession(self, len(self.sessions) - 1, self.uses, options, cpu)
 
 
 def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None = None, log: list | None = None):
@@ -239,6 +263,7 @@ def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None =
     ort = ort or FakeOrt(log)
     cudart = cudart or FakeCudart(log)
     utils = FakeUtils(log)
+    cudart.memory = ort.memory
     monkeypatch.setattr(common, "import_ort", lambda: ort)
     monkeypatch.setattr(common, "import_cudart", lambda: cudart)
     monkeypatch.setattr(common, "import_cuda_utils", lambda: utils)
