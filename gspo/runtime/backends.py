@@ -121,7 +121,8 @@ class _OpenVinoRunner:
             result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
         except Exception as e:
             raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
-        return [np.array(result[self._outputs[n]]) for n in names]
+        # share_outputs is off: each output is already a copy of its own, so no second copy
+        return [result[self._outputs[n]] for n in names]
 
 
 def _reason(e: Exception) -> str:

@@ -108,3 +108,17 @@ def test_a_corrupt_saved_setting_is_one_line_and_exit_2(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.output.strip().splitlines() == [
         "gspo: error: the settings saved in the model are invalid (threads must be 0 to 1024): '{\"threads\": -4}'"]
+
+
+def test_openvino_outputs_are_the_callers_own_and_survive_the_next_run():
+    """The runner hands back OpenVINO's output arrays without a second copy: they must not be
+    buffers the next inference overwrites."""
+    pytest.importorskip("openvino")
+    g = branchy()
+    with CpuExecutor(g, None, SessionConfig(), Placement.whole(g, "openvino")) as ex:
+        first = ex.run({"x": np.ones((1, 4, 8, 8), np.float32)})
+        kept = {k: v.copy() for k, v in first.items()}
+        ex.run({"x": np.full((1, 4, 8, 8), -3.0, np.float32)})
+        for name, value in kept.items():
+            np.testing.assert_array_equal(first[name], value)
+            assert first[name].flags.owndata

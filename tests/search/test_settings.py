@@ -128,3 +128,25 @@ def test_the_report_names_openvinos_setting_for_a_whole_model_on_openvino():
     option = Option("original@openvino[threads=1]", g, placement=Placement.whole(g, "openvino"), settings=RunSettings(1))
     assert settings_report(option)["advice"] == "run it with OpenVINO: PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=1"
     assert settings_report(Option("original", g))["advice"] is None
+
+
+def test_gspo_optimize_prints_the_setting_and_gspo_run_applies_it(monkeypatch, tmp_path):
+    """End to end: the winning setting printed by optimize, saved in the file, and the session
+    gspo run then builds has one intra-op thread."""
+    from click.testing import CliRunner
+
+    from gspo.cli import cli
+    from gspo.ir import save
+
+    src, out = save(build("squeezenet", "tiny"), tmp_path / "in.onnx"), tmp_path / "out.onnx"
+    monkeypatch.setattr(opt.Trial, "time", _one_thread_wins(opt.Trial.time))
+    result = CliRunner().invoke(cli, ["optimize", str(src), "-o", str(out), "--backends", "ort", "--no-rules",
+                                      "--jobs", "1", "--budget", "2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "settings: run it with onnxruntime: intra_op_num_threads=1 (saved in the model" in result.output
+    cpu = sys.modules["gspo.runtime.cpu"]
+    sessions, real = [], cpu.make_session
+    monkeypatch.setattr(cpu, "make_session", lambda *a, **k: sessions.append(real(*a, **k)) or sessions[-1])
+    result = CliRunner().invoke(cli, ["run", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [s.get_session_options().intra_op_num_threads for s in sessions] == [1]
