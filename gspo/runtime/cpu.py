@@ -83,7 +83,8 @@ class CpuExecutor:
         # outputs no piece computes: weights the graph returns as they are
         self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
         self._sessions: list[Runner] = [load_runner(seg.backend, serialize(seg.graph), config) for seg in self.plan.segments]
-        self._out_names = [list(seg.outputs) for seg in self.plan.segments]  # once, not per call
+        # each segment's inputs and outputs, named once (not per call)
+        self._io = [(seg.inputs, list(seg.outputs)) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
@@ -101,15 +102,15 @@ class CpuExecutor:
     def _run_inline(self, feeds: Mapping[str, np.ndarray], trace: list | None) -> dict[str, np.ndarray]:
         """One stream of pieces on several backends: each after the other, on this thread."""
         values = {**self._weight_outputs, **feeds}
-        for k, seg in enumerate(self.plan.segments):
+        for k, (inputs, outputs) in enumerate(self._io):
             start = time.perf_counter()
             try:
-                outs = self._sessions[k].run(self._out_names[k], {name: values[name] for name in seg.inputs})
+                outs = self._sessions[k].run(outputs, {name: values[name] for name in inputs})
             except BackendError:
                 raise
             except Exception as e:
-                raise BackendError(f"{seg.backend} failed to run a piece: {first_line(e)}") from None
-            values.update(zip(seg.outputs, outs))
+                raise BackendError(f"{self.plan.segments[k].backend} failed to run a piece: {first_line(e)}") from None
+            values.update(zip(outputs, outs))
             if trace is not None:
                 trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
         return {name: values[name] for name in self.outputs}
@@ -156,9 +157,9 @@ class CpuExecutor:
                         if job.failed:
                             raise _Abort
                     start = time.perf_counter()
-                    feeds = {name: job.values[name] for name in seg.inputs}
-                    outs = self._sessions[k].run(self._out_names[k], feeds)
-                    job.values.update(zip(seg.outputs, outs))
+                    inputs, outputs = self._io[k]
+                    outs = self._sessions[k].run(outputs, {name: job.values[name] for name in inputs})
+                    job.values.update(zip(outputs, outs))
                     end = time.perf_counter()
                     for e in seg.signals:
                         job.events[e].set()
