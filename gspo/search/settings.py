@@ -14,14 +14,20 @@ import time
 
 from gspo.ir import Graph
 from gspo.ir.metadata import metadata_value
+from gspo.ir.weights import np_dtype
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
 from gspo.search.trial import Option
 
-__all__ = ["THREADED_BACKENDS", "option_backend", "settled", "settings_report", "thread_options"]
+__all__ = ["MAX_WEIGHT_BYTES", "THREADED_BACKENDS", "option_backend", "settled", "settings_report", "thread_options",
+           "weight_bytes"]
 
 #: The backends whose thread count a setting fixes (``intra_op_num_threads``, ``INFERENCE_NUM_THREADS``).
 THREADED_BACKENDS = ("ort", "openvino")
 _NAMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
+#: Each thread setting is one more session of the whole model, holding its own copy of the
+#: weights: an option with more bytes of weights than this gets no variants (two or three
+#: copies of a model this size would press on memory and on the final comparison's time share).
+MAX_WEIGHT_BYTES = 256 * 2**20
 
 
 def option_backend(option: Option) -> str | None:
@@ -37,15 +43,27 @@ def option_backend(option: Option) -> str | None:
 
 def thread_options(options: list[Option], deadline: float | None = None, cores: int | None = None) -> list[Option]:
     """Each option on one stream and one threaded backend at every thread count worth trying
-    (none once the ``deadline``, a ``time.perf_counter()`` value, has passed)."""
+    (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
+    option whose weights exceed :data:`MAX_WEIGHT_BYTES`)."""
     if deadline is not None and time.perf_counter() > deadline:
         return []
     out = []
     for o in options:
-        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS:
+        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and weight_bytes(o.graph) <= MAX_WEIGHT_BYTES:
             out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
                     for t in thread_counts(cores)]
     return out
+
+
+def weight_bytes(graph: Graph) -> int:
+    """Bytes of the graph's weights (a weight of an unknown type counted as empty)."""
+    total = 0
+    for w in graph.weights.values():
+        try:
+            total += w.size * np_dtype(w.dtype).itemsize
+        except (KeyError, TypeError, ValueError):
+            pass
+    return total
 
 
 def settled(original: Graph, graph: Graph, settings: RunSettings, source: bytes | None) -> tuple[Graph, bytes | None]:

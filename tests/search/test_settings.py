@@ -12,13 +12,20 @@ from gspo.ir.metadata import metadata_value, with_metadata
 from gspo.runtime import CpuExecutor, random_inputs
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, saved_settings, with_settings
 from gspo.search import optimize
-from gspo.search.settings import option_backend, settings_report, settled, thread_options
+from gspo.search.settings import (
+    option_backend,
+    settings_report,
+    settled,
+    thread_options,
+    weight_bytes,
+)
 from gspo.search.trial import Option, Outcome
 from gspo.streams import Placement, Schedule, node_id
 from gspo.zoo import build
 from tests.helpers import branchy
 
 opt = sys.modules["gspo.search.optimize"]
+settings_mod = sys.modules["gspo.search.settings"]
 FAST = dict(budget=4, timing_runs=5, backends=("ort",), jobs=1, use_streams=False)
 
 
@@ -36,6 +43,15 @@ def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_fiel
     assert [option_backend(o) for o in options] == ["ort", "openvino", None, None]
     assert [o.label for o in thread_options(options, cores=1)] == ["original[threads=1]", "original@openvino[threads=1]"]
     assert thread_options(options, deadline=0.0) == []  # the time budget spent: none
+
+
+def test_a_model_with_weights_over_the_bound_gets_no_thread_variants(monkeypatch):
+    g = branchy()
+    assert weight_bytes(g) == 4 * (4 * 4 * 1 * 1 + 4 * 4 * 3 * 3)  # two float32 Conv weights
+    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g) - 1)
+    assert thread_options([Option("original", g)], cores=2) == []
+    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g))
+    assert len(thread_options([Option("original", g)], cores=2)) == 2
 
 
 def test_a_trial_builds_each_option_with_its_thread_setting():
