@@ -133,5 +133,5 @@ def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
         preflight()  # before anything else, so that a missing GPU is the error reported
     placement = saved_placement(graph) if device == "cpu" else None
     if device == "cpu":
-        config = applied(graph, config)  # the thread setting gspo optimize saved (issue 33)
+        config = applied(graph, config)  # the thread setting gspo optimize saved
     return device_executor(graph, choose_schedule(graph, streams, device), device, config=config, placement=placement)

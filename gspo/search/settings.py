@@ -1,4 +1,4 @@
-"""The thread setting as part of the final choice (issue 33).
+"""The thread setting as part of the final choice.
 
 Each whole-model option on one stream and one backend (onnxruntime or OpenVINO) is also timed at
 the thread counts worth trying here (:func:`~gspo.runtime.settings.thread_counts`: one thread,
