@@ -8,7 +8,9 @@ Usage (OpenVINO installed: ``.venv/bin/pip install -c constraints.txt openvino``
 Per model, in one process: ``gspo.optimize`` with backends onnxruntime and OpenVINO; then,
 interleaved (rotating order, warm-up, medians): the model in plain onnxruntime at 1 and 2
 intra-op threads, in OpenVINO (latency hint, f32) at 1 and 2 threads, and gspo's result run by
-gspo's executor as ``gspo run`` runs it (its placement and schedule). ``ort_ms`` and
+gspo's executor as ``gspo run`` runs it (its placement, schedule and saved thread setting;
+a plain ONNX file without a saved setting in plain onnxruntime at its better thread count).
+The ``settings`` column is the thread setting gspo chose (``default``: the backend's own). ``ort_ms`` and
 ``openvino_ms`` are each backend at its better thread setting. gspo's outputs are compared
 with onnxruntime's on fresh inputs. Writes ``results.json`` and ``RESULTS.md`` beside this file.
 """
@@ -38,6 +40,7 @@ from gspo.runtime import (
 )
 from gspo.runtime.backends import backend_status, load_runner
 from gspo.runtime.executor import saved_placement, saved_schedule
+from gspo.runtime.settings import saved_settings
 from gspo.runtime.verify import compare_outputs
 from gspo.search import optimize
 from gspo.search.placement import MIXED_MARGIN
@@ -71,8 +74,9 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     result = load(result_path)
     placed = make_executor(result)
     closers.append(placed)
-    if saved_placement(result) is None and saved_schedule(result) is None:
+    if saved_placement(result) is None and saved_schedule(result) is None and saved_settings(result).is_default:
         # a plain ONNX file, run as its users run it: plain onnxruntime at its better thread setting
+        # (with a saved setting, gspo is timed at that setting: the executor applies it)
         result_bytes = result_path.read_bytes()
         for t in THREADS:
             sess = make_session(result_bytes, SessionConfig(intra_op_threads=t))
@@ -105,7 +109,8 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
         row.update(chosen=result.report["chosen"], placement=result.report["placement"]["chosen"],
                    estimate=result.report["placement"].get("mixed_s"), optimize_s=round(time.perf_counter() - start, 1),
                    refused=len(result.report["placement"].get("refused", [])),
-                   rules=result.report["substitutions"], split=_split(result.report["placement"]))
+                   rules=result.report["substitutions"], split=_split(result.report["placement"]),
+                   settings=_settings(result.report.get("settings")))
         row.update(_time(path, out, args.runs))
         if out.read_bytes() == path.read_bytes():
             # The input handed back unchanged runs exactly as the input does in onnxruntime; the
@@ -116,6 +121,13 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
         return row
     row["ratio_to_best"] = row["gspo_ms"] / min(row["ort_ms"], row["openvino_ms"])
     return row
+
+
+def _settings(report: dict | None) -> str:
+    """The thread setting gspo chose, as the table shows it."""
+    if not report or not report.get("threads"):
+        return "default"
+    return f"{report['backend'] or 'executor'} threads={report['threads']}"
 
 
 def _split(placement: dict) -> dict | None:
@@ -181,18 +193,19 @@ def markdown(rows, meta) -> str:
         f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster).", "",
         "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
         "A result that is the input unchanged (`same file`) runs as the input does, so its time is onnxruntime's. "
-        "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
-        "| model | ort ms | openvino ms | gspo ms | gspo / best | chosen | placement | equivalent |",
-        "|---|---|---|---|---|---|---|---|",
+        "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a saved thread setting (`settings`), a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
+        "| model | ort ms | openvino ms | gspo ms | gspo / best | chosen | placement | settings | equivalent |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['model']} | - | - | - | - | FAILED: {r['status'][:80]} | - | - |")
+            lines.append(f"| {r['model']} | - | - | - | - | FAILED: {r['status'][:80]} | - | - | - |")
             continue
         pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
         gspo = "= ort (same file)" if r.get("same_file") else f"{r['gspo_ms']:.2f}"
         lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {gspo} | "
-                     f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {'yes' if r['equivalent'] else 'NO'} |")
+                     f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {r.get('settings', 'default')} | "
+                     f"{'yes' if r['equivalent'] else 'NO'} |")
     notes = ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]] if meta.get("notes") else []
     return "\n".join(lines + _split_lines(rows) + notes) + "\n"
 
@@ -225,7 +238,7 @@ def main(argv=None) -> int:
             row = run_model(name, source, path, args, Path(d))
             old[name] = row
             ratio = f"{row['ratio_to_best']:.3f}" if row["ratio_to_best"] else "-"
-            print(f"{name:<24} {row['status'][:60]:<6} gspo/best {ratio} {row['placement']} {row['chosen']}", flush=True)
+            print(f"{name:<24} {row['status'][:60]:<6} gspo/best {ratio} {row['placement']} {row['chosen']} {row.get('settings', '')}", flush=True)
             rows = [old[n] for n in sorted(old)]
             results_path.write_text(json.dumps(rows, indent=1) + "\n")
             (HERE / "RESULTS.md").write_text(markdown(rows, meta))

@@ -131,7 +131,7 @@ def _plot_timeline(trace, executor, path, force: bool) -> None:
 @click.option("--warmup", type=click.IntRange(min=0), default=3, show_default=True)
 @click.option("--threads", type=click.IntRange(0, MAX_JOBS), default=0, show_default=True,
               help=f"Intra-op threads per session, at most the CPU cores ({MAX_JOBS}) "
-                   "(0: onnxruntime's default, divided among streams).")
+                   "(0: the setting gspo optimize saved in the model, else onnxruntime's default).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @inputs_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")

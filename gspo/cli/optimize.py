@@ -143,6 +143,8 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
     if placed:
         ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
         click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
+    if r.get("settings", {}).get("advice"):
+        click.echo(f"settings: {r['settings']['advice']} (saved in the model; gspo run and gspo bench apply them)")
     if r["candidates_rejected_by_verification"]:
         click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
                    "(onnxruntime refused them or their outputs differed; reasons in --report)")

@@ -124,6 +124,7 @@ class _OpenVinoRunner:
             result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()}, share_inputs=True)
         except Exception as e:
             raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
+        # share_outputs is off: each output is already a copy of its own, so no second copy
         return [result[self._outputs[n]] for n in names]
 
 

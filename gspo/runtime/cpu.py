@@ -68,6 +68,8 @@ class CpuExecutor:
                  placement: Placement | None = None):
         self.graph = graph
         self.outputs = graph.output_names()
+        #: The session settings every runner was built with.
+        self.config = config
         self.schedule = schedule
         self.placement = placement if placement is not None and not placement.is_default else None
         self.plan: Plan | None = None
@@ -75,11 +77,14 @@ class CpuExecutor:
         single = schedule is None or schedule.num_streams <= 1
         if single and self.placement is None:
             self._session = make_session(graph, config)
+            self._names = list(self.outputs)  # once, not per call
             return
         self.plan = make_plan(graph, Schedule.single(graph) if single else schedule, self.placement)
         # outputs no piece computes: weights the graph returns as they are
         self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
         self._sessions: list[Runner] = [load_runner(seg.backend, seg.graph, config) for seg in self.plan.segments]
+        # each segment's inputs and outputs, named once (not per call)
+        self._io = [(seg.inputs, list(seg.outputs)) for seg in self.plan.segments]
         if single:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
@@ -97,15 +102,15 @@ class CpuExecutor:
     def _run_inline(self, feeds: Mapping[str, np.ndarray], trace: list | None) -> dict[str, np.ndarray]:
         """One stream of pieces on several backends: each after the other, on this thread."""
         values = {**self._weight_outputs, **feeds}
-        for k, seg in enumerate(self.plan.segments):
+        for k, (inputs, outputs) in enumerate(self._io):
             start = time.perf_counter()
             try:
-                outs = self._sessions[k].run(list(seg.outputs), {name: values[name] for name in seg.inputs})
+                outs = self._sessions[k].run(outputs, {name: values[name] for name in inputs})
             except BackendError:
                 raise
             except Exception as e:
-                raise BackendError(f"{seg.backend} failed to run a piece: {first_line(e)}") from None
-            values.update(zip(seg.outputs, outs))
+                raise BackendError(f"{self.plan.segments[k].backend} failed to run a piece: {first_line(e)}") from None
+            values.update(zip(outputs, outs))
             if trace is not None:
                 trace.append(TraceEvent(0, k, start, start, time.perf_counter()))
         return {name: values[name] for name in self.outputs}
@@ -113,9 +118,10 @@ class CpuExecutor:
     def run(self, feeds: Mapping[str, np.ndarray], trace: list | None = None) -> dict[str, np.ndarray]:
         """Run once; outputs by name. ``trace`` (a list) receives :class:`TraceEvent` rows."""
         if self.plan is None:
-            names = list(self.outputs)
+            # one session: nothing between the caller and onnxruntime but the output dict
+            names = self._names
             try:
-                outs = self._session.run(names, dict(feeds))
+                outs = self._session.run(names, feeds if type(feeds) is dict else dict(feeds))
             except Exception as e:
                 raise BackendError(f"onnxruntime failed to run the model: {first_line(e)}") from None
             if trace is not None:
@@ -151,9 +157,9 @@ class CpuExecutor:
                         if job.failed:
                             raise _Abort
                     start = time.perf_counter()
-                    feeds = {name: job.values[name] for name in seg.inputs}
-                    outs = self._sessions[k].run(list(seg.outputs), feeds)
-                    job.values.update(zip(seg.outputs, outs))
+                    inputs, outputs = self._io[k]
+                    outs = self._sessions[k].run(outputs, {name: job.values[name] for name in inputs})
+                    job.values.update(zip(outputs, outs))
                     end = time.perf_counter()
                     for e in seg.signals:
                         job.events[e].set()

@@ -10,6 +10,7 @@ from gspo.ir import Graph
 from gspo.runtime.cpu import CpuExecutor
 from gspo.runtime.protocols import Executor
 from gspo.runtime.session import SessionConfig
+from gspo.runtime.settings import applied
 from gspo.streams import (
     Placement,
     PlacementError,
@@ -131,4 +132,6 @@ def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
     if preflight is not None:
         preflight()  # before anything else, so that a missing GPU is the error reported
     placement = saved_placement(graph) if device == "cpu" else None
+    if device == "cpu":
+        config = applied(graph, config)  # the thread setting gspo optimize saved
     return device_executor(graph, choose_schedule(graph, streams, device), device, config=config, placement=placement)

@@ -69,6 +69,7 @@ from gspo.search.joint import joint_option
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
 from gspo.search.pool import rebuild, search_pieces
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
+from gspo.search.settings import settings_report, settled, thread_options
 from gspo.search.trial import (
     PAIRED_ALPHA,
     Option,
@@ -421,7 +422,9 @@ def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], bou
     final_budget = cfg.final_timing_budget
     if cfg.time_budget is not None:
         final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
-    choice = _choose_final(prepared, distinct(final + placed), cfg, final_budget, cost_fn)
+    options = distinct(final + placed)
+    threaded = thread_options(options, deadline) if cfg.device == "cpu" else []  # CPU backends' thread counts
+    choice = _choose_final(prepared, distinct(options + threaded), cfg, final_budget, cost_fn)
     return choice, skipped, placement_report
 
 
@@ -479,9 +482,11 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     keep_dynamic, dynamic_note = keeps_dynamic(prepared, graph, schedule, cfg)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
+    graph, source = settled(prepared.original, graph, best.option.settings, prepared.data)
     report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, choice,
                           pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
     report["device"] = device_report(cfg.device)
+    report["settings"] = settings_report(best.option)
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
-    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, prepared.data, placement)
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)

@@ -22,6 +22,7 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, timed_runner
+from gspo.runtime.settings import RunSettings
 from gspo.runtime.verify import OutputDiff, Tolerance
 from gspo.streams import Placement, Schedule
 
@@ -39,7 +40,8 @@ class Option:
     """A graph (with a schedule, or ``None`` for one stream) that could replace the reference.
 
     ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate;
-    ``placement`` the backend of each op (``None``: onnxruntime for all).
+    ``placement`` the backend of each op (``None``: onnxruntime for all); ``settings`` the
+    thread setting its runners are built with (saved in the model when it wins).
     """
 
     label: str
@@ -48,6 +50,7 @@ class Option:
     rules: tuple[str, ...] = ()
     estimated_s: float | None = None
     placement: Placement | None = None
+    settings: RunSettings = RunSettings()
 
     @property
     def on_streams(self) -> bool:
@@ -83,20 +86,22 @@ def distinct(options: Sequence[Option]) -> list[Option]:
     """Options without repeats (the greedy variant and a candidate are often the same graph)."""
     seen, out = set(), []
     for o in options:
-        if (o.graph.key, o.schedule, o.placement) not in seen:
-            seen.add((o.graph.key, o.schedule, o.placement))
+        if (o.graph.key, o.schedule, o.placement, o.settings) not in seen:
+            seen.add((o.graph.key, o.schedule, o.placement, o.settings))
             out.append(o)
     return out
 
 
-def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None) -> CpuExecutor:
-    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None, placement=placement)
+def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
+              settings: RunSettings = RunSettings()) -> CpuExecutor:
+    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None,
+                       settings.session_config(), placement=placement)
 
 
 class Trial:
     """A reference and its options, verified on ``feeds`` (one or more input sets); see the
     module docstring. Use as a context manager: it closes the executors. ``executor(graph,
-    schedule, placement)`` builds the options' executors (default: on the CPU; the reference
+    schedule, placement, settings)`` builds the options' executors (default: on the CPU; the reference
     always runs on the CPU, and with another ``executor`` every option runs on it, the reference's
     graph too).
 
@@ -120,8 +125,8 @@ class Trial:
             except GspoError as e:
                 raise ReferenceError_(str(e)) from None
             for option in options:
-                if executor is None and option.schedule is None and option.placement is None \
-                        and option.graph.key == reference.key:
+                if (executor is None and option.schedule is None and option.placement is None
+                        and option.settings.is_default and option.graph.key == reference.key):
                     self._ok.append((option, ref, ()))
                     continue
                 self._add(option, expected)
@@ -131,7 +136,7 @@ class Trial:
 
     def _add(self, option: Option, expected: list[dict]) -> None:
         try:
-            ex = self._make(option.graph, option.schedule, option.placement)
+            ex = self._make(option.graph, option.schedule, option.placement, option.settings)
         except GspoError as e:
             backend = "onnxruntime" if option.placement is None else "the backend"
             self.rejected.append(Outcome(option, rejected=f"{backend} refused it: {e}"))

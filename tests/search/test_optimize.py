@@ -17,6 +17,13 @@ FAST = dict(budget=4, timing_runs=5, backends=("ort",))
 opt = sys.modules["gspo.search.optimize"]
 
 
+@pytest.fixture
+def scripted_options(monkeypatch):
+    """Only the options these tests script timings for (no thread-setting variants, which would
+    be timed for real beside scripted figures)."""
+    monkeypatch.setattr(opt, "thread_options", lambda options, deadline=None: [])
+
+
 def test_the_process_pool_finds_what_one_process_finds():
     """Pieces searched in a pool of two processes come back in piece order with the same
     candidates as searched one by one (the search is deterministic under a budget count)."""
@@ -48,7 +55,7 @@ def _faster_then(second: float):
 
 
 @pytest.mark.parametrize("second, kept", [(1.5, "original"), (0.5, "optimized")])
-def test_a_final_choice_must_hold_in_a_second_timing(monkeypatch, second, kept):
+def test_a_final_choice_must_hold_in_a_second_timing(monkeypatch, scripted_options, second, kept):
     time, calls = _faster_then(second)
     monkeypatch.setattr(opt.Trial, "time", time)
     r = optimize(build("inception_v3", "tiny"), jobs=1, use_streams=False, **FAST)
@@ -79,7 +86,8 @@ def _scattered(shared: bool):
 
 
 @pytest.mark.parametrize("shared, kept", [(False, "original"), (True, "optimized")])
-def test_a_speedup_within_the_timings_spread_is_kept_only_when_it_holds_round_by_round(monkeypatch, shared, kept):
+def test_a_speedup_within_the_timings_spread_is_kept_only_when_it_holds_round_by_round(monkeypatch, scripted_options,
+                                                                                       shared, kept):
     """8% faster by median within a +-20% spread: noise when 'optimized' wins only some of the
     rounds (the input stays); a steady gain when it is faster in every round (it is kept)."""
     monkeypatch.setattr(opt.Trial, "time", _scattered(shared))

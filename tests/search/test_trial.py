@@ -35,7 +35,7 @@ def test_a_trial_builds_each_session_once(monkeypatch):
     trial_mod = sys.modules["gspo.search.trial"]
     built = []
     real = trial_mod._executor
-    monkeypatch.setattr(trial_mod, "_executor", lambda g, s, p=None: built.append(g.key) or real(g, s, p))
+    monkeypatch.setattr(trial_mod, "_executor", lambda g, s, *rest: built.append(g.key) or real(g, s, *rest))
     plain, twice = _relu(1), _relu(2)
     feeds = [random_inputs(plain, 0)]
     with Trial(plain, [Option("original", plain), Option("twice", twice)], feeds) as trial:
@@ -92,7 +92,7 @@ def test_an_option_that_fails_while_timed_is_rejected_and_the_rest_timed(monkeyp
             self.ex.close()
 
     monkeypatch.setattr(trial_mod, "_executor",
-                        lambda g, s, p=None: Flaky(real(g, s, p)) if g.key == flaky_key else real(g, s, p))
+                        lambda g, s, *rest: Flaky(real(g, s, *rest)) if g.key == flaky_key else real(g, s, *rest))
     plain = _relu(1)
     options = [Option("original", plain), Option("flaky", _relu(2)), Option("thrice", _relu(3))]
     with Trial(plain, options, [random_inputs(plain, 0)]) as trial:

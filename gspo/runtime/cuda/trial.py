@@ -22,17 +22,20 @@ __all__ = ["VERIFY_CONFIG", "device_info", "verifying_executor"]
 VERIFY_CONFIG = CudaConfig(tf32=False)
 
 
-def verifying_executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None) -> CudaExecutor:
+def verifying_executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
+                       settings=None) -> CudaExecutor:
     """The CUDA executor an option of ``gspo optimize --device cuda`` is verified and timed on:
     ``schedule`` on CUDA streams (``None`` or one stream: one session), TF32 off. A session that
     onnxruntime puts on the CPU is refused (:class:`~gspo.runtime.cuda.CudaError`).
 
     Raises:
-        GspoError: a placement on another backend (on the GPU the whole model runs there), or
-            CUDA refused the option.
+        GspoError: a placement on another backend (on the GPU the whole model runs there), a
+            thread setting (one of the CPU backends'), or CUDA refused the option.
     """
     if placement is not None and not placement.is_default:
         raise GspoError("a placement (backend per op) runs on the cpu device; on cuda the whole model runs on the GPU")
+    if settings is not None and not settings.is_default:
+        raise GspoError("thread settings (gspo.settings) apply to the cpu backends, not to cuda")
     return CudaExecutor(graph, schedule if schedule is not None and schedule.num_streams > 1 else None, VERIFY_CONFIG)
 
 

@@ -1,0 +1,86 @@
+"""The thread setting as part of the final choice.
+
+Each whole-model option on one stream and one backend (onnxruntime or OpenVINO) is also timed at
+the thread counts worth trying here (:func:`~gspo.runtime.settings.thread_counts`: one thread,
+every core), beside the backend's default, like any other option; the winner's setting is saved
+in the model (:func:`settled`) and reported as the setting to use with the plain backend
+(:func:`settings_report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from gspo.ir import Graph
+from gspo.ir.metadata import metadata_value
+from gspo.ir.weights import np_dtype
+from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
+from gspo.search.trial import Option
+
+__all__ = ["MAX_WEIGHT_BYTES", "THREADED_BACKENDS", "option_backend", "settled", "settings_report", "thread_options",
+           "weight_bytes"]
+
+#: The backends whose thread count a setting fixes (``intra_op_num_threads``, ``INFERENCE_NUM_THREADS``).
+THREADED_BACKENDS = ("ort", "openvino")
+_NAMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
+#: Each thread setting is one more session of the whole model, holding its own copy of the
+#: weights: an option with more bytes of weights than this gets no variants (two or three
+#: copies of a model this size would press on memory and on the final comparison's time share).
+MAX_WEIGHT_BYTES = 256 * 2**20
+
+
+def option_backend(option: Option) -> str | None:
+    """The one backend the whole option runs on (``None``: several, or on streams)."""
+    if option.on_streams:
+        return None
+    if option.placement is None or option.placement.is_default:
+        return "ort"
+    used = option.placement.used()
+    whole = len(used) == 1 and option.placement.counts(option.graph).get("ort", 0) == 0
+    return used[0] if whole else None
+
+
+def thread_options(options: list[Option], deadline: float | None = None, cores: int | None = None) -> list[Option]:
+    """Each option on one stream and one threaded backend at every thread count worth trying
+    (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
+    option whose weights exceed :data:`MAX_WEIGHT_BYTES`)."""
+    if deadline is not None and time.perf_counter() > deadline:
+        return []
+    out = []
+    for o in options:
+        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and weight_bytes(o.graph) <= MAX_WEIGHT_BYTES:
+            out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
+                    for t in thread_counts(cores)]
+    return out
+
+
+def weight_bytes(graph: Graph) -> int:
+    """Bytes of the graph's weights (a weight of an unknown type counted as empty)."""
+    total = 0
+    for w in graph.weights.values():
+        try:
+            total += w.size * np_dtype(w.dtype).itemsize
+        except (KeyError, TypeError, ValueError):
+            pass
+    return total
+
+
+def settled(original: Graph, graph: Graph, settings: RunSettings, source: bytes | None) -> tuple[Graph, bytes | None]:
+    """The result carrying the winner's ``settings``, and the source bytes to write when they
+    still are the result (``None`` once the saved settings differ from the file's)."""
+    graph = with_settings(graph, settings)
+    same = metadata_value(graph, SETTINGS_KEY) == metadata_value(original, SETTINGS_KEY)
+    return graph, source if same else None
+
+
+def settings_report(option: Option) -> dict:
+    """The winner's settings for the report: the thread count (0: the backend's default), the
+    backend, and, when the result runs on one backend without streams, how to run it there
+    without gspo."""
+    backend = option_backend(option)
+    s = option.settings
+    advice = None
+    if backend in THREADED_BACKENDS and not s.is_default:
+        advice = f"run it with {_NAMES[backend]}: {s.describe(backend)}"
+    return {"threads": s.threads, "backend": backend, "saved": not s.is_default, "advice": advice}

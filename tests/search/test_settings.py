@@ -1,0 +1,168 @@
+"""The thread setting in the final choice: which options get one, the winner's saved and reported."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from gspo.ir import load
+from gspo.ir.metadata import metadata_value, with_metadata
+from gspo.runtime import CpuExecutor, random_inputs
+from gspo.runtime.settings import SETTINGS_KEY, RunSettings, saved_settings, with_settings
+from gspo.search import optimize
+from gspo.search.settings import (
+    option_backend,
+    settings_report,
+    settled,
+    thread_options,
+    weight_bytes,
+)
+from gspo.search.trial import Option, Outcome
+from gspo.streams import Placement, Schedule, node_id
+from gspo.zoo import build
+from tests.helpers import branchy
+
+opt = sys.modules["gspo.search.optimize"]
+settings_mod = sys.modules["gspo.search.settings"]
+FAST = dict(budget=4, timing_runs=5, backends=("ort",), jobs=1, use_streams=False)
+
+
+def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_field():
+    g = branchy()
+    two = Schedule(tuple((node_id(n),) for n in g.nodes[:2]) + (tuple(node_id(n) for n in g.nodes[2:]),), ())
+    half = Placement.of({node_id(g.nodes[0]): "openvino"})
+    options = [Option("original", g), Option("original@openvino", g, placement=Placement.whole(g, "openvino")),
+               Option("optimized+streams", g, two), Option("optimized@mixed", g, placement=half)]
+    added = thread_options(options, cores=4)
+    assert [(o.label, o.settings) for o in added] == [
+        ("original[threads=1]", RunSettings(1)), ("original[threads=4]", RunSettings(4)),
+        ("original@openvino[threads=1]", RunSettings(1)), ("original@openvino[threads=4]", RunSettings(4))]
+    assert all(a.graph is g and a.schedule is None for a in added)
+    assert [option_backend(o) for o in options] == ["ort", "openvino", None, None]
+    assert [o.label for o in thread_options(options, cores=1)] == ["original[threads=1]", "original@openvino[threads=1]"]
+    assert thread_options(options, deadline=0.0) == []  # the time budget spent: none
+
+
+def test_a_model_with_weights_over_the_bound_gets_no_thread_variants(monkeypatch):
+    g = branchy()
+    assert weight_bytes(g) == 4 * (4 * 4 * 1 * 1 + 4 * 4 * 3 * 3)  # two float32 Conv weights
+    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g) - 1)
+    assert thread_options([Option("original", g)], cores=2) == []
+    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g))
+    assert len(thread_options([Option("original", g)], cores=2)) == 2
+
+
+def test_a_trial_builds_each_option_with_its_thread_setting():
+    g = branchy()
+    built = []
+
+    class Recording(CpuExecutor):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            built.append(self)
+
+    trial_mod = sys.modules["gspo.search.trial"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trial_mod, "CpuExecutor", Recording)
+        with trial_mod.Trial(g, [Option("original", g), Option("original[threads=1]", g, settings=RunSettings(1))],
+                             [random_inputs(g, 0)]) as trial:
+            assert [o.label for o in trial.equivalent] == ["original", "original[threads=1]"]
+    # the reference serves the default option; the threaded one got its own session at 1 thread
+    assert len(built) == 2
+    assert built[1].config.intra_op_threads == 1
+    assert built[1]._session.get_session_options().intra_op_num_threads == 1
+    assert built[0]._session.get_session_options().intra_op_num_threads == 0
+
+
+def _one_thread_wins(real):
+    """A Trial.time in which every whole-model timing finds 'original[threads=1]' twice as fast."""
+
+    def time(self, runs, budget=None, labels=None):
+        out = real(self, runs, budget, labels)
+        if not any(o.label == "original" for o in out):
+            return out
+        return [Outcome(o.option, type(o.timing)(o.label, tuple(0.5 * t for t in o.timing.seconds)), o.rejected,
+                        o.diffs) if o.label == "original[threads=1]" and o.timing else o for o in out]
+
+    return time
+
+
+def test_a_winning_thread_setting_is_saved_in_the_model_and_reported(monkeypatch, tmp_path):
+    """The input handed back with onnxruntime on one thread: the file written is no longer the
+    bytes read (it carries the setting), and the report says how to run it without gspo."""
+    from gspo.ir import save
+
+    src = save(build("squeezenet", "tiny"), tmp_path / "in.onnx")
+    monkeypatch.setattr(opt.Trial, "time", _one_thread_wins(opt.Trial.time))
+    r = optimize(src, use_rules=False, **FAST)
+    labels = [c["label"] for c in r.report["final_candidates"]]
+    assert "original[threads=1]" in labels and "original" in labels
+    assert r.report["chosen"] == "original[threads=1]"
+    assert r.report["settings"] == {"threads": 1, "backend": "ort", "saved": True,
+                                    "advice": "run it with onnxruntime: intra_op_num_threads=1"}
+    out = r.save(tmp_path / "out.onnx")
+    assert out.read_bytes() != src.read_bytes()
+    assert json.loads(metadata_value(load(out), SETTINGS_KEY)) == {"threads": 1}
+    assert saved_settings(load(out)) == RunSettings(1)
+
+
+def test_without_a_win_nothing_is_saved(monkeypatch, tmp_path):
+    from gspo.ir import save
+
+    src = save(build("squeezenet", "tiny"), tmp_path / "in.onnx")
+    slow = _one_thread_wins(opt.Trial.time)
+
+    def time(self, runs, budget=None, labels=None):  # the one-thread option four times slower instead
+        out = slow(self, runs, budget, labels)
+        return [Outcome(o.option, type(o.timing)(o.label, tuple(8 * t for t in o.timing.seconds)), o.rejected, o.diffs)
+                if o.label == "original[threads=1]" and o.timing else o for o in out]
+
+    monkeypatch.setattr(opt.Trial, "time", time)
+    r = optimize(src, use_rules=False, **FAST)
+    assert r.report["chosen"] != "original[threads=1]"
+    assert r.report["settings"]["saved"] is False and r.report["settings"]["advice"] is None
+    assert metadata_value(r.graph, SETTINGS_KEY) is None
+
+
+def test_settled_keeps_the_source_bytes_only_while_the_saved_setting_is_the_files():
+    g = branchy()
+    stale = with_settings(g, RunSettings(2))
+    assert settled(g, g, RunSettings(), b"src") == (g, b"src")
+    graph, source = settled(g, g, RunSettings(1), b"src")
+    assert saved_settings(graph) == RunSettings(1) and source is None
+    graph, source = settled(stale, stale, RunSettings(), b"src")  # a default win drops a stale setting
+    assert metadata_value(graph, SETTINGS_KEY) is None and source is None
+    graph, source = settled(stale, stale, RunSettings(2), b"src")
+    assert source == b"src"
+    assert with_metadata(g, SETTINGS_KEY, None) is g
+
+
+def test_the_report_names_openvinos_setting_for_a_whole_model_on_openvino():
+    g = branchy()
+    option = Option("original@openvino[threads=1]", g, placement=Placement.whole(g, "openvino"), settings=RunSettings(1))
+    assert settings_report(option)["advice"] == "run it with OpenVINO: PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=1"
+    assert settings_report(Option("original", g))["advice"] is None
+
+
+def test_gspo_optimize_prints_the_setting_and_gspo_run_applies_it(monkeypatch, tmp_path):
+    """End to end: the winning setting printed by optimize, saved in the file, and the session
+    gspo run then builds has one intra-op thread."""
+    from click.testing import CliRunner
+
+    from gspo.cli import cli
+    from gspo.ir import save
+
+    src, out = save(build("squeezenet", "tiny"), tmp_path / "in.onnx"), tmp_path / "out.onnx"
+    monkeypatch.setattr(opt.Trial, "time", _one_thread_wins(opt.Trial.time))
+    result = CliRunner().invoke(cli, ["optimize", str(src), "-o", str(out), "--backends", "ort", "--no-rules",
+                                      "--jobs", "1", "--budget", "2"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "settings: run it with onnxruntime: intra_op_num_threads=1 (saved in the model" in result.output
+    cpu = sys.modules["gspo.runtime.cpu"]
+    sessions, real = [], cpu.make_session
+    monkeypatch.setattr(cpu, "make_session", lambda *a, **k: sessions.append(real(*a, **k)) or sessions[-1])
+    result = CliRunner().invoke(cli, ["run", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert [s.get_session_options().intra_op_num_threads for s in sessions] == [1]
