@@ -19,7 +19,7 @@ def _search_piece(index: int):
     result = search(piece.graph, cost_fn, scfg)
     cands = [(c.graph.nodes, dict(c.graph.weights), dict(c.graph.retired_weights), c.schedule, c.cost, c.applied)
              for c in (result.start, *result.candidates)]
-    return index, cands, result.expanded, result.generated, result.seconds, result.invalid_reasons
+    return index, cands, result.expanded, result.generated, result.seconds, result.invalid_reasons, result.out_of_time
 
 
 def rebuild(template: Graph, packed) -> Candidate:
