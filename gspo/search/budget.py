@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Budget", "BuildRates", "Shares", "partition_seconds", "FRONTEND_FACTOR"]
+__all__ = ["Budget", "BuildRates", "Shares", "partition_seconds", "streams_seconds", "FRONTEND_FACTOR"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,16 @@ FRONTEND_FACTOR = 6.0
 #: Seconds per op and level of halving that partitioning takes (0.4-0.6 ms measured on loaded
 #: cores for BERT-base, NASNet-A Large, 1,000 branches and a chain of 2,000 Adds), with a margin.
 PARTITION_RATE = 1e-3
+
+
+#: Seconds per op squared that assigning streams to a whole model may take (its chains merged
+#: down to the stream cap: 30 s for 5,000 parallel Relus on loaded cores; a chain takes far less).
+STREAMS_RATE = 1.2e-6
+
+
+def streams_seconds(ops: int) -> float:
+    """Seconds that assigning streams to a graph of ``ops`` ops may take (an upper estimate)."""
+    return STREAMS_RATE * ops * ops
 
 
 def partition_seconds(ops: int, threshold: int) -> float:

@@ -50,7 +50,7 @@ from gspo.runtime.backends import (
 )
 from gspo.runtime.inputs import check_inputs
 from gspo.search.backtrack import Candidate
-from gspo.search.budget import FRONTEND_FACTOR, Budget, Shares, partition_seconds
+from gspo.search.budget import FRONTEND_FACTOR, Budget, Shares, partition_seconds, streams_seconds
 from gspo.search.config import (
     OptimizeConfig,
     OptimizeError,
@@ -275,9 +275,9 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
     if base.key != original.key:
         options.append(Option("optimized", merged, None, rules, cost_model.cost(merged)))
     skipped = None
-    if cfg.use_streams and budget.expired():
+    if cfg.use_streams and not budget.fits(streams_seconds(len(base.nodes))):
         skipped = {"reason": "the time budget was spent"}
-        budget.skip("final", "the whole model on streams", "the time budget was spent")
+        budget.skip("final", "the whole model on streams", "the time budget could not hold assigning them")
     elif cfg.use_streams:
         option, skipped = _streams_option(base, rules if base is merged else (), cost_model, max_streams)
         options += [option] if option is not None else []
@@ -455,6 +455,9 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
+    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))):
+        original = Option("original", prepared.original, None, (), cost_model.cost(prepared.work))
+        return _choose_final(prepared, [original], cfg, cost_fn, budget), None, {"backends": list(backends)}
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.work
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}

@@ -66,6 +66,14 @@ def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPH
     return sign_test(wins, rounds) < alpha
 
 
+def _verdict(choice: FinalChoice, margin: float) -> tuple[float | None, float | None, str]:
+    """:func:`speed_verdict` of the decisive timing; "not measured" when the time budget left
+    none for the comparison (the input is handed back)."""
+    if choice.best.timing is None:
+        return None, None, "not measured"
+    return speed_verdict(choice.decisive, choice.best, margin)
+
+
 def _ms(seconds: float | None) -> float | None:
     return seconds * 1e3 if seconds is not None else None
 
@@ -81,10 +89,7 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: Final
     not partitioned (the time budget was spent loading it)."""
     best, outcomes = choice.best, choice.outcomes
     base = next(o for o in choice.decisive if o.label == "original")
-    if best.timing is None:  # the time budget left none for the comparison: the input, unmeasured
-        speedup, noise, verdict = None, None, "not measured"
-    else:
-        speedup, noise, verdict = speed_verdict(choice.decisive, best, cfg.final_margin)
+    speedup, noise, verdict = _verdict(choice, cfg.final_margin)
     # the rounds the pick was faster in, of the rounds it was timed in with the original
     rounds = list(rounds_faster(base.timing, best.timing)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
