@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Budget", "BuildRates", "Shares", "partition_seconds", "streams_seconds", "FRONTEND_FACTOR"]
+__all__ = ["Budget", "BuildRates", "Shares", "frontend_seconds", "partition_seconds", "streams_seconds"]
 
 
 @dataclass(frozen=True)
@@ -58,9 +58,17 @@ PRIOR_RATES = {"ort": 2e-4, "openvino": 3e-2, "cuda": 3e-2}
 QUADRATIC = {"ort": 3e-7, "openvino": 5e-6, "cuda": 5e-6}
 #: Seconds any session build takes at least (loading the backend's plugin, a tiny graph).
 BUILD_FLOOR = 0.005
-#: The front end (constant folding, shape inference) takes up to this many times as long as
-#: reading the model as given (3.6-4.9x measured on 5,000 parallel branches and a chain of 20,000 Adds).
-FRONTEND_FACTOR = 6.0
+#: The front end reads the model again and folds it: at most twice the seconds reading it took
+#: plus this many seconds per op (measured on loaded cores: BERT-base 10.8 s after a 6.1 s read,
+#: NASNet-A Large 10.4 s after 4.9 s, 5,000 parallel Relus 3.0 s after 0.5 s).
+FRONTEND_RATE = 1e-3
+
+
+def frontend_seconds(read_s: float, ops: int) -> float:
+    """Seconds that the front end is expected to take on a model of ``ops`` ops read in ``read_s``."""
+    return 2 * read_s + FRONTEND_RATE * ops
+
+
 #: Seconds per op and level of halving that partitioning takes (0.4-0.6 ms measured on loaded
 #: cores for BERT-base, NASNet-A Large, 1,000 branches and a chain of 2,000 Adds), with a margin.
 PARTITION_RATE = 1e-3

@@ -157,3 +157,5 @@ class Prepared:
     work: Graph
     feeds: list[dict[str, np.ndarray]]
     notes: list[str]
+    #: Seconds one run of the original took (0.0: not run; the time budget's estimates use it).
+    run_s: float = 0.0

@@ -50,7 +50,7 @@ from gspo.runtime.backends import (
 )
 from gspo.runtime.inputs import check_inputs
 from gspo.search.backtrack import Candidate
-from gspo.search.budget import FRONTEND_FACTOR, Budget, Shares, partition_seconds, streams_seconds
+from gspo.search.budget import Budget, Shares, frontend_seconds, partition_seconds, streams_seconds
 from gspo.search.config import (
     OptimizeConfig,
     OptimizeError,
@@ -64,6 +64,7 @@ from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_
 from gspo.search.trial import (
     MIN_ROUNDS,
     PAIRED_ALPHA,
+    WARMUP_ROUNDS,
     Option,
     Outcome,
     ReferenceError_,
@@ -92,11 +93,11 @@ STREAMS_SKIP_MARGIN = 0.25
 def _plain(model: str | os.PathLike | Graph, original: Graph, input_shapes, cfg: OptimizeConfig, budget: Budget,
            read_s: float) -> Graph:
     """The model through the front end (``original`` itself without it, or when the budget
-    cannot hold it: about :data:`~gspo.search.budget.FRONTEND_FACTOR` times ``read_s``, the
-    seconds reading the model took)."""
+    cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
+    reading the model took)."""
     if not cfg.frontend:
         return original
-    if not budget.fits(FRONTEND_FACTOR * read_s) or budget.expired():
+    if not budget.fits(frontend_seconds(read_s, len(original.nodes))) or budget.expired():
         budget.skip("load", "the front end (constant folding; the model is searched as given)",
                     "the time budget could not hold it")
         return original
@@ -122,8 +123,7 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -
                     "the time budget could not hold it (the model is searched as given)")
         work = original
     if work is original:
-        _require_runs(original, feeds[0], budget)
-        return Prepared(original, work, feeds, notes)
+        return Prepared(original, work, feeds, notes, _require_runs(original, feeds[0], budget))
     try:
         with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance, budget, "load") as trial:
             if trial.rejected:
@@ -132,23 +132,25 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -
                 work = original
     except ReferenceError_ as e:
         raise GspoError(f"onnxruntime cannot run the model: {e}") from None
-    return Prepared(original, work, feeds, notes)
+    return Prepared(original, work, feeds, notes, trial.run_s)
 
 
-def _require_runs(graph: Graph, feeds, budget: Budget) -> None:
+def _require_runs(graph: Graph, feeds, budget: Budget) -> float:
     """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
-    hold building it: then nothing is tried and the input is handed back)."""
+    hold building it: then nothing is tried and the input is handed back); the seconds one run took."""
     ops = len(graph.nodes)
     if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, ops)):
         budget.skip("load", "running the model once with onnxruntime", "the time budget could not hold it")
-        return
+        return 0.0
     try:
         began = time.perf_counter()
         session = make_session(graph)
-        budget.rates.record(DEFAULT_BACKEND, ops, time.perf_counter() - began)
+        built = time.perf_counter()
+        budget.rates.record(DEFAULT_BACKEND, ops, built - began)
         run(session, feeds)
     except GspoError as e:
         raise GspoError(f"onnxruntime cannot run the model: {e}") from None
+    return time.perf_counter() - built
 
 
 # --------------------------------------------------------------------- pieces
@@ -357,6 +359,12 @@ def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> flo
         return None
 
 
+def _original_seconds(prepared: Prepared, budget: Budget) -> float:
+    """Seconds that building, checking and timing the original alone is expected to take."""
+    build = budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
+    return build + (len(prepared.feeds) + MIN_ROUNDS + WARMUP_ROUNDS) * prepared.run_s
+
+
 def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budget: Budget) -> FinalChoice:
     """Verify the whole-model options against the original and pick one (by measurement, each
     contender confirmed by a timing of its own against the original; see :func:`_confirmed`).
@@ -366,9 +374,9 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budge
     Raises:
         OptimizeError: the merged model's outputs differ from the original's.
     """
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))):
+    if not budget.fits(_original_seconds(prepared, budget)):
         budget.skip("final", "comparing the whole model's options with the original (the input is returned)",
-                    "the time budget could not hold building the original")
+                    "the time budget could not hold building, checking and timing the original")
         unmeasured = [Outcome(options[0])]
         return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
     cap = cfg.final_timing_budget
@@ -419,7 +427,7 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None
     failed: dict[str, Outcome] = {}
     confirmations = []
     for o in contenders:
-        if budget is not None and not budget.fits(MIN_ROUNDS * (original.median_s + o.median_s)):
+        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (original.median_s + o.median_s)):
             budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
         if budget is not None and seconds is not None:
@@ -455,7 +463,7 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))):
+    if not budget.fits(_original_seconds(prepared, budget)):
         original = Option("original", prepared.original, None, (), cost_model.cost(prepared.work))
         return _choose_final(prepared, [original], cfg, cost_fn, budget), None, {"backends": list(backends)}
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.work

@@ -27,15 +27,17 @@ from gspo.runtime.verify import OutputDiff, Tolerance
 from gspo.search.budget import Budget, BuildRates
 from gspo.streams import Placement, Schedule
 
-__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "MIN_ROUNDS", "PAIRED_ALPHA", "build_seconds", "distinct",
+__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "MIN_ROUNDS", "PAIRED_ALPHA", "WARMUP_ROUNDS", "build_seconds", "distinct",
            "pick", "rounds_faster", "sign_test", "spread"]
 
 #: The chance that an option no faster than the reference (a fair coin per round) still wins so
 #: many of the interleaved rounds that :func:`sign_test` calls it consistently faster; the margin
 #: a win must also clear is checked on the medians.
 PAIRED_ALPHA = 0.01
-#: The fewest interleaved rounds a timing takes, however short its budget.
+#: The fewest interleaved rounds a timing takes, however short its budget; and the rounds run
+#: before them, untimed.
 MIN_ROUNDS = 5
+WARMUP_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ class Trial:
         if self.budget is None or not self.budget.limited:
             return True
         build = build_seconds(option, self.budget.rates)
-        need = build + len(self.feeds) * self.run_s + MIN_ROUNDS * self.run_s * (len(self._ok) + 2)
+        need = build + len(self.feeds) * self.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * self.run_s * (len(self._ok) + 2)
         if self.budget.fits(need):
             return True
         self.budget.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "
@@ -242,7 +244,7 @@ class Trial:
                 call()
             one_round = time.perf_counter() - start
             runs = max(MIN_ROUNDS, min(runs, int(budget / max(one_round, 1e-6))))
-        timings = interleaved(calls, runs, 3)
+        timings = interleaved(calls, runs, WARMUP_ROUNDS)
         return [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:

@@ -169,3 +169,26 @@ def test_with_no_time_left_the_input_is_handed_back_unmeasured_and_the_cli_says_
     r = optimize(p, time_budget=1e-6, backends=("ort",))
     assert r.unchanged and r.report["latency_before_ms"] is None and r.report["verdict"] == "not measured"
     assert [s["stage"] for s in r.report["skipped"]][-1] == "final"
+
+
+class _NeverTimed:
+    """A Trial stand-in that fails the test if asked to time anything."""
+
+    def time(self, runs, seconds=None, labels=None):
+        raise AssertionError(f"timed {labels} past the deadline")
+
+
+def test_a_confirmation_the_budget_cannot_hold_is_skipped_and_the_input_kept():
+    from gspo.runtime import Timing
+    from gspo.search import OptimizeConfig
+    from gspo.search.trial import Outcome
+    from gspo.zoo import build
+
+    g = build("squeezenet", "tiny")
+    first = [Outcome(Option("original", g), Timing("original", (1.0,) * 30)),
+             Outcome(Option("optimized", g), Timing("optimized", (0.5,) * 30))]
+    budget = Budget(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
+    choice = opt._confirmed(_NeverTimed(), first, OptimizeConfig(), 8.0, budget)
+    assert choice.best.label == "original" and choice.confirmations == []
+    assert budget.skipped == [{"stage": "final", "what": "confirming optimized against the original",
+                               "why": "the time budget could not hold it"}]
