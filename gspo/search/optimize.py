@@ -485,8 +485,8 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, 
                     "the time budget could not hold partitioning the model")
         return None, []
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
-    seconds = budget.search_seconds(len(parts.pieces), jobs)
-    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress)
+    seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.share(budget.shares.search)
+    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress, share.deadline)
     cut = sum(1 for r in searched if r[6])
     if cut:
         budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",

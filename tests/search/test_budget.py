@@ -192,3 +192,22 @@ def test_a_confirmation_the_budget_cannot_hold_is_skipped_and_the_input_kept():
     assert choice.best.label == "original" and choice.confirmations == []
     assert budget.skipped == [{"stage": "final", "what": "confirming optimized against the original",
                                "why": "the time budget could not hold it"}]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_search_ends_with_its_share_and_says_which_pieces_it_cut(jobs):
+    """A search share already over: every piece gets only its first expansion, and each piece
+    with something to rewrite reports that the clock, not the expansion budget, stopped it."""
+    from gspo.costmodel import CostModel, device_description, load_profile
+    from gspo.partition import partition
+    from gspo.runtime import runtime_version
+    from gspo.search.config import OptimizeConfig
+    from gspo.search.pool import search_pieces
+    from gspo.zoo import build
+
+    cost_model = CostModel(load_profile("cpu", device_description("cpu"), runtime_version(), force=True))
+    parts = partition(build("inception_v3", "tiny"), 16)
+    searched = search_pieces(parts.pieces, lambda g, s: cost_model.cost(g, s), OptimizeConfig(budget=40), 2, None,
+                             jobs, None, deadline=time.perf_counter() - 1.0)
+    assert len(parts.pieces) > 2 and all(r[2] <= 1 for r in searched)
+    assert any(r[6] for r in searched)
