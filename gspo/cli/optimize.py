@@ -121,14 +121,18 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
 def _echo_outcome(r: dict, pinned: bool) -> None:
     """The summary ``gspo optimize`` prints: latency, verdict, what changed, what was rejected."""
     rounds = f"; faster in {r['rounds_faster'][0]} of {r['rounds_faster'][1]} rounds" if r.get("rounds_faster") else ""
-    click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
-               f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
+    if r["latency_before_ms"] is None:
+        click.echo("latency  not measured: the time budget was spent before the comparison")
+    else:
+        click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
+                   f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
     click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
     if r.get("device", {}).get("device") == "cuda":
         click.echo(f"measured on {r['device'].get('name', 'the CUDA device')} (CUDA events, TF32 off)")
     if r["unchanged"]:
         pins = " with its input shapes pinned" if pinned else ""
-        click.echo(f"nothing beat the input as measured: the output is the input{pins}")
+        how = "as measured" if r["latency_before_ms"] is not None else "in the time budget"
+        click.echo(f"nothing beat the input {how}: the output is the input{pins}")
     elif r["verdict"] != "faster":
         click.echo("no measurable change: the speedup is within the timings' noise")
     subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
@@ -145,6 +149,9 @@ def _echo_outcome(r: dict, pinned: bool) -> None:
         click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
     if r.get("settings", {}).get("advice"):
         click.echo(f"settings: {r['settings']['advice']} (saved in the model; gspo run and gspo bench apply them)")
+    if r.get("skipped"):
+        click.echo("skipped to hold the time budget: " + "; ".join(f"{x['stage']}: {x['what']}" for x in r["skipped"])
+                   + " (reasons in --report)")
     if r["candidates_rejected_by_verification"]:
         click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
                    "(onnxruntime refused them or their outputs differed; reasons in --report)")

@@ -83,6 +83,8 @@ class SearchResult:
     invalid: int = 0
     #: Why rewritten graphs were dropped as invalid: ``"Rule: reason"`` -> count.
     invalid_reasons: tuple[tuple[str, int], ...] = ()
+    #: The time budget ended the search (with graphs still to expand).
+    out_of_time: bool = False
 
 
 def _check_rewrite(before: Graph, after: Graph) -> str | None:
@@ -203,12 +205,13 @@ def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(),
     deadline = None if config.time_budget is None else started + config.time_budget
     state = _State(config, cost_fn, deadline, best=start, best_seq=seq, seen={graph.key})
     state.push(start)
+    out_of_time = False
     try:
         while state.queue and state.expanded < config.budget:
             _, _, current = heapq.heappop(state.queue)
             state.expanded += 1
             _expand(state, current, rules)
     except _OutOfTime:
-        pass
+        out_of_time = True
     return SearchResult(start, state.best, _ranked(state, start), state.expanded, state.generated,
-                        time.perf_counter() - started, state.invalid, tuple(sorted(state.reasons.items())))
+                        time.perf_counter() - started, state.invalid, tuple(sorted(state.reasons.items())), out_of_time)

@@ -167,3 +167,5 @@ class Prepared:
     #: The model file's bytes both graphs were loaded from, when they are the model as given
     #: (``None``: given as a Graph, with input shapes pinned, or with external data).
     data: bytes | None = None
+    #: Seconds one run of the original took (0.0: not run; the time budget's estimates use it).
+    run_s: float = 0.0

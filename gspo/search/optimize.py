@@ -51,6 +51,7 @@ from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
 from gspo.runtime.types import complete_types
 from gspo.search.backtrack import Candidate
+from gspo.search.budget import Budget, Shares, frontend_seconds, partition_seconds, streams_seconds
 from gspo.search.config import (
     OptimizeConfig,
     OptimizeError,
@@ -71,7 +72,9 @@ from gspo.search.pool import rebuild, search_pieces
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
 from gspo.search.settings import settings_report, settled, thread_options
 from gspo.search.trial import (
+    MIN_ROUNDS,
     PAIRED_ALPHA,
+    WARMUP_ROUNDS,
     Option,
     Outcome,
     ReferenceError_,
@@ -86,12 +89,8 @@ __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
 
 log = logging.getLogger(__name__)
 
-#: Shares of ``--time-budget``: the search gets half (spread over the pieces and jobs), the final
-#: whole-model comparison and its confirmation keep a fifth, piece verification gets the rest.
-#: Measured on NASNet-A Large (24 pieces), where verification and the final comparison of a
-#: 500 ms model take longer than the search (benchmarks/RESULTS.md).
-SEARCH_SHARE = 0.5
-FINAL_SHARE = 0.2
+#: How ``--time-budget`` is divided among the stages (see :class:`~gspo.search.budget.Shares`).
+SHARES = Shares()
 #: At most this many whole-model options are confirmed against the original, each in a timing
 #: of its own (with --time-budget, the first timing and these fit the final comparison's share).
 CONTENDERS = 3
@@ -107,23 +106,38 @@ def _typed(graph: Graph) -> Graph:
     return complete_types(graph) if any(n.domain not in ("", "ai.onnx") for n in graph.nodes) else graph
 
 
-def _loaded(model: str | os.PathLike | Graph, input_shapes, use_frontend: bool) -> tuple[Graph, Graph, bytes | None]:
-    """The model as given and as searched (each :func:`_typed`), and the file's bytes both come
-    from (read once)."""
+def _original(model: str | os.PathLike | Graph, input_shapes) -> tuple[Graph, bytes | None, dict]:
+    """The model as given (:func:`_typed`), the file's bytes it was parsed from (read once), and
+    how :func:`_plain` parses them again."""
     if isinstance(model, Graph):
-        if not use_frontend:
-            return model, model, None
-        return model, _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)), None
+        return model, None, {}
     p = Path(model)
     data = read_model_file(p)
     where = {"base_dir": str(p.resolve().parent), "label": str(p), "refusal": load_refusal, "path": p}
-    original = _typed(load_bytes(data, input_shapes, **where))
-    return original, (_typed(load_bytes(data, input_shapes, plain=True, **where)) if use_frontend else original), data
+    return _typed(load_bytes(data, input_shapes, **where)), data, where
 
 
-def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
+def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None, where: dict, input_shapes,
+           cfg: OptimizeConfig, budget: Budget, read_s: float) -> Graph:
+    """The model through the front end (``original`` itself without it, or when the budget
+    cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
+    reading the model took)."""
+    if not cfg.frontend:
+        return original
+    if not budget.fits(frontend_seconds(read_s, len(original.nodes))) or budget.expired():
+        budget.skip("load", "the front end (constant folding; the model is searched as given)",
+                    "the time budget could not hold it")
+        return original
+    if isinstance(model, Graph):
+        return _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
+    return _typed(load_bytes(data, input_shapes, plain=True, **where))
+
+
+def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -> Prepared:
     """Load, draw inputs, and check the front end's graph against the model as given."""
-    original, work, data = _loaded(model, input_shapes, cfg.frontend)
+    began = time.perf_counter()
+    original, data, where = _original(model, input_shapes)
+    work = _plain(model, original, data, where, input_shapes, cfg, budget, time.perf_counter() - began)
     if input_shapes or uses_external_data(original):
         data = None  # not the result as it is: the output is written from the graph
     if inputs is not None:
@@ -138,24 +152,39 @@ def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig) -> Prepared:
     if len(feeds) < cfg.verify_runs and inputs is None:
         notes.append(f"verified on one random input set, not {cfg.verify_runs}: one takes {human_bytes(input_bytes(work))}")
     seed = cfg.seed if inputs is None else None  # with the user's inputs, gspo chose no size
+    if work is not original and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(original.nodes))):
+        budget.skip("load", "checking the front end's graph against the model",
+                    "the time budget could not hold it (the model is searched as given)")
+        work = original
     if work is original:
-        _require_runs(original, feeds[0], seed)
-        return Prepared(original, work, feeds, notes, data)
+        return Prepared(original, work, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], budget, seed))
     try:
-        with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance) as trial:
+        with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance, budget=budget, stage="load") as trial:
             if trial.rejected:
                 notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
+            if not trial.equivalent:
                 work = original
     except ReferenceError_ as e:
         raise GspoError(_cannot_run(original, e, seed)) from None
-    return Prepared(original, work, feeds, notes, data)
+    return Prepared(original, work, feeds, notes, data=data, run_s=trial.run_s)
 
 
-def _require_runs(graph: Graph, feeds, seed: int | None) -> None:
+def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
+    """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
+    hold building it: then nothing is tried and the input is handed back); the seconds one run took."""
+    ops = len(graph.nodes)
+    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, ops)):
+        budget.skip("load", "running the model once with onnxruntime", "the time budget could not hold it")
+        return 0.0
     try:
-        run(make_session(graph), feeds)
+        began = time.perf_counter()
+        session = make_session(graph)
+        built = time.perf_counter()
+        budget.rates.record(DEFAULT_BACKEND, ops, built - began)
+        run(session, feeds)
     except GspoError as e:
         raise GspoError(_cannot_run(graph, e, seed)) from None
+    return time.perf_counter() - built
 
 
 def _cannot_run(graph: Graph, e: Exception, seed: int | None) -> str:
@@ -205,7 +234,7 @@ def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timi
 
 
 def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
-    _, packed, expanded, generated, seconds, invalid = searched
+    _, packed, expanded, generated, seconds, invalid, _ = searched
     return {
         "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
         "estimated_unmodified_s": packed[0][4], "chosen": chosen.label, "note": note,
@@ -217,26 +246,45 @@ def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], n
     }
 
 
-def _optimize_pieces(parts: Partition, searched, prepared: Prepared, cfg, max_streams, cost_fn, deadline,
-                     progress) -> tuple[list[Option], list[dict], list[dict]]:
-    """Each piece's chosen option and its report, sharing what is left of the time budget; and
-    the values that cross between pieces (per input set)."""
+def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> list[dict] | None:
+    """The values that reach each piece (per input set); ``None`` when the budget cannot hold
+    building a session of the whole model to capture them."""
+    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.work.nodes))):
+        budget.skip("verify", "capturing the values that reach each piece (no piece verified or placed)",
+                    "the time budget could not hold it")
+        return None
+    return capture_values(prepared.work, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs])
+
+
+def _unmodified(piece, searched) -> Option:
+    return Option("unmodified", piece.graph, None, (), searched[1][0][4])
+
+
+def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cost_fn, budget: Budget,
+                     progress) -> tuple[list[Option], list[dict]]:
+    """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
+    least promising options are dropped when a piece's share cannot hold them all; the budget
+    says how many)."""
     pieces = parts.pieces
-    names = [v.name for p in pieces for v in p.graph.inputs]
-    boundary = capture_values(prepared.work, prepared.feeds, names)
     allowed = {r.name for r in cfg.rules}
-    chosen, reports = [], []
+    chosen, reports, dropped, untried = [], [], 0, 0
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
     for k, piece in enumerate(pieces):
+        if boundary is None or budget.expired():
+            untried += boundary is not None
+            chosen.append(_unmodified(piece, searched[k]))
+            reports.append(_piece_report(k, piece, searched[k], chosen[-1], [], ""))
+            if progress:
+                progress(k + 1, len(pieces))
+            continue
         cands = [rebuild(piece.graph, p) for p in searched[k][1]]
         options = _piece_options(piece, cands, cfg, max_streams, allowed)
         timing_budget = cfg.piece_timing_budget
-        if deadline is not None:
-            # Anytime: share what is left (less the final comparison's reserve) among the pieces
-            # still to verify; drop the least promising options when it cannot hold them all.
-            share = (deadline - time.perf_counter() - FINAL_SHARE * cfg.time_budget) / (len(pieces) - k)
-            timing_budget = min(timing_budget, max(0.0, share) / 2)
-            options = options[:max(1, int(share / seconds_per_option))]
+        if budget.limited:
+            share = budget.remaining() / (len(pieces) - k)
+            timing_budget = min(timing_budget, share / 2)
+            kept = options[:max(1, int(share / seconds_per_option))]
+            dropped, options = dropped + len(options) - len(kept), kept
         feeds = [{v.name: b[v.name] for v in piece.graph.inputs} for b in boundary]
         began = time.perf_counter()
         best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_budget, cost_fn)
@@ -246,12 +294,21 @@ def _optimize_pieces(parts: Partition, searched, prepared: Prepared, cfg, max_st
         reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
         if progress:
             progress(k + 1, len(pieces))
-    return chosen, reports, boundary
+    _skipped_pieces(budget, len(pieces), dropped, untried)
+    return chosen, reports
+
+
+def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> None:
+    if dropped:
+        budget.skip("verify", f"verifying {dropped} of the pieces' options",
+                    "the time budget could not hold them (their least promising options)")
+    if untried:
+        budget.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
 
 
 # ---------------------------------------------------------------- whole model
 def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
-                   allowed, deadline: float | None = None) -> tuple[list[Option], dict | None]:
+                   allowed, budget: Budget) -> tuple[list[Option], dict | None]:
     """The original, the merged result (and on streams, unless clearly slower by estimate or
     the time budget is spent), and the whole model rewritten greedily when something can be
     batched across pieces."""
@@ -263,37 +320,48 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
     if base.key != original.key:
         options.append(Option("optimized", merged, None, rules, cost_model.cost(merged)))
     skipped = None
-    if cfg.use_streams and deadline is not None and time.perf_counter() > deadline:
+    if cfg.use_streams and not budget.fits(streams_seconds(len(base.nodes))):
         skipped = {"reason": "the time budget was spent"}
+        budget.skip("final", "the whole model on streams", "the time budget could not hold assigning them")
     elif cfg.use_streams:
-        s = assign_streams(base, max_streams=max_streams)
-        if s.num_streams > 1:
-            # Measured only when the cost model does not call it clearly slower: a whole large
-            # model on streams costs seconds to build and time (NASNet-A Large: ~0.8 s a run
-            # against ~0.53 s on one stream), and "clearly" is beyond the parallel model's mean
-            # error (about 20%, the profile's evaluation report).
-            est_streams, est_one = _cost(cost_model, base, s), _cost(cost_model, base, None)
-            if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
-                options.append(Option("optimized+streams", base, s, rules if base is merged else (), est_streams))
-            else:
-                skipped = {"estimated_ms": est_streams * 1e3, "estimated_one_stream_ms": est_one * 1e3}
+        option, skipped = _streams_option(base, rules if base is merged else (), cost_model, max_streams)
+        options += [option] if option is not None else []
     batching = WHOLE_MODEL_RULES[0]
     # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
     # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
     if cfg.use_rules and batching.name in allowed and next(iter(batching.match(work)), None) is not None:
-        whole, counts = apply_greedily(work, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
-        if whole.key not in (original.key, merged.key):
-            options.append(Option("greedy-whole-model", whole, None, tuple(Counter(counts).elements()),
-                                  cost_model.cost(whole)))
+        if budget.expired():
+            budget.skip("final", "the whole model rewritten greedily", "the time budget was spent")
+        else:
+            whole, counts = apply_greedily(work, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
+            if whole.key not in (original.key, merged.key):
+                options.append(Option("greedy-whole-model", whole, None, tuple(Counter(counts).elements()),
+                                      cost_model.cost(whole)))
     return distinct(options), skipped
 
 
+def _streams_option(base: Graph, rules: tuple[str, ...], cost_model, max_streams) -> tuple[Option | None, dict | None]:
+    """``base`` on streams, unless on one stream already or estimated clearly slower (then why)."""
+    s = assign_streams(base, max_streams=max_streams)
+    if s.num_streams <= 1:
+        return None, None
+    # Measured only when the cost model does not call it clearly slower: a whole large model on
+    # streams costs seconds to build and time (NASNet-A Large: ~0.8 s a run against ~0.53 s on
+    # one stream), and "clearly" is beyond the parallel model's mean error (about 20%, the
+    # profile's evaluation report).
+    est_streams, est_one = _cost(cost_model, base, s), _cost(cost_model, base, None)
+    if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
+        return Option("optimized+streams", base, s, rules, est_streams), None
+    return None, {"estimated_ms": est_streams * 1e3, "estimated_one_stream_ms": est_one * 1e3}
+
+
 def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], pieces: list[Graph],
-                     boundary: list[dict], cfg: OptimizeConfig, cost_model, deadline) -> tuple[list[Option], dict]:
+                     boundary: list[dict] | None, cfg: OptimizeConfig, backends: tuple[str, ...],
+                     budget: Budget) -> tuple[list[Option], dict]:
     """The original and the optimized model each whole on every other backend, and the
     optimized model with each piece on its fastest backend when that is estimated to pay (see
-    :mod:`gspo.search.placement`); and what was measured, for the report."""
-    backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
+    :mod:`gspo.search.placement`; not when ``budget`` cannot hold timing the pieces); and what
+    was measured, for the report."""
     others = [b for b in backends if b != DEFAULT_BACKEND]
     report = {"backends": list(backends)}
     if not others:
@@ -304,10 +372,15 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
         options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b)))
         if changed:
             options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b)))
+    crossing = sum(budget.rates.estimate(b, 2) for b in backends)
+    if boundary is None or not budget.fits(crossing):
+        if boundary is not None:
+            budget.skip("placement", "timing the pieces on each backend", "the time budget could not hold it")
+        return options, report
     db = CalibrationCache(cfg.db_path or default_db_path(), device_description("cpu"), backend_versions(backends))
     try:
         feeds = [[{v.name: b[v.name] for v in g.inputs} for b in boundary] for g in pieces]
-        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, deadline=deadline)
+        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, budget=budget)
         fixed, bandwidth = measure_crossing(backends, db)
     finally:
         db.close()
@@ -329,24 +402,41 @@ def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> flo
         return None
 
 
-def _choose_final(prepared: Prepared, options: list[Option], cfg, budget, cost_fn) -> FinalChoice:
+def _original_seconds(prepared: Prepared, budget: Budget) -> float:
+    """Seconds that building, checking and timing the original alone is expected to take."""
+    build = budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
+    return build + (len(prepared.feeds) + MIN_ROUNDS + WARMUP_ROUNDS) * prepared.run_s
+
+
+def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budget: Budget) -> FinalChoice:
     """Verify the whole-model options against the original and pick one (by measurement, each
     contender confirmed by a timing of its own against the original; see :func:`_confirmed`).
+    Options that ``budget`` cannot hold are skipped (the original first of all, and then the
+    input is handed back unmeasured).
 
     Raises:
         OptimizeError: the merged model's outputs differ from the original's.
     """
-    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
+    if not budget.fits(_original_seconds(prepared, budget)):
+        budget.skip("final", "comparing the whole model's options with the original (the input is returned)",
+                    "the time budget could not hold building, checking and timing the original")
+        unmeasured = [Outcome(options[0])]
+        return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
+    cap = cfg.final_timing_budget
+    if budget.limited:
+        cap = min(cap, budget.shares.final * budget.seconds / 4)
+    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, budget, "final",
+               executor=option_executor(cfg.device)) as trial:
         differs = [o for o in trial.rejected if o.label == "optimized" and o.diffs]
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
-        outcomes = trial.time(cfg.timing_runs, budget)
+        outcomes = trial.time(cfg.timing_runs, budget.timing_seconds(cap, 0.5))
         if refused := baseline_refusal(outcomes, "original"):
             raise GspoError(f"the model as given cannot be measured on {cfg.device}: {refused}")
         if cfg.select == "estimated":
             best = pick(outcomes, "original", cfg.final_margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
             return FinalChoice(best, outcomes, outcomes, [])
-        return _confirmed(trial, outcomes, cfg, budget)
+        return _confirmed(trial, outcomes, cfg, cap, budget)
 
 
 def _contenders(outcomes: list[Outcome], margin: float) -> list[Outcome]:
@@ -361,9 +451,11 @@ def _contenders(outcomes: list[Outcome], margin: float) -> list[Outcome]:
             and (not o.option.on_streams or _beyond_noise(outcomes, o.label, margin))][:CONTENDERS]
 
 
-def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> FinalChoice:
+def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None,
+               budget: Budget | None = None) -> FinalChoice:
     """The contender that a timing of its own against the original alone (the same sessions,
-    twice the rounds in the same budget) finds fastest beyond the noise, else the original.
+    twice the rounds in ``seconds``) finds fastest beyond the noise, else the original; a
+    contender whose timing ``budget`` cannot hold is not confirmed (the budget says so).
 
     A contender's own timing decides: the first timing ranks several options at once, and the
     fastest of several medians is biased low. Beyond the noise is faster by the margin by median
@@ -381,7 +473,12 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, budget) -> FinalChoic
     failed: dict[str, Outcome] = {}
     confirmations = []
     for o in contenders:
-        again = {x.label: x for x in trial.time(2 * cfg.timing_runs, budget, labels=("original", o.label))}
+        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (original.median_s + o.median_s)):
+            budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
+            continue
+        if budget is not None and seconds is not None:
+            seconds = budget.timing_seconds(seconds)
+        again = {x.label: x for x in trial.time(2 * cfg.timing_runs, seconds, labels=("original", o.label))}
         if again[o.label].timing is None:
             failed[o.label] = again[o.label]
             confirmations.append({"label": o.label, "confirmed": False, "rejected": again[o.label].rejected})
@@ -407,31 +504,68 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float, alpha:
 
 
 # ----------------------------------------------------------------- optimize
-def _whole_model(prepared: Prepared, parts: Partition, chosen: list[Option], boundary, cfg: OptimizeConfig,
-                 cost_model: CostModel, max_streams: int, deadline, cost_fn):
+def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Option], boundary, cfg: OptimizeConfig,
+                 cost_model: CostModel, max_streams: int, cost_fn, backends: tuple[str, ...], budget: Budget):
     """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
-    merged = parts.merge([o.graph for o in chosen])
+    if not budget.fits(_original_seconds(prepared, budget)):
+        original = Option("original", prepared.original, None, (), cost_model.cost(prepared.work))
+        return _choose_final(prepared, [original], cfg, cost_fn, budget), None, {"backends": list(backends)}
+    merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.work
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
-    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, deadline)
+    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, budget)
     final += joint_option(merged, chosen, rules, cost_fn) if cfg.device == "cuda" and cfg.use_streams else []
     placed, placement_report = ([], {"backends": ["cuda"]}) if cfg.device == "cuda" else _backend_options(
-        prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, cost_model, deadline)
-    final_budget = cfg.final_timing_budget
-    if cfg.time_budget is not None:
-        final_budget = min(final_budget, FINAL_SHARE * cfg.time_budget / 4)
+        prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, backends, budget.until_final())
     options = distinct(final + placed)
-    threaded = thread_options(options, deadline) if cfg.device == "cpu" else []  # CPU backends' thread counts
-    choice = _choose_final(prepared, distinct(options + threaded), cfg, final_budget, cost_fn)
+    threaded = thread_options(options, budget.deadline) if cfg.device == "cpu" else []  # CPU backends' thread counts
+    choice = _choose_final(prepared, distinct(options + threaded), cfg, cost_fn, budget)
     return choice, skipped, placement_report
+
+
+def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, jobs: int, budget: Budget,
+            progress) -> tuple[Partition | None, list]:
+    """The model partitioned and each piece searched, in the search's share of ``budget``
+    (``None`` and nothing when loading spent it all)."""
+    if not budget.fits(partition_seconds(len(prepared.work.nodes), cfg.threshold)) or budget.expired():
+        budget.skip("search", "partitioning, searching, verifying and placing the pieces",
+                    "the time budget could not hold partitioning the model")
+        return None, []
+    parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
+    seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.share(budget.shares.search)
+    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress, share.deadline)
+    cut = sum(1 for r in searched if r[6])
+    if cut:
+        budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
+                    "each piece's share of the search's time ended")
+    return parts, searched
+
+
+def _verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, max_streams: int,
+                   cost_fn, placing: bool, budget: Budget, progress) -> tuple[list[Option], list[dict], list | None]:
+    """Each piece's verified choice and report, and the values that reach the pieces, in the
+    time ``budget`` holds before the final comparison's share (less the placement's share when
+    ``placing`` on other backends)."""
+    if parts is None:
+        return [], [], None
+    until_final = budget.until_final()
+    boundary = _boundary(prepared, parts, until_final)
+    verify = until_final.share(1 - budget.shares.placement) if placing else until_final
+    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, max_streams, cost_fn, verify, progress)
+    return chosen, reports, boundary
 
 
 def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              inputs: Mapping[str, np.ndarray] | None = None, **options) -> OptimizeResult:
     """Optimize a model (a path or a :class:`~gspo.ir.Graph`); options are :class:`OptimizeConfig` fields.
+
+    Everything after the call counts against ``time_budget`` (loading, the front end, the
+    search, verifying and placing the pieces, building and timing the whole models): work that
+    would run past it is skipped, and the report lists it under ``skipped``; with no time left
+    for the final comparison the input is handed back unchanged.
 
     Args:
         model: the ``.onnx`` path (its dynamic dimensions get defaults unless ``input_shapes``
@@ -451,42 +585,53 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     """
     cfg = OptimizeConfig(**options)
     cfg.validate()
-    t0 = time.perf_counter()
+    budget = Budget(cfg.time_budget, SHARES)
     profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
-    prepared = _prepare(model, input_shapes, inputs, cfg)
+    prepared = _prepare(model, input_shapes, inputs, cfg, budget)
+    backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
     cores = os.cpu_count() or 1
-    max_streams = cfg.max_streams or device_streams(cfg.device, cores)
-    jobs = cfg.jobs or cores
-    parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
-    deadline = None if cfg.time_budget is None else t0 + cfg.time_budget
-    search_time = None
-    if cfg.time_budget is not None:
-        # a share of what loading, checking and partitioning the model left (on a 338 MB model
-        # they took 13 s of a 30 s budget)
-        left = max(0.0, deadline - time.perf_counter())
-        search_time = SEARCH_SHARE * left * max(1, jobs) / max(1, len(parts.pieces))
+    max_streams, jobs = cfg.max_streams or device_streams(cfg.device, cores), cfg.jobs or cores
 
     def cost_fn(g, s):
         return cost_model.cost(g, s)
 
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
-    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, search_time, jobs, show("search"))
-    t_search = time.perf_counter() - t0
-    chosen, pieces_detail, boundary = _optimize_pieces(parts, searched, prepared, cfg, max_streams, cost_fn, deadline,
-                                                       show("verify"))
+    parts, searched = _search(prepared, cfg, cost_fn, max_streams, jobs, budget, show("search"))
+    t_search = time.perf_counter() - budget.started
+    placing = any(b != DEFAULT_BACKEND for b in backends)
+    chosen, pieces_detail, boundary = _verify_pieces(prepared, parts, searched, cfg, max_streams, cost_fn, placing,
+                                                     budget, show("verify"))
     choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
-                                                     max_streams, deadline, cost_fn)
+                                                     max_streams, cost_fn, backends, budget)
+    return _result(model, input_shapes, inputs, prepared, cfg, profile, parts, t_search, choice, pieces_detail,
+                   skipped, cost_model, placement_report, budget)
+
+
+def _result(model, input_shapes, inputs, prepared: Prepared, cfg: OptimizeConfig, profile, parts, t_search,
+            choice: FinalChoice, pieces_detail, skipped, cost_model, placement_report, budget: Budget) -> OptimizeResult:
+    """The chosen option as optimize's result, with its report."""
     best = choice.best
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
-    keep_dynamic, dynamic_note = keeps_dynamic(prepared, graph, schedule, cfg)
+    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, budget)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     graph, source = settled(prepared.original, graph, best.option.settings, prepared.data)
-    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - t0, choice,
+    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - budget.started, choice,
                           pieces_detail, skipped, cost_model, dynamic_note)
     report["inputs"] = "given" if inputs is not None else "random"
     report["device"] = device_report(cfg.device)
     report["settings"] = settings_report(best.option)
     report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
+    report["skipped"] = list(budget.skipped)
     return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)
+
+
+def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Budget) -> tuple[bool, str]:
+    """:func:`~gspo.search.dynamic.keeps_dynamic`, when the budget holds the two sessions it builds."""
+    changed = prepared.original.extras.defaulted and graph.key != prepared.original.key
+    if changed and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes))):
+        budget.skip("final", "checking the result at other sizes of the dynamic dimensions",
+                    "the time budget could not hold it")
+        return False, "fixed: the time budget left no time to check the result at other sizes"
+    return keeps_dynamic(prepared, graph, schedule, cfg)

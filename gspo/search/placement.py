@@ -15,7 +15,6 @@ slower than the best single backend as measured.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +22,13 @@ from pathlib import Path
 
 import numpy as np
 
+from gspo.cache import calibration_db_path
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import SessionConfig, interleaved, make_session, run
 from gspo.runtime.backends import DEFAULT_BACKEND, load_runner
 from gspo.runtime.verify import Tolerance, compare_outputs
+from gspo.search.budget import Budget, BuildRates
 from gspo.streams import Placement, node_id
 
 __all__ = ["PieceTimes", "MIXED_MARGIN", "default_db_path", "time_pieces", "mixed_placement", "crossing_cost"]
@@ -38,7 +39,7 @@ MIXED_MARGIN = 0.03
 
 def default_db_path() -> Path:
     """The calibration database in the user's cache (``$XDG_CACHE_HOME/gspo/calibration.sqlite``)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "gspo" / "calibration.sqlite"
+    return calibration_db_path()
 
 
 @dataclass
@@ -61,11 +62,14 @@ def _signature(graph: Graph, backend: str, threads: int) -> str:
 
 
 def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], config: SessionConfig,
-             tolerance: Tolerance, runs: int) -> PieceTimes:
-    """Time ``graph`` on every backend (checked against onnxruntime's outputs first)."""
+             tolerance: Tolerance, runs: int, rates: BuildRates) -> PieceTimes:
+    """Time ``graph`` on every backend (checked against onnxruntime's outputs first); ``rates``
+    learn what building each session took."""
     out = PieceTimes()
     try:
+        began = time.perf_counter()
         data = make_session(graph, config)  # the reference
+        rates.record(DEFAULT_BACKEND, len(graph.nodes), time.perf_counter() - began)
         expected = [run(data, f) for f in feeds]
     except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
         out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
@@ -73,7 +77,10 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
     runners = []
     for b in backends:
         try:
+            began = time.perf_counter()
             runner = data if b == DEFAULT_BACKEND else load_runner(b, _bytes(graph), config)
+            if b != DEFAULT_BACKEND:
+                rates.record(b, len(graph.nodes), time.perf_counter() - began)
             names = list(expected[0])
             if runner is not data:  # not the reference against itself (a second output of it in memory)
                 _check(runner, names, feeds, expected, tolerance)
@@ -105,31 +112,46 @@ def _bytes(graph: Graph) -> bytes:
 
 def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, np.ndarray]]], backends: Sequence[str],
                 db=None, config: SessionConfig = SessionConfig(), tolerance: Tolerance = Tolerance(),
-                runs: int = 10, deadline: float | None = None) -> list[PieceTimes]:
+                runs: int = 10, budget: Budget | None = None) -> list[PieceTimes]:
     """Each piece's time on each backend: from ``db`` when measured before, else measured (and
-    stored). Past ``deadline`` a piece not yet known is left to onnxruntime."""
-    results = []
+    stored). A piece whose measuring ``budget`` cannot hold (the sessions it builds, and as long
+    as the pieces measured before took per op) is left to onnxruntime, and the budget says so."""
+    budget = budget if budget is not None else Budget(None)
+    results, left, spent, measured_ops = [], 0, 0.0, 0
     for graph, piece_feeds in zip(pieces, feeds):
         known = {b: db.get(_signature(graph, b, config.intra_op_threads)) for b in backends} if db else {}
         if known and all(v is not None for v in known.values()):
-            t = PieceTimes(cached=True)
-            for b, v in known.items():
-                if v.get("refused"):
-                    t.refused[b] = v["refused"]
-                else:
-                    t.seconds[b] = v["seconds"]
-            results.append(t)
+            results.append(_cached(known))
             continue
-        if deadline is not None and time.perf_counter() > deadline:
+        ops = len(graph.nodes)
+        need = sum(budget.rates.estimate(b, ops) for b in backends) + spent / max(1, measured_ops) * ops
+        if not budget.fits(need):
             results.append(PieceTimes())
+            left += 1
             continue
-        t = _measure(graph, piece_feeds, backends, config, tolerance, runs)
+        began = time.perf_counter()
+        t = _measure(graph, piece_feeds, backends, config, tolerance, runs, budget.rates)
+        spent, measured_ops = spent + time.perf_counter() - began, measured_ops + ops
         if db is not None:
             for b in backends:
                 data = {"refused": t.refused[b]} if b in t.refused else {"seconds": t.seconds.get(b)}
                 db.put(_signature(graph, b, config.intra_op_threads), "placement", data)
         results.append(t)
+    if left:
+        budget.skip("placement", f"timing {left} of {len(results)} pieces on {', '.join(backends)}",
+                    "the time budget could not hold it (those pieces stay on onnxruntime)")
     return results
+
+
+def _cached(known: Mapping[str, dict]) -> PieceTimes:
+    """A piece's times as the calibration database holds them."""
+    t = PieceTimes(cached=True)
+    for b, v in known.items():
+        if v.get("refused"):
+            t.refused[b] = v["refused"]
+        else:
+            t.seconds[b] = v["seconds"]
+    return t
 
 
 def crossing_cost(nbytes: int, fixed: float, bandwidth: float) -> float:

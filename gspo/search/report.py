@@ -66,16 +66,30 @@ def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPH
     return sign_test(wins, rounds) < alpha
 
 
+def _verdict(choice: FinalChoice, margin: float) -> tuple[float | None, float | None, str]:
+    """:func:`speed_verdict` of the decisive timing; "not measured" when the time budget left
+    none for the comparison (the input is handed back)."""
+    if choice.best.timing is None:
+        return None, None, "not measured"
+    return speed_verdict(choice.decisive, choice.best, margin)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return seconds * 1e3 if seconds is not None else None
+
+
 def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: FinalChoice, pieces_detail,
                  skipped, cost_model, dynamic_note) -> dict:
     """optimize's report: the settings, the machine and profile, every candidate and what decided.
 
     The latencies, the spread and the verdict are those of the timing that decided (the pick's
-    own against the original); ``final_candidates`` are every option in the first timing, and
-    ``confirmations`` each contender's own timing."""
+    own against the original; ``None`` and "not measured" when the time budget left no time
+    to time the original); ``final_candidates`` are every option in the first timing, and
+    ``confirmations`` each contender's own timing. ``parts`` is ``None`` when the model was
+    not partitioned (the time budget was spent loading it)."""
     best, outcomes = choice.best, choice.outcomes
-    speedup, noise, verdict = speed_verdict(choice.decisive, best, cfg.final_margin)
     base = next(o for o in choice.decisive if o.label == "original")
+    speedup, noise, verdict = _verdict(choice, cfg.final_margin)
     # the rounds the pick was faster in, of the rounds it was timed in with the original
     rounds = list(rounds_faster(base.timing, best.timing)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
@@ -84,17 +98,17 @@ def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: Final
         "machine": device_description("cpu"),
         "profile": cfg.profile or "cpu",
         "profile_device": profile.device,
-        "pieces": len(parts.pieces),
+        "pieces": len(parts.pieces) if parts is not None else 0,
         "threshold": cfg.threshold,
-        "cut_weight": parts.cut_weight,
+        "cut_weight": parts.cut_weight if parts is not None else 0.0,
         "frontend": {"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
                      "used": prepared.work is not prepared.original},
         "notes": prepared.notes,
         "dynamic_dims": dynamic_note or None,
         "search_seconds": t_search,
         "total_seconds": t_total,
-        "latency_before_ms": base.median_s * 1e3,
-        "latency_after_ms": best.median_s * 1e3,
+        "latency_before_ms": _ms(base.median_s),
+        "latency_after_ms": _ms(best.median_s),
         "speedup": speedup,
         "timing_spread": noise,
         "rounds_faster": rounds,

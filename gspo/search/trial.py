@@ -22,17 +22,23 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, timed_runner
+from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.verify import OutputDiff, Tolerance
+from gspo.search.budget import Budget, BuildRates
 from gspo.streams import Placement, Schedule
 
-__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "PAIRED_ALPHA", "distinct", "pick", "rounds_faster",
-           "sign_test", "spread"]
+__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "MIN_ROUNDS", "PAIRED_ALPHA", "WARMUP_ROUNDS", "build_seconds", "distinct",
+           "pick", "rounds_faster", "sign_test", "spread"]
 
 #: The chance that an option no faster than the reference (a fair coin per round) still wins so
 #: many of the interleaved rounds that :func:`sign_test` calls it consistently faster; the margin
 #: a win must also clear is checked on the medians.
 PAIRED_ALPHA = 0.01
+#: The fewest interleaved rounds a timing takes, however short its budget; and the rounds run
+#: before them, untimed.
+MIN_ROUNDS = 5
+WARMUP_ROUNDS = 3
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,14 @@ def distinct(options: Sequence[Option]) -> list[Option]:
     return out
 
 
+def build_seconds(option: Option, rates: BuildRates) -> float:
+    """Seconds that building ``option``'s sessions is expected to take (each backend's share of
+    its ops; see :class:`~gspo.search.budget.BuildRates`)."""
+    if option.placement is None:
+        return rates.estimate(DEFAULT_BACKEND, len(option.graph.nodes))
+    return sum(rates.estimate(b, ops) for b, ops in option.placement.counts(option.graph).items())
+
+
 def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
               settings: RunSettings = RunSettings()) -> CpuExecutor:
     return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None,
@@ -110,33 +124,72 @@ class Trial:
     """
 
     def __init__(self, reference: Graph, options: Sequence[Option], feeds: Sequence[Mapping[str, np.ndarray]],
-                 tolerance: Tolerance = Tolerance(), executor: Callable | None = None):
+                 tolerance: Tolerance = Tolerance(), budget: Budget | None = None, stage: str = "final",
+                 executor: Callable | None = None):
         self.feeds = list(feeds)
         self._make = executor or _executor
         self.tolerance = tolerance
+        self.budget, self.stage = budget, stage
         self.executors: list[CpuExecutor] = []
         self.rejected: list[Outcome] = []
         self._ok: list[tuple[Option, CpuExecutor, tuple[OutputDiff, ...]]] = []
+        #: Seconds of one run of the reference (what an option's checks and timing are expected to take).
+        self.run_s = 0.0
         try:
-            try:
-                ref = _executor(reference, None)
-                self.executors.append(ref)
-                expected = [ref.run(f) for f in self.feeds]
-            except GspoError as e:
-                raise ReferenceError_(str(e)) from None
+            expected = self._reference(reference)
             for option in options:
                 if (executor is None and option.schedule is None and option.placement is None
                         and option.settings.is_default and option.graph.key == reference.key):
-                    self._ok.append((option, ref, ()))
+                    self._ok.append((option, self.executors[0], ()))
                     continue
-                self._add(option, expected)
+                if self._fits(option):
+                    self._add(option, expected)
         except BaseException:
             self.close()
             raise
 
+    def _reference(self, reference: Graph) -> list[dict[str, np.ndarray]]:
+        """Build and run the reference (timed: the budget learns what building and running cost)."""
+        try:
+            began = time.perf_counter()
+            ref = _executor(reference, None)
+            built = time.perf_counter()
+            self.executors.append(ref)
+            expected = [ref.run(f) for f in self.feeds]
+        except GspoError as e:
+            raise ReferenceError_(str(e)) from None
+        self.run_s = (time.perf_counter() - built) / max(1, len(self.feeds))
+        if self.budget is not None:
+            self.budget.rates.record(DEFAULT_BACKEND, len(reference.nodes), built - began)
+        return expected
+
+    def _fits(self, option: Option) -> bool:
+        """Whether building, checking and then timing ``option`` (at least :data:`MIN_ROUNDS`
+        rounds, beside the options already kept) ends before the budget's deadline; if not, the
+        option is skipped and the budget says so."""
+        if self.budget is None or not self.budget.limited:
+            return True
+        build = build_seconds(option, self.budget.rates)
+        need = build + len(self.feeds) * self.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * self.run_s * (len(self._ok) + 2)
+        if self.budget.fits(need):
+            return True
+        self.budget.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "
+                                                   f"{self.budget.remaining():.1f} s were left")
+        return False
+
+    def _record_build(self, option: Option, seconds: float) -> None:
+        """Teach the budget what building ``option`` took, when it ran on one backend alone."""
+        if self.budget is None:
+            return
+        counts = option.placement.counts(option.graph) if option.placement is not None else {}
+        if len(counts) <= 1:
+            self.budget.rates.record(next(iter(counts), DEFAULT_BACKEND), len(option.graph.nodes), seconds)
+
     def _add(self, option: Option, expected: list[dict]) -> None:
         try:
+            began = time.perf_counter()
             ex = self._make(option.graph, option.schedule, option.placement, option.settings)
+            self._record_build(option, time.perf_counter() - began)
         except GspoError as e:
             backend = "onnxruntime" if option.placement is None else "the backend"
             self.rejected.append(Outcome(option, rejected=f"{backend} refused it: {e}"))
@@ -203,8 +256,8 @@ class Trial:
             for _, call in calls:
                 call()
             one_round = time.perf_counter() - start
-            runs = max(5, min(runs, int(budget / max(one_round, 1e-6))))
-        timings = interleaved(calls, runs, 3)
+            runs = max(MIN_ROUNDS, min(runs, int(budget / max(one_round, 1e-6))))
+        timings = interleaved(calls, runs, WARMUP_ROUNDS)
         return [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:

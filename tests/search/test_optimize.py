@@ -9,6 +9,7 @@ import pytest
 
 from gspo.runtime import Timing
 from gspo.search import OptimizeConfig, optimize
+from gspo.search.budget import Shares
 from gspo.search.trial import Option, Outcome
 from gspo.streams import Schedule, node_id
 from gspo.zoo import build
@@ -101,7 +102,7 @@ def test_a_speedup_within_the_timings_spread_is_kept_only_when_it_holds_round_by
 def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypatch):
     """With no time left for verification, each piece keeps only its first option (the
     unmodified piece): nothing is measured beyond it, and the result is the input."""
-    monkeypatch.setattr(opt, "FINAL_SHARE", 0.99)  # the whole budget reserved for the final step
+    monkeypatch.setattr(opt, "SHARES", Shares(final=0.99))  # the whole budget reserved for the final step
     r = optimize(build("inception_v3", "tiny"), jobs=1, time_budget=5, **FAST)
     assert r.report["pieces"] > 1
     assert all(len(p["candidates"]) == 0 for p in r.report["pieces_detail"])

@@ -1,0 +1,213 @@
+"""The time budget: the Budget object, and optimize holding its deadline against slow backends."""
+
+from __future__ import annotations
+
+import doctest
+import math
+import sys
+import time
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+import gspo.search.budget as budget_module
+from gspo.cli import cli
+from gspo.ir import Graph, save
+from gspo.ir.builder import GraphBuilder
+from gspo.runtime import make_session, random_inputs
+from gspo.search import optimize
+from gspo.search.budget import BUILD_FLOOR, PRIOR_RATES, QUADRATIC, Budget, BuildRates, Shares
+from gspo.search.placement import time_pieces
+from gspo.search.trial import Option, Trial
+from gspo.streams import Placement
+
+opt = sys.modules["gspo.search.optimize"]
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_module_example_runs():
+    assert doctest.testmod(budget_module).failed == 0
+
+
+def test_a_budget_counts_from_its_start_and_its_children_share_its_deadline_and_record():
+    clock = FakeClock()
+    b = Budget(10.0, Shares(search=0.5, final=0.2), clock=clock)
+    assert b.limited and b.remaining() == 10.0 and not b.expired() and b.fits(10.0) and not b.fits(10.5)
+    clock.now += 2
+    search = b.share(0.5)
+    assert search.deadline == 106.0 and b.deadline == 110.0
+    assert b.until_final().deadline == 108.0  # a fifth of the whole budget kept for the final comparison
+    assert b.search_seconds(pieces=8, jobs=2) == 0.5 * 8.0 * 2 / 8
+    assert b.timing_seconds(3.0) == 3.0 and b.timing_seconds(30.0, 0.5) == 4.0
+    search.skip("search", "expanding 3 pieces further", "out of time")
+    assert b.skipped == [{"stage": "search", "what": "expanding 3 pieces further", "why": "out of time"}]
+    clock.now += 5
+    assert search.expired() and not b.expired() and search.remaining() == 0.0 and b.remaining() == 3.0
+    assert search.share(0.5).deadline == 106.0  # a child never outlives its parent
+    clock.now += 10
+    assert b.expired() and b.remaining() == 0.0 and not b.fits(0.001)
+
+
+def test_without_a_limit_everything_fits_and_every_share_is_unlimited():
+    b = Budget(None, clock=FakeClock())
+    assert not b.limited and b.remaining() == math.inf and not b.expired() and b.fits(1e9)
+    assert b.share(0.1).deadline is None and b.until_final().deadline is None
+    assert b.search_seconds(10, 2) is None and b.timing_seconds(8.0, 0.5) == 8.0
+
+
+def test_build_estimates_learn_from_the_largest_session_and_grow_faster_than_the_ops():
+    rates = BuildRates()
+    assert rates.estimate("openvino", 10) == pytest.approx(BUILD_FLOOR + PRIOR_RATES["openvino"] * 10)
+    assert rates.estimate("ort", 100_000) == pytest.approx(BUILD_FLOOR + QUADRATIC["ort"] * 1e10)
+    rates.record("ort", 400, BUILD_FLOOR + 40.0)  # 100 ms per op
+    rates.record("ort", 40, BUILD_FLOOR + 400.0)  # a smaller one does not replace the largest
+    assert rates.rate("ort") == pytest.approx(0.1)
+    assert rates.rate("openvino") == pytest.approx(0.1)  # at least onnxruntime's on the same model
+    rates.record("openvino", 50, BUILD_FLOOR + 10.0)
+    assert rates.estimate("openvino", 400) == pytest.approx(BUILD_FLOOR + 0.2 * 400)
+
+
+def _relus(n: int):
+    b = GraphBuilder(f"relus{n}")
+    x = b.input("x", (1, 4))
+    return b.output(b.op("Concat", [b.op("Sigmoid", [b.op("Relu", [x])]) for _ in range(n)], axis=1)).build()
+
+
+def test_a_trial_skips_an_option_whose_build_its_budget_cannot_hold():
+    g = _relus(8)
+    clock = FakeClock()
+    budget = Budget(1.0, clock=clock)
+    budget.rates.record("openvino", 1, 50.0)  # 50 s per op: compiling g would take minutes
+    options = [Option("original", g), Option("original@openvino", g, placement=Placement.whole(g, "openvino"))]
+    with Trial(g, options, [random_inputs(g, 0)], budget=budget, stage="final") as trial:
+        assert [o.label for o in trial.equivalent] == ["original"] and trial.rejected == []
+    assert [(s["stage"], s["what"]) for s in budget.skipped] == [("final", "original@openvino")]
+    assert "were left" in budget.skipped[0]["why"]
+
+
+def test_pieces_the_placement_budget_cannot_hold_stay_on_onnxruntime_and_are_reported():
+    g = _relus(4)
+    budget = Budget(0.5, clock=FakeClock())
+    budget.rates.record("openvino", 1, 10.0)
+    times = time_pieces([g, g], [[random_inputs(g, 0)]] * 2, ("ort", "openvino"), None, runs=3, budget=budget)
+    assert [t.seconds for t in times] == [{}, {}] and [t.best() for t in times] == ["ort", "ort"]
+    assert budget.skipped == [{"stage": "placement", "what": "timing 2 of 2 pieces on ort, openvino",
+                               "why": "the time budget could not hold it (those pieces stay on onnxruntime)"}]
+
+
+class SlowCompiler:
+    """``load_runner`` with a backend that compiles ``seconds_per_op`` per op (it runs on
+    onnxruntime underneath, so its outputs are right)."""
+
+    def __init__(self, seconds_per_op: float):
+        self.seconds_per_op, self.compiled = seconds_per_op, []
+
+    def __call__(self, name, model, config=None):
+        session = make_session(model) if config is None else make_session(model, config)
+        if name != "ort":
+            ops = len(model.nodes) if isinstance(model, Graph) else len(onnx.load_from_string(model).graph.node)
+            time.sleep(self.seconds_per_op * ops)
+            self.compiled.append(ops)
+        return session
+
+
+@pytest.fixture
+def slow_openvino(monkeypatch):
+    """A fake OpenVINO taking 20 ms per op to compile (the real one need not be installed)."""
+    compiler = SlowCompiler(0.02)
+    backends = sys.modules["gspo.runtime.backends"]
+    real_status = backends.backend_status
+    monkeypatch.setattr(backends, "backend_status", lambda n: (True, "slow") if n == "openvino" else real_status(n))
+    monkeypatch.setattr(sys.modules["gspo.runtime.cpu"], "load_runner", compiler)
+    monkeypatch.setattr(sys.modules["gspo.search.placement"], "load_runner", compiler)
+    monkeypatch.setattr(opt, "backend_versions", lambda names: "slow")
+    return compiler
+
+
+def test_the_deadline_holds_when_compiling_for_another_backend_is_slow(slow_openvino, tmp_path):
+    """300 ops, each compile 20 ms per op: the whole model on the slow backend would take 6 s
+    (twice: the original and the optimized model), and every piece 0.1-1 s. Only what the
+    budget holds is compiled; the rest is skipped and reported."""
+    g = _relus(150)
+    started = time.perf_counter()
+    r = optimize(g, time_budget=3.0, jobs=1, budget=2, timing_runs=5, backends=("ort", "openvino"), frontend=False,
+                 db_path=str(tmp_path / "cal.sqlite"))
+    elapsed = time.perf_counter() - started
+    assert elapsed < 3.0 * 1.1 + 1.0, elapsed  # at most one compile (of a piece) past its estimate
+    assert max(slow_openvino.compiled, default=0) < 100  # never the whole model
+    skipped = {(s["stage"], s["what"]) for s in r.report["skipped"]}
+    assert ("final", "original@openvino") in skipped
+    assert r.report["total_seconds"] < 3.0 * 1.1 + 1.0
+
+
+def _model_file(tmp_path):
+    p = tmp_path / "m.onnx"
+    save(_relus(6), p)
+    return p
+
+
+def test_with_no_time_left_the_input_is_handed_back_unmeasured_and_the_cli_says_what_was_skipped(tmp_path):
+    p = _model_file(tmp_path)
+    out = tmp_path / "o.onnx"
+    res = CliRunner().invoke(cli, ["optimize", str(p), "-o", str(out), "--time-budget", "1e-6", "--backends", "ort",
+                                   "--report", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert out.read_bytes() == p.read_bytes()
+    assert "latency  not measured" in res.output
+    lines = [line for line in res.output.splitlines() if line.startswith("skipped to hold the time budget: ")]
+    assert len(lines) == 1 and "final: comparing the whole model's options with the original" in lines[0]
+    r = optimize(p, time_budget=1e-6, backends=("ort",))
+    assert r.unchanged and r.report["latency_before_ms"] is None and r.report["verdict"] == "not measured"
+    assert [s["stage"] for s in r.report["skipped"]][-1] == "final"
+
+
+class _NeverTimed:
+    """A Trial stand-in that fails the test if asked to time anything."""
+
+    def time(self, runs, seconds=None, labels=None):
+        raise AssertionError(f"timed {labels} past the deadline")
+
+
+def test_a_confirmation_the_budget_cannot_hold_is_skipped_and_the_input_kept():
+    from gspo.runtime import Timing
+    from gspo.search import OptimizeConfig
+    from gspo.search.trial import Outcome
+    from gspo.zoo import build
+
+    g = build("squeezenet", "tiny")
+    first = [Outcome(Option("original", g), Timing("original", (1.0,) * 30)),
+             Outcome(Option("optimized", g), Timing("optimized", (0.5,) * 30))]
+    budget = Budget(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
+    choice = opt._confirmed(_NeverTimed(), first, OptimizeConfig(), 8.0, budget)
+    assert choice.best.label == "original" and choice.confirmations == []
+    assert budget.skipped == [{"stage": "final", "what": "confirming optimized against the original",
+                               "why": "the time budget could not hold it"}]
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_search_ends_with_its_share_and_says_which_pieces_it_cut(jobs):
+    """A search share already over: every piece gets only its first expansion, and each piece
+    with something to rewrite reports that the clock, not the expansion budget, stopped it."""
+    from gspo.costmodel import CostModel, device_description, load_profile
+    from gspo.partition import partition
+    from gspo.runtime import runtime_version
+    from gspo.search.config import OptimizeConfig
+    from gspo.search.pool import search_pieces
+    from gspo.zoo import build
+
+    cost_model = CostModel(load_profile("cpu", device_description("cpu"), runtime_version(), force=True))
+    parts = partition(build("inception_v3", "tiny"), 16)
+    searched = search_pieces(parts.pieces, lambda g, s: cost_model.cost(g, s), OptimizeConfig(budget=40), 2, None,
+                             jobs, None, deadline=time.perf_counter() - 1.0)
+    assert len(parts.pieces) > 2 and all(r[2] <= 1 for r in searched)
+    assert any(r[6] for r in searched)
