@@ -62,15 +62,14 @@ def _timed(original: Path, optimized: Path, runs: int) -> dict:
     runners, closers = [], []
     result = load(optimized)
     streams = saved_schedule(result) is not None  # a schedule: run as gspo run runs it
-    for path, label in ((original, "ort"), (optimized, "gspo")):
-        data = path.read_bytes()
+    for graph, label in ((g, "ort"), (result, "gspo")):  # graphs: weights in external data stay in their files
         for t in THREADS:
             if label == "gspo" and streams:
                 ex = make_executor(result, config=SessionConfig(intra_op_threads=t))
                 closers.append(ex)
                 runners.append((f"{label}@{t}", lambda ex=ex: ex.run(feeds)))
                 continue
-            s = make_session(data, SessionConfig(intra_op_threads=t))
+            s = make_session(graph, SessionConfig(intra_op_threads=t))
             run(s, feeds)
             runners.append((f"{label}@{t}", lambda s=s: s.run(None, feeds)))
     try:
@@ -113,6 +112,7 @@ def run_model(name: str, entry: dict, args, out_dir: Path) -> dict:
     try:
         result = optimize(path, time_budget=args.time_budget, jobs=args.jobs, seed=0,
                           backends=tuple(args.backends.split(",")))
+        row["optimize_s"] = round(time.perf_counter() - start, 2)  # the call, loading included (--time-budget's count)
         result.save(out, overwrite=True)
         row["same_bytes"] = out.read_bytes() == path.read_bytes()
     except Exception as e:  # the model's status: one line
@@ -133,8 +133,10 @@ def run_model(name: str, entry: dict, args, out_dir: Path) -> dict:
         row["status"] = f"check failed: {type(e).__name__}: {first_line(e)}"
         return row
     row["measured_ratio"] = row["ort_ms"] / row["gspo_ms"]
-    # The same file runs at the same speed: its measured ratio is this run's noise, not a result.
-    row["speedup"] = 1.0 if row["same_bytes"] else row["measured_ratio"]
+    # The same model runs at the same speed: its measured ratio is this run's noise, not a result
+    # (the same file; or the input written again, as a model with external data is).
+    row["unchanged"] = row["same_bytes"] or result.report["unchanged"]
+    row["speedup"] = 1.0 if row["unchanged"] else row["measured_ratio"]
     return row
 
 
@@ -145,7 +147,8 @@ def _geomean(xs) -> float:
 
 def _noise(rows: list[dict]) -> str:
     """How far apart two timings of the same file came out in this run."""
-    same = sorted(abs(math.log(r["measured_ratio"])) for r in rows if r.get("same_bytes") and r.get("measured_ratio"))
+    same = sorted(abs(math.log(r["measured_ratio"])) for r in rows
+                  if (r.get("same_bytes") or r.get("unchanged")) and r.get("measured_ratio"))
     if not same:
         return "no model came back unchanged"
     pct = lambda x: f"{(math.exp(x) - 1) * 100:.1f}%"  # noqa: E731
@@ -160,8 +163,9 @@ def write_markdown(rows: list[dict], meta: dict) -> str:
         "# gspo on real exported models",
         "",
         f"Measured {meta['date']} on `{meta['machine']}`, onnxruntime {meta['onnxruntime']}, gspo {meta['gspo']}.",
-        f"Command: `{meta['command']}` (models from `benchmarks/realworld/export.py`, random weights)."
-        + (f" {meta['note']}" if meta.get("note") else ""),
+        f"Command: `{meta['command']}` (models from `benchmarks/realworld/export.py` and `export_kinds.py`, "
+        "random weights)." + (f" {meta['note']}" if meta.get("note") else ""),
+        *_other_runs(rows, meta),
         "",
         f"**{len(rows)} models: {len(ok)} optimized, {len(failed)} failed, {len(bad)} not equivalent.** "
         f"Geometric-mean speedup over plain onnxruntime at its best thread setting: "
@@ -174,17 +178,19 @@ def write_markdown(rows: list[dict], meta: dict) -> str:
         "the two timings of that one file are still measured, and their ratio is this run's noise floor: "
         + _noise(ok) + ".",
         "",
-        "| model | exporter | status | equivalent | max rel err | ort ms | gspo ms | speedup | verdict | search s | rules |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | exporter | status | equivalent | max rel err | ort ms | gspo ms | speedup | verdict | search s | optimize s | rules |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         fmt = lambda x, f: (f.format(x) if x is not None else "-")  # noqa: E731
-        speedup = "1 (same file)" if r.get("same_bytes") else fmt(r["speedup"], "{:.3f}")
+        speedup = ("1 (same file)" if r.get("same_bytes") else "1 (unchanged)" if r.get("unchanged")
+                   else fmt(r["speedup"], "{:.3f}"))
         rules = ", ".join(f"{k} {v}" for k, v in r["rules"].items()) or "-"
         lines.append(f"| {r['model']} | {r['exporter']} | {r['status'] if r['status'] == 'ok' else 'FAILED'} | "
                      f"{'yes' if r['equivalent'] else 'NO'} | {fmt(r['max_rel_err'], '{:.1e}')} | "
                      f"{fmt(r['ort_ms'], '{:.2f}')} | {fmt(r['gspo_ms'], '{:.2f}')} | {speedup} | "
-                     f"{r.get('verdict', '-')} | {fmt(r['search_s'], '{:.1f}')} | {rules} |")
+                     f"{r.get('verdict', '-')} | {fmt(r['search_s'], '{:.1f}')} | {fmt(r.get('optimize_s'), '{:.1f}')} | "
+                     f"{rules} |")
     if failed:
         lines += ["", "## Failures", ""] + [f"- **{r['model']}**: {r['status']}" for r in failed]
     lines += ["", "## Why, per model", "",
@@ -194,6 +200,19 @@ def write_markdown(rows: list[dict], meta: dict) -> str:
         if r["status"] == "ok":
             lines.append(f"- **{r['model']}** ({r['chosen']}): {r['why']}")
     return "\n".join(lines) + "\n"
+
+
+def _other_runs(rows: list[dict], meta: dict) -> list[str]:
+    """Lines naming the runs that measured rows kept from before (``--models`` measures some again)."""
+    this = f"{meta['date']}: `{meta['command']}`"
+    others = sorted({r.get("measured", PREVIOUS_RUN) for r in rows} - {this})
+    if not others:
+        return []
+    return ["", "Rows not measured by this command come from: " + "; ".join(others) + " (`measured` in results.json)."]
+
+
+#: The run that measured the rows recorded before each row named its own run.
+PREVIOUS_RUN = "2026-11-24: `.venv/bin/python benchmarks/realworld/run.py --time-budget 60 --runs 20`"
 
 
 def _meta(argv) -> dict:
@@ -247,6 +266,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             row = run_model(name, manifest[name], args, Path(tmp))
+            row["measured"] = f"{meta['date']}: `{meta['command']}`"
             old[name] = row
             sp = f"x{row['speedup']:.3f}" if row["speedup"] else "-"
             print(f"{name:<24} {row['status'][:80]:<10} equivalent={row['equivalent']} {sp} {row['rules']}", flush=True)
