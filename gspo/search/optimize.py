@@ -7,23 +7,22 @@ refuses it or its outputs differ; a merged model that differs from the original 
 (nothing is written); and if nothing is measured faster than the original, the original is the
 result.
 
-The steps, each a function below: :func:`_prepare` loads the model as given and as the front end
+The steps: :func:`~gspo.search.prepare.prepare` loads the model as given and as the front end
 makes it plain, draws valid inputs and checks the plain graph against the original;
 :func:`~gspo.search.pool.search_pieces` searches the pieces of the plain graph in a process pool;
-:func:`_choose_piece` verifies and times each piece's options on the values that really reach
-it; :func:`_final_options` and :func:`_choose_final` compare the whole models; and
-:func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the input's dynamic dimensions.
+:func:`~gspo.search.pieces.verify_pieces` verifies and times each piece's options on the values
+that really reach it; :func:`_final_options` and :func:`_choose_final` (below) compare the whole
+models; and :func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the
+input's dynamic dimensions. One :class:`~gspo.search.budget.Budget` holds the time of them all.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import numpy as np
 
@@ -31,33 +30,16 @@ from gspo.costmodel import CostModel, device_description
 from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
-from gspo.ir.frontend import describe_defaults
-from gspo.ir.onnx_io import from_model, load_bytes, read_model_file, to_model, uses_external_data
 from gspo.partition import Partition, partition
-from gspo.rules import GREEDY_RULES, WHOLE_MODEL_RULES, apply_greedily
-from gspo.runtime import (
-    capture_values,
-    make_session,
-    run,
-)
+from gspo.rules import WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime.backends import (
     DEFAULT_BACKEND,
     available_backends,
     backend_versions,
     check_backends,
 )
-from gspo.runtime.inputs import check_inputs, human_bytes, input_bytes, random_input_sets
-from gspo.runtime.pinned import explain_defaults_failure
-from gspo.runtime.session import load_refusal
-from gspo.runtime.types import complete_types
-from gspo.search.backtrack import Candidate
-from gspo.search.budget import Budget, Shares, frontend_seconds, partition_seconds, streams_seconds
-from gspo.search.config import (
-    OptimizeConfig,
-    OptimizeError,
-    OptimizeResult,
-    Prepared,
-)
+from gspo.search.budget import Budget, Shares, partition_seconds, streams_seconds
+from gspo.search.config import OptimizeConfig, OptimizeError, OptimizeResult, Prepared
 from gspo.search.device import (
     baseline_refusal,
     device_report,
@@ -67,8 +49,10 @@ from gspo.search.device import (
 )
 from gspo.search.dynamic import keeps_dynamic
 from gspo.search.joint import joint_option
+from gspo.search.pieces import verify_pieces
 from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
-from gspo.search.pool import rebuild, search_pieces
+from gspo.search.pool import search_pieces
+from gspo.search.prepare import prepare
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
 from gspo.search.settings import settings_report, settled, thread_options
 from gspo.search.trial import (
@@ -77,7 +61,6 @@ from gspo.search.trial import (
     WARMUP_ROUNDS,
     Option,
     Outcome,
-    ReferenceError_,
     Trial,
     distinct,
     pick,
@@ -97,213 +80,6 @@ CONTENDERS = 3
 #: The whole model on streams is left unmeasured when estimated slower than on one stream by more
 #: than this fraction.
 STREAMS_SKIP_MARGIN = 0.25
-
-
-# ------------------------------------------------------------------ preparing
-def _typed(graph: Graph) -> Graph:
-    """``graph`` with the types and shapes onnxruntime gives where onnx has none, when it has
-    ops outside onnx's default domain (contrib and custom ops, whose schemas onnx lacks)."""
-    return complete_types(graph) if any(n.domain not in ("", "ai.onnx") for n in graph.nodes) else graph
-
-
-def _original(model: str | os.PathLike | Graph, input_shapes) -> tuple[Graph, bytes | None, dict]:
-    """The model as given (:func:`_typed`), the file's bytes it was parsed from (read once), and
-    how :func:`_plain` parses them again."""
-    if isinstance(model, Graph):
-        return model, None, {}
-    p = Path(model)
-    data = read_model_file(p)
-    where = {"base_dir": str(p.resolve().parent), "label": str(p), "refusal": load_refusal, "path": p}
-    return _typed(load_bytes(data, input_shapes, **where)), data, where
-
-
-def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None, where: dict, input_shapes,
-           cfg: OptimizeConfig, budget: Budget, read_s: float) -> Graph:
-    """The model through the front end (``original`` itself without it, or when the budget
-    cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
-    reading the model took)."""
-    if not cfg.frontend:
-        return original
-    if not budget.fits(frontend_seconds(read_s, len(original.nodes))) or budget.expired():
-        budget.skip("load", "the front end (constant folding; the model is searched as given)",
-                    "the time budget could not hold it")
-        return original
-    if isinstance(model, Graph):
-        return _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
-    return _typed(load_bytes(data, input_shapes, plain=True, **where))
-
-
-def _prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -> Prepared:
-    """Load, draw inputs, and check the front end's graph against the model as given."""
-    began = time.perf_counter()
-    original, data, where = _original(model, input_shapes)
-    work = _plain(model, original, data, where, input_shapes, cfg, budget, time.perf_counter() - began)
-    if input_shapes or uses_external_data(original):
-        data = None  # not the result as it is: the output is written from the graph
-    if inputs is not None:
-        inputs = check_inputs(inputs, original)
-    notes = []
-    if original.extras.defaulted:
-        pins = {v.name: v.shape for v in original.inputs}
-        notes.append(describe_defaults(original.extras.defaulted, pins))
-    if original.extras.static_refused:
-        notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
-    feeds = [dict(inputs)] if inputs is not None else random_input_sets(work, cfg.seed, cfg.verify_runs)
-    if len(feeds) < cfg.verify_runs and inputs is None:
-        notes.append(f"verified on one random input set, not {cfg.verify_runs}: one takes {human_bytes(input_bytes(work))}")
-    seed = cfg.seed if inputs is None else None  # with the user's inputs, gspo chose no size
-    if work is not original and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(original.nodes))):
-        budget.skip("load", "checking the front end's graph against the model",
-                    "the time budget could not hold it (the model is searched as given)")
-        work = original
-    if work is original:
-        return Prepared(original, work, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], budget, seed))
-    try:
-        with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance, budget=budget, stage="load") as trial:
-            if trial.rejected:
-                notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
-            if not trial.equivalent:
-                work = original
-    except ReferenceError_ as e:
-        raise GspoError(_cannot_run(original, e, seed)) from None
-    return Prepared(original, work, feeds, notes, data=data, run_s=trial.run_s)
-
-
-def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
-    """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
-    hold building it: then nothing is tried and the input is handed back); the seconds one run took."""
-    ops = len(graph.nodes)
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, ops)):
-        budget.skip("load", "running the model once with onnxruntime", "the time budget could not hold it")
-        return 0.0
-    try:
-        began = time.perf_counter()
-        session = make_session(graph)
-        built = time.perf_counter()
-        budget.rates.record(DEFAULT_BACKEND, ops, built - began)
-        run(session, feeds)
-    except GspoError as e:
-        raise GspoError(_cannot_run(graph, e, seed)) from None
-    return time.perf_counter() - built
-
-
-def _cannot_run(graph: Graph, e: Exception, seed: int | None) -> str:
-    """Why the model as given does not run: at the sizes gspo chose for its dynamic dimensions
-    (which are named, with the flags that fix it), or onnxruntime's reason as it is."""
-    explained = None if seed is None else explain_defaults_failure(graph, seed)
-    return explained or f"onnxruntime cannot run the model: {e}"
-
-
-# --------------------------------------------------------------------- pieces
-def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, max_streams: int, allowed) -> list[Option]:
-    """The unmodified piece, its greedy variant, the search's candidates (and each on one
-    stream), and the unmodified piece on streams; without repeats."""
-    start, improving = cands[0], cands[1:]
-    options = [Option("unmodified", piece.graph, None, (), start.cost)]
-    if cfg.use_rules:
-        greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
-        if greedy.key != piece.graph.key:
-            options.append(Option("greedy", greedy, None, tuple(Counter(counts).elements())))
-    for i, c in enumerate(improving):
-        options.append(Option(f"candidate{i}", c.graph, c.schedule, c.applied, c.cost))
-    for i, c in enumerate(improving):
-        if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
-            options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied))
-    if cfg.use_streams:
-        s = assign_streams(piece.graph, max_streams=max_streams)
-        if s.num_streams > 1:
-            options.append(Option("unmodified+streams", piece.graph, s))
-    return distinct(options)
-
-
-def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timing_budget: float,
-                  cost_fn) -> tuple[Option, list[Outcome], str]:
-    """Verify and time a piece's options on the values that reach it; the pick, every outcome,
-    and a note when the piece could not be tried."""
-    if len(options) < 2:
-        return options[0], [], ""
-    try:
-        with Trial(piece.graph, options, feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
-            outcomes = trial.time(cfg.timing_runs, timing_budget)
-    except ReferenceError_ as e:
-        return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
-    if refused := baseline_refusal(outcomes, "unmodified"):
-        return options[0], outcomes, f"left unchanged: the piece as given cannot be measured on {cfg.device}: {refused}"
-    best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
-    return best.option, outcomes, ""
-
-
-def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
-    _, packed, expanded, generated, seconds, invalid, _ = searched
-    return {
-        "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
-        "estimated_unmodified_s": packed[0][4], "chosen": chosen.label, "note": note,
-        "invalid_rewrites": dict(invalid),
-        "candidates": [{"label": o.label, "measured_s": o.median_s, "rejected": o.rejected,
-                        "estimated_s": o.option.estimated_s if o.label.startswith("candidate") and
-                        not o.label.endswith("1stream") else None,
-                        "rules": list(dict.fromkeys(o.option.rules))} for o in outcomes],
-    }
-
-
-def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> list[dict] | None:
-    """The values that reach each piece (per input set); ``None`` when the budget cannot hold
-    building a session of the whole model to capture them."""
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.work.nodes))):
-        budget.skip("verify", "capturing the values that reach each piece (no piece verified or placed)",
-                    "the time budget could not hold it")
-        return None
-    return capture_values(prepared.work, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs])
-
-
-def _unmodified(piece, searched) -> Option:
-    return Option("unmodified", piece.graph, None, (), searched[1][0][4])
-
-
-def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cost_fn, budget: Budget,
-                     progress) -> tuple[list[Option], list[dict]]:
-    """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
-    least promising options are dropped when a piece's share cannot hold them all; the budget
-    says how many)."""
-    pieces = parts.pieces
-    allowed = {r.name for r in cfg.rules}
-    chosen, reports, dropped, untried = [], [], 0, 0
-    seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
-    for k, piece in enumerate(pieces):
-        if boundary is None or budget.expired():
-            untried += boundary is not None
-            chosen.append(_unmodified(piece, searched[k]))
-            reports.append(_piece_report(k, piece, searched[k], chosen[-1], [], ""))
-            if progress:
-                progress(k + 1, len(pieces))
-            continue
-        cands = [rebuild(piece.graph, p) for p in searched[k][1]]
-        options = _piece_options(piece, cands, cfg, max_streams, allowed)
-        timing_budget = cfg.piece_timing_budget
-        if budget.limited:
-            share = budget.remaining() / (len(pieces) - k)
-            timing_budget = min(timing_budget, share / 2)
-            kept = options[:max(1, int(share / seconds_per_option))]
-            dropped, options = dropped + len(options) - len(kept), kept
-        feeds = [{v.name: b[v.name] for v in piece.graph.inputs} for b in boundary]
-        began = time.perf_counter()
-        best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_budget, cost_fn)
-        if outcomes:
-            seconds_per_option = max(0.05, (time.perf_counter() - began - timing_budget) / len(options))
-        chosen.append(best)
-        reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
-        if progress:
-            progress(k + 1, len(pieces))
-    _skipped_pieces(budget, len(pieces), dropped, untried)
-    return chosen, reports
-
-
-def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> None:
-    if dropped:
-        budget.skip("verify", f"verifying {dropped} of the pieces' options",
-                    "the time budget could not hold them (their least promising options)")
-    if untried:
-        budget.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
 
 
 # ---------------------------------------------------------------- whole model
@@ -543,20 +319,6 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, 
     return parts, searched
 
 
-def _verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, max_streams: int,
-                   cost_fn, placing: bool, budget: Budget, progress) -> tuple[list[Option], list[dict], list | None]:
-    """Each piece's verified choice and report, and the values that reach the pieces, in the
-    time ``budget`` holds before the final comparison's share (less the placement's share when
-    ``placing`` on other backends)."""
-    if parts is None:
-        return [], [], None
-    until_final = budget.until_final()
-    boundary = _boundary(prepared, parts, until_final)
-    verify = until_final.share(1 - budget.shares.placement) if placing else until_final
-    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, max_streams, cost_fn, verify, progress)
-    return chosen, reports, boundary
-
-
 def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int], None] | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None,
              inputs: Mapping[str, np.ndarray] | None = None, **options) -> OptimizeResult:
@@ -588,7 +350,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     budget = Budget(cfg.time_budget, SHARES)
     profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
-    prepared = _prepare(model, input_shapes, inputs, cfg, budget)
+    prepared = prepare(model, input_shapes, inputs, cfg, budget)
     backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
     cores = os.cpu_count() or 1
     max_streams, jobs = cfg.max_streams or device_streams(cfg.device, cores), cfg.jobs or cores
@@ -600,7 +362,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     parts, searched = _search(prepared, cfg, cost_fn, max_streams, jobs, budget, show("search"))
     t_search = time.perf_counter() - budget.started
     placing = any(b != DEFAULT_BACKEND for b in backends)
-    chosen, pieces_detail, boundary = _verify_pieces(prepared, parts, searched, cfg, max_streams, cost_fn, placing,
+    chosen, pieces_detail, boundary = verify_pieces(prepared, parts, searched, cfg, max_streams, cost_fn, placing,
                                                      budget, show("verify"))
     choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
                                                      max_streams, cost_fn, backends, budget)

@@ -231,18 +231,18 @@ def test_backends_with_cuda_is_one_line(tmp_path):
 
 def test_the_pieces_joint_streams_are_a_whole_model_option(tmp_path, monkeypatch):
     """Each piece picks its option on streams: the whole model is then also tried on those streams."""
-    opt = importlib.import_module("gspo.search.optimize")
+    pieces_mod = importlib.import_module("gspo.search.pieces")  # where each piece's option is picked
     from gspo.zoo import build
 
     fakes(monkeypatch)
-    real_pick = opt.pick
+    real_pick = pieces_mod.pick
 
     def streams_for_pieces(outcomes, baseline, *args, **kwargs):
         if baseline == "unmodified":
             return next((o for o in outcomes if o.label == "unmodified+streams"), outcomes[0])
         return real_pick(outcomes, baseline, *args, **kwargs)
 
-    monkeypatch.setattr(opt, "pick", streams_for_pieces)
+    monkeypatch.setattr(pieces_mod, "pick", streams_for_pieces)
     result = optimize(build("nasnet_mobile", "tiny"), device="cuda", profile=str(gpu_profile(tmp_path / "p.json")),
                       time_budget=None, jobs=1, timing_runs=5, budget=2, threshold=40, use_rules=False)
     assert result.report["pieces"] > 1

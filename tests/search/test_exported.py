@@ -165,15 +165,15 @@ def test_pieces_are_verified_on_the_values_that_reach_them(tmp_path, monkeypatch
     two failures of this kind, in multi-stream plans, are tests/runtime/test_plan.py.)"""
     import sys
 
-    opt = sys.modules["gspo.search.optimize"]
+    pieces_mod = sys.modules["gspo.search.pieces"]  # where the pieces' Trials are made
     seen = []
-    real_trial = opt.Trial
+    real_trial = pieces_mod.Trial
 
     def recording_trial(reference, options, feeds, *args, **kwargs):
         seen.extend(feeds)
         return real_trial(reference, options, feeds, *args, **kwargs)
 
-    monkeypatch.setattr(opt, "Trial", recording_trial)
+    monkeypatch.setattr(pieces_mod, "Trial", recording_trial)
     p = tmp_path / "m.onnx"
     p.write_bytes(_axes_from_shape_arithmetic().SerializeToString())
     r = optimize(p, frontend=False, threshold=3, **FAST)  # exported shape arithmetic kept, cut small
