@@ -17,7 +17,7 @@ CHANGES = re.compile(
 
 def test_readme_is_short_and_names_the_two_commands_the_makefile_has():
     text = (ROOT / "README.md").read_text()
-    assert len(text.splitlines()) <= 300
+    assert len(text.splitlines()) <= 320
     makefile = (ROOT / "Makefile").read_text()
     for target in ("demo", "test"):
         assert f"make {target}" in text and re.search(rf"^{target}:", makefile, re.M)
