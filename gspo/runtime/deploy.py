@@ -26,7 +26,8 @@ from gspo.ir import Value, load
 from gspo.ir.onnx_io import saved_plan
 from gspo.ir.weights import np_dtype
 from gspo.runtime.executor import make_executor
-from gspo.runtime.session import SessionConfig, ort
+from gspo.runtime.session import SessionConfig, ort, session_options
+from gspo.runtime.settings import settings_from_metadata
 
 __all__ = ["InferenceSession", "NodeArg"]
 
@@ -38,6 +39,18 @@ class NodeArg:
     name: str
     type: str
     shape: list
+
+
+def _plain_session(path, sess_options: Any, providers: list[str]):
+    """onnxruntime's session of ``path``; without ``sess_options``, at the thread setting
+    ``gspo optimize`` saved in the model (``gspo.settings``), if any."""
+    session = ort.InferenceSession(os.fspath(path), sess_options, providers=providers)
+    if sess_options is None:
+        saved = settings_from_metadata(session.get_modelmeta().custom_metadata_map)
+        if not saved.is_default:
+            session = ort.InferenceSession(os.fspath(path), session_options(ort, threads=saved.threads),
+                                           providers=providers)
+    return session
 
 
 def _node_arg(v: Value) -> NodeArg:
@@ -71,8 +84,7 @@ class InferenceSession:
         self._executor = None
         self._session = None
         if streams == 1 or (streams is None and not schedule and not placement):
-            self._session = ort.InferenceSession(os.fspath(path), sess_options,
-                                                 providers=list(providers or ["CPUExecutionProvider"]))
+            self._session = _plain_session(path, sess_options, list(providers or ["CPUExecutionProvider"]))
             self.run = self._session.run  # onnxruntime's own: nothing in between
             return
         graph = load(path, input_shapes)

@@ -56,3 +56,19 @@ def test_a_saved_two_stream_schedule_is_followed_with_the_same_outputs(tmp_path)
         with pytest.raises(GspoError, match="'nope' is not an output"):
             sess.run(["nope"], feeds)
     assert gspo.InferenceSession(path, streams=1).num_streams == 1
+
+
+def test_the_thread_setting_saved_by_optimize_is_applied_unless_options_are_given(tmp_path):
+    """gspo.settings ({"threads": 1}) in the model: the deploy API's plain session runs at 1
+    intra-op thread, as gspo run does; sess_options given by the caller win."""
+    from gspo.runtime.settings import RunSettings, with_settings
+
+    path = ir.save(with_settings(branchy(), RunSettings(1)), tmp_path / "m.onnx")
+    sess = gspo.InferenceSession(path)
+    assert sess._session.get_session_options().intra_op_num_threads == 1
+    theirs = ort.SessionOptions()
+    theirs.intra_op_num_threads = 2
+    assert gspo.InferenceSession(path, theirs)._session.get_session_options().intra_op_num_threads == 2
+    plain = ir.save(branchy(), tmp_path / "plain.onnx")
+    assert gspo.InferenceSession(plain)._session.get_session_options().intra_op_num_threads == 0
+    np.testing.assert_allclose(sess.run(None, _feeds(sess))[0], gspo.InferenceSession(plain).run(None, _feeds(sess))[0])
