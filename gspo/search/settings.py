@@ -12,22 +12,26 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
+
 from gspo.ir import Graph
 from gspo.ir.metadata import metadata_value
 from gspo.ir.weights import np_dtype
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
 from gspo.search.trial import Option
 
-__all__ = ["MAX_WEIGHT_BYTES", "THREADED_BACKENDS", "option_backend", "settled", "settings_report", "thread_options",
-           "weight_bytes"]
+__all__ = ["MAX_SESSION_BYTES", "THREADED_BACKENDS", "option_backend", "session_bytes", "settled", "settings_report",
+           "thread_options"]
 
 #: The backends whose thread count a setting fixes (``intra_op_num_threads``, ``INFERENCE_NUM_THREADS``).
 THREADED_BACKENDS = ("ort", "openvino")
 _NAMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
 #: Each thread setting is one more session of the whole model, holding its own copy of the
-#: weights: an option with more bytes of weights than this gets no variants (two or three
-#: copies of a model this size would press on memory and on the final comparison's time share).
-MAX_WEIGHT_BYTES = 256 * 2**20
+#: weights and its own buffers for the values a run makes: an option whose tensors (inputs,
+#: weights and every value computed, :func:`session_bytes`) take more than this gets no variants
+#: (two or three sessions of a model this size would press on memory and on the final
+#: comparison's time share; a model this large is not one that thread hand-offs slow down).
+MAX_SESSION_BYTES = 256 * 2**20
 
 
 def option_backend(option: Option) -> str | None:
@@ -44,25 +48,28 @@ def option_backend(option: Option) -> str | None:
 def thread_options(options: list[Option], deadline: float | None = None, cores: int | None = None) -> list[Option]:
     """Each option on one stream and one threaded backend at every thread count worth trying
     (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
-    option whose weights exceed :data:`MAX_WEIGHT_BYTES`)."""
+    option whose tensors exceed :data:`MAX_SESSION_BYTES`)."""
     if deadline is not None and time.perf_counter() > deadline:
         return []
     out = []
     for o in options:
-        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and weight_bytes(o.graph) <= MAX_WEIGHT_BYTES:
+        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and session_bytes(o.graph) <= MAX_SESSION_BYTES:
             out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
                     for t in thread_counts(cores)]
     return out
 
 
-def weight_bytes(graph: Graph) -> int:
-    """Bytes of the graph's weights (a weight of an unknown type counted as empty)."""
+def session_bytes(graph: Graph) -> int:
+    """Bytes of every tensor of the graph of a known type and static shape: its inputs, its
+    weights and each value its nodes compute (what one session of it holds at most, with its
+    arena keeping each buffer; an unknown type or shape counted as empty)."""
     total = 0
-    for w in graph.weights.values():
-        try:
-            total += w.size * np_dtype(w.dtype).itemsize
-        except (KeyError, TypeError, ValueError):
-            pass
+    for v in graph.values.values():
+        if v.is_tensor and v.is_static:
+            try:
+                total += int(np.prod(v.shape, dtype=np.int64)) * np_dtype(v.dtype).itemsize
+            except (KeyError, TypeError, ValueError):
+                pass
     return total
 
 

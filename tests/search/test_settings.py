@@ -8,16 +8,17 @@ import sys
 import pytest
 
 from gspo.ir import load
+from gspo.ir.builder import GraphBuilder
 from gspo.ir.metadata import metadata_value, with_metadata
 from gspo.runtime import CpuExecutor, random_inputs
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, saved_settings, with_settings
 from gspo.search import optimize
 from gspo.search.settings import (
     option_backend,
+    session_bytes,
     settings_report,
     settled,
     thread_options,
-    weight_bytes,
 )
 from gspo.search.trial import Option, Outcome
 from gspo.streams import Placement, Schedule, node_id
@@ -45,13 +46,23 @@ def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_fiel
     assert thread_options(options, deadline=0.0) == []  # the time budget spent: none
 
 
-def test_a_model_with_weights_over_the_bound_gets_no_thread_variants(monkeypatch):
+def test_a_model_whose_tensors_exceed_the_bound_gets_no_thread_variants(monkeypatch):
+    """Each variant is one more session holding the weights and a buffer per value it computes."""
     g = branchy()
-    assert weight_bytes(g) == 4 * (4 * 4 * 1 * 1 + 4 * 4 * 3 * 3)  # two float32 Conv weights
-    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g) - 1)
+    activations = 5 * (1 * 4 * 8 * 8)  # x, both Convs, Add, Relu
+    assert session_bytes(g) == 4 * (activations + 4 * 4 * 1 * 1 + 4 * 4 * 3 * 3)
+    monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g) - 1)
     assert thread_options([Option("original", g)], cores=2) == []
-    monkeypatch.setattr(settings_mod, "MAX_WEIGHT_BYTES", weight_bytes(g))
+    monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g))
     assert len(thread_options([Option("original", g)], cores=2)) == 2
+
+
+def test_large_values_without_weights_count_against_the_bound():
+    """One Relu over [10000, 10000] float32: no weights, 800 MB of input and output."""
+    b = GraphBuilder("relu", seed=0)
+    big = b.output(b.op("Relu", [b.input("x", (10000, 10000))])).build()
+    assert session_bytes(big) == 2 * 4 * 10000 * 10000
+    assert thread_options([Option("original", big)], cores=2) == []
 
 
 def test_a_trial_builds_each_option_with_its_thread_setting():
