@@ -256,7 +256,10 @@ class FakeOrt:
 
 
 def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None = None, log: list | None = None):
-    """Make ``gspo.runtime.cuda`` see the fakes; returns (log, ort, cudart)."""
+    """Make ``gspo.runtime.cuda`` see the fakes; returns (log, ort, cudart). The backends'
+    cached CUDA status starts empty and is dropped after the test (a status found with the
+    fakes must not make 'cuda' available to the tests that run later)."""
+    from gspo.runtime import backends
     from gspo.runtime.cuda import common, executor
 
     log = [] if log is None else log
@@ -268,4 +271,5 @@ def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None =
     monkeypatch.setattr(common, "import_cudart", lambda: cudart)
     monkeypatch.setattr(common, "import_cuda_utils", lambda: utils)
     monkeypatch.setattr(executor, "_arenas", set())
+    monkeypatch.setattr(backends, "_cuda_checked", {})
     return log, ort, cudart
