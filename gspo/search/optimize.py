@@ -54,7 +54,7 @@ from gspo.search.placement import default_db_path, measure_crossing, mixed_place
 from gspo.search.pool import search_pieces
 from gspo.search.prepare import prepare
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
-from gspo.search.settings import settings_report, settled, thread_options
+from gspo.search.settings import option_backend, settings_report, settled, thread_options
 from gspo.search.trial import (
     MIN_ROUNDS,
     PAIRED_ALPHA,
@@ -89,12 +89,12 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
     the time budget is spent), and the whole model rewritten greedily when something can be
     batched across pieces."""
     original, work = prepared.original, prepared.work
-    options = [Option("original", original, None, (), cost_model.cost(work))]
+    options = [Option("original", original, None, (), cost_model.cost(work), kind="original")]
     # No piece changed: what the front end alone did (folded constants) is no optimization,
     # so streams, if any, go on the original as given.
     base = original if merged.key == work.key else merged
     if base.key != original.key:
-        options.append(Option("optimized", merged, None, rules, cost_model.cost(merged)))
+        options.append(Option("optimized", merged, None, rules, cost_model.cost(merged), kind="merged"))
     skipped = None
     if cfg.use_streams and not budget.fits(streams_seconds(len(base.nodes))):
         skipped = {"reason": "the time budget was spent"}
@@ -112,7 +112,7 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
             whole, counts = apply_greedily(work, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
             if whole.key not in (original.key, merged.key):
                 options.append(Option("greedy-whole-model", whole, None, tuple(Counter(counts).elements()),
-                                      cost_model.cost(whole)))
+                                      cost_model.cost(whole), kind="greedy"))
     return distinct(options), skipped
 
 
@@ -127,7 +127,7 @@ def _streams_option(base: Graph, rules: tuple[str, ...], cost_model, max_streams
     # profile's evaluation report).
     est_streams, est_one = _cost(cost_model, base, s), _cost(cost_model, base, None)
     if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
-        return Option("optimized+streams", base, s, rules, est_streams), None
+        return Option("optimized+streams", base, s, rules, est_streams, kind="streams"), None
     return None, {"estimated_ms": est_streams * 1e3, "estimated_one_stream_ms": est_one * 1e3}
 
 
@@ -145,9 +145,11 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
     options = []
     changed = merged.key != prepared.work.key  # what the front end alone did is no optimization
     for b in others:
-        options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b)))
+        options.append(Option(f"original@{b}", prepared.original, placement=Placement.whole(prepared.original, b),
+                              kind="original"))
         if changed:
-            options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b)))
+            options.append(Option(f"optimized@{b}", merged, None, rules, placement=Placement.whole(merged, b),
+                                  kind="merged"))
     crossing = sum(budget.rates.estimate(b, 2) for b in backends)
     if boundary is None or not budget.fits(crossing):
         if boundary is not None:
@@ -165,7 +167,7 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
                   refused=[{"piece": k, "backend": b, "reason": why} for k, t in enumerate(times) for b, why in t.refused.items()],
                   pieces_cached=sum(t.cached for t in times))
     if mixed is not None:
-        options.append(Option("optimized@mixed", merged, None, rules, placement=mixed))
+        options.append(Option("optimized@mixed", merged, None, rules, placement=mixed, kind="merged"))
     return options, report
 
 
@@ -279,6 +281,26 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float, alpha:
     return speed_verdict(list(outcomes), chosen, margin, alpha)[2] == "faster"
 
 
+def by_promise(options: list[Option]) -> list[Option]:
+    """The CPU's whole-model options in the order the final comparison's time goes to them (an
+    option the time budget cannot hold is skipped, and every option kept makes each timing
+    round longer): the original, then each result on one stream and one backend (onnxruntime
+    first, then each whole model on another backend, which ran most real models 1.1-1.8x
+    faster here), then schedules on several streams (never faster than one stream on a whole
+    model on these 2-core machines), then splits across backends. Ties keep their order."""
+    def rank(o: Option) -> int:
+        backend = option_backend(o)  # None: several backends or streams
+        if o.on_streams:
+            return 3
+        if backend is None:
+            return 4
+        if backend == DEFAULT_BACKEND:
+            return 0 if o.kind == "original" else 1
+        return 2
+
+    return sorted(options, key=rank)
+
+
 # ----------------------------------------------------------------- optimize
 def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Option], boundary, cfg: OptimizeConfig,
                  cost_model: CostModel, max_streams: int, cost_fn, backends: tuple[str, ...], budget: Budget):
@@ -286,7 +308,7 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
     if not budget.fits(_original_seconds(prepared, budget)):
-        original = Option("original", prepared.original, None, (), cost_model.cost(prepared.work))
+        original = Option("original", prepared.original, None, (), cost_model.cost(prepared.work), kind="original")
         return _choose_final(prepared, [original], cfg, cost_fn, budget), None, {"backends": list(backends)}
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.work
     rules = tuple(r for o in chosen for r in o.rules)
@@ -296,6 +318,8 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     placed, placement_report = ([], {"backends": ["cuda"]}) if cfg.device == "cuda" else _backend_options(
         prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, backends, budget.until_final())
     options = distinct(final + placed)
+    if cfg.device == "cpu":
+        options = by_promise(options)
     threaded = thread_options(options, budget.deadline) if cfg.device == "cpu" else []  # CPU backends' thread counts
     choice = _choose_final(prepared, distinct(options + threaded), cfg, cost_fn, budget)
     return choice, skipped, placement_report
@@ -312,7 +336,7 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, 
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
     seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.share(budget.shares.search)
     searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress, share.deadline)
-    cut = sum(1 for r in searched if r[6])
+    cut = sum(1 for r in searched if r.out_of_time)
     if cut:
         budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
                     "each piece's share of the search's time ended")

@@ -186,3 +186,23 @@ def test_a_large_input_set_is_drawn_once_and_the_report_says_so(monkeypatch):
     monkeypatch.undo()
     r = optimize(g, jobs=1, time_budget=None, **FAST)
     assert not any("verified on one" in n for n in r.report["notes"])
+
+
+def test_the_final_comparison_gives_its_time_to_one_stream_and_whole_backends_before_streams():
+    """On the CPU the options are ordered by promise: the original, the results on onnxruntime,
+    each whole model on another backend, then several streams, then a split across backends
+    (an option the budget cannot hold is skipped, so the first ones are the ones measured)."""
+    from gspo.streams import Placement
+
+    g = build("inception_v3", "tiny")
+    two = Schedule(tuple((node_id(n),) for n in g.nodes[:2]) + (tuple(node_id(n) for n in g.nodes[2:]),), ())
+    half = Placement.of({node_id(g.nodes[0]): "openvino"})
+    given = [Option("original", g, kind="original"), Option("optimized", g, kind="merged"),
+             Option("optimized+streams", g, two, kind="streams"), Option("greedy-whole-model", g, kind="greedy"),
+             Option("original@openvino", g, placement=Placement.whole(g, "openvino"), kind="original"),
+             Option("optimized@openvino", g, placement=Placement.whole(g, "openvino"), kind="merged"),
+             Option("optimized@mixed", g, placement=half, kind="merged")]
+    assert [o.label for o in opt.by_promise(given)] == [
+        "original", "optimized", "greedy-whole-model", "original@openvino", "optimized@openvino",
+        "optimized+streams", "optimized@mixed"]
+    assert opt.by_promise(given[::-1])[0].label == "original"
