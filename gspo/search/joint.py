@@ -55,4 +55,4 @@ def joint_option(merged: Graph, chosen: Sequence[Option], rules: tuple[str, ...]
         estimate = cost_fn(merged, schedule)
     except (GspoError, KeyError, TypeError, ValueError):
         estimate = None
-    return [Option("optimized+joint", merged, schedule, rules, estimate)]
+    return [Option("optimized+joint", merged, schedule, rules, estimate, kind="merged")]

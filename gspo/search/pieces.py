@@ -14,7 +14,7 @@ from gspo.search.backtrack import Candidate
 from gspo.search.budget import Budget
 from gspo.search.config import OptimizeConfig, Prepared
 from gspo.search.device import baseline_refusal, option_executor
-from gspo.search.pool import rebuild
+from gspo.search.pool import PieceSearch
 from gspo.search.report import estimated_cost
 from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick
 from gspo.streams import assign_streams
@@ -26,20 +26,20 @@ def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, max_strea
     """The unmodified piece, its greedy variant, the search's candidates (and each on one
     stream), and the unmodified piece on streams; without repeats."""
     start, improving = cands[0], cands[1:]
-    options = [Option("unmodified", piece.graph, None, (), start.cost)]
+    options = [Option("unmodified", piece.graph, None, (), start.cost, kind="unmodified")]
     if cfg.use_rules:
         greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
         if greedy.key != piece.graph.key:
-            options.append(Option("greedy", greedy, None, tuple(Counter(counts).elements())))
+            options.append(Option("greedy", greedy, None, tuple(Counter(counts).elements()), kind="greedy"))
     for i, c in enumerate(improving):
-        options.append(Option(f"candidate{i}", c.graph, c.schedule, c.applied, c.cost))
+        options.append(Option(f"candidate{i}", c.graph, c.schedule, c.applied, c.cost, kind="candidate"))
     for i, c in enumerate(improving):
         if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
-            options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied))
+            options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied, kind="substitutions"))
     if cfg.use_streams:
         s = assign_streams(piece.graph, max_streams=max_streams)
         if s.num_streams > 1:
-            options.append(Option("unmodified+streams", piece.graph, s))
+            options.append(Option("unmodified+streams", piece.graph, s, kind="streams"))
     return distinct(options)
 
 
@@ -60,15 +60,13 @@ def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timi
     return best.option, outcomes, ""
 
 
-def _piece_report(k, piece, searched, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
-    _, packed, expanded, generated, seconds, invalid, _ = searched
+def _piece_report(k, piece, searched: PieceSearch, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
     return {
-        "piece": k, "ops": piece.size, "expanded": expanded, "generated": generated, "search_s": seconds,
-        "estimated_unmodified_s": packed[0][4], "chosen": chosen.label, "note": note,
-        "invalid_rewrites": dict(invalid),
+        "piece": k, "ops": piece.size, "expanded": searched.expanded, "generated": searched.generated,
+        "search_s": searched.seconds, "estimated_unmodified_s": searched.unmodified_cost, "chosen": chosen.label,
+        "note": note, "invalid_rewrites": dict(searched.invalid_reasons),
         "candidates": [{"label": o.label, "measured_s": o.median_s, "rejected": o.rejected,
-                        "estimated_s": o.option.estimated_s if o.label.startswith("candidate") and
-                        not o.label.endswith("1stream") else None,
+                        "estimated_s": o.option.estimated_s if o.option.kind == "candidate" else None,
                         "rules": list(dict.fromkeys(o.option.rules))} for o in outcomes],
     }
 
@@ -83,8 +81,8 @@ def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> list[dict
     return capture_values(prepared.work, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs])
 
 
-def _unmodified(piece, searched) -> Option:
-    return Option("unmodified", piece.graph, None, (), searched[1][0][4])
+def _unmodified(piece, searched: PieceSearch) -> Option:
+    return Option("unmodified", piece.graph, None, (), searched.unmodified_cost, kind="unmodified")
 
 
 def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cost_fn, budget: Budget,
@@ -104,7 +102,7 @@ def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cos
             if progress:
                 progress(k + 1, len(pieces))
             continue
-        cands = [rebuild(piece.graph, p) for p in searched[k][1]]
+        cands = searched[k].candidates(piece.graph)
         options = _piece_options(piece, cands, cfg, max_streams, allowed)
         timing_budget = cfg.piece_timing_budget
         if budget.limited:

@@ -47,7 +47,12 @@ class Option:
 
     ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate;
     ``placement`` the backend of each op (``None``: onnxruntime for all); ``settings`` the
-    thread setting its runners are built with (saved in the model when it wins).
+    thread setting its runners are built with (saved in the model when it wins). ``label`` names
+    the option in a trial and in the report (unique there, never parsed); ``kind`` says what it
+    is: ``"original"`` or ``"unmodified"`` (the model or piece as given), ``"candidate"`` (a
+    search result with the streams it was estimated on), ``"substitutions"`` (a candidate's
+    rewrites on one stream), ``"greedy"``, ``"streams"`` (the given graph on Nimble's streams),
+    ``"merged"`` (the pieces' choices put together), or ``"other"``.
     """
 
     label: str
@@ -57,6 +62,7 @@ class Option:
     estimated_s: float | None = None
     placement: Placement | None = None
     settings: RunSettings = RunSettings()
+    kind: str = "other"
 
     @property
     def on_streams(self) -> bool:

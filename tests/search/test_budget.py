@@ -209,5 +209,5 @@ def test_the_search_ends_with_its_share_and_says_which_pieces_it_cut(jobs):
     parts = partition(build("inception_v3", "tiny"), 16)
     searched = search_pieces(parts.pieces, lambda g, s: cost_model.cost(g, s), OptimizeConfig(budget=40), 2, None,
                              jobs, None, deadline=time.perf_counter() - 1.0)
-    assert len(parts.pieces) > 2 and all(r[2] <= 1 for r in searched)
-    assert any(r[6] for r in searched)
+    assert len(parts.pieces) > 2 and all(r.expanded <= 1 for r in searched)
+    assert any(r.out_of_time for r in searched)
