@@ -108,14 +108,19 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     result.save(output, overwrite=force)
     r = result.report
     if report:
-        try:
-            atomic_write(report, json.dumps(r, indent=1, default=str) + "\n", overwrite=force)
-        except OutputError as e:
-            raise OutputError(f"{e}; the model was written to {output}") from None
+        _write_report(report, r, output, force)
     for note in r["notes"]:
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes) and r["dynamic_dims"] != DECLARED)
     click.echo(f"wrote {output}")
+
+
+def _write_report(path, r: dict, output, force: bool) -> None:
+    """The JSON report at ``path``, under the output rules; an error says the model was written."""
+    try:
+        atomic_write(path, json.dumps(r, indent=1, default=str) + "\n", overwrite=force)
+    except OutputError as e:
+        raise OutputError(f"{e}; the model was written to {output}") from None
 
 
 def _echo_outcome(r: dict, pinned: bool) -> None:

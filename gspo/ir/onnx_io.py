@@ -376,6 +376,13 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
         doc_string=ex.graph_doc_string or None,
         sparse_initializer=[onnx.SparseTensorProto.FromString(b) for b in ex.sparse_initializers],
     )
+    return _wrap(graph, g, schedule, placement)
+
+
+def _wrap(graph: Graph, g: onnx.GraphProto, schedule: Mapping | None, placement: Mapping | None) -> onnx.ModelProto:
+    """The model around the graph ``g`` made of ``graph``: its opsets, functions and the model's
+    own fields as loaded, its metadata, and the schedule and placement when given."""
+    ex = graph.extras
     opsets = [helper.make_opsetid(d, v) for d, v in graph.opsets]
     model = helper.make_model(
         g,
