@@ -110,7 +110,13 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
                    estimate=result.report["placement"].get("mixed_s"), optimize_s=round(time.perf_counter() - start, 1),
                    refused=len(result.report["placement"].get("refused", [])),
                    rules=result.report["substitutions"], split=_split(result.report["placement"]),
-                   settings=_settings(result.report.get("settings")))
+                   settings=_settings(result.report.get("settings")),
+                   # what decided: the first timing of every whole-model option, each contender's own
+                   # timing against the input, and what the time budget skipped
+                   final_ms={c["label"]: c["measured_ms"] and round(c["measured_ms"], 3)
+                             for c in result.report["final_candidates"]},
+                   confirmations=result.report["confirmations"],
+                   skipped=[f"{s['stage']}: {s['what']}" for s in result.report["skipped"]])
         row.update(_time(path, out, args.runs))
         if out.read_bytes() == path.read_bytes():
             # The input handed back unchanged runs exactly as the input does in onnxruntime; the
