@@ -238,6 +238,56 @@ def vad_gru():
     return VAD().eval(), (torch.randn(1, 100, 40),), ["features"], ["speech_prob"]
 
 
+def vad_if():
+    """A voice-activity detector with an ``If`` on the sample rate, scripted as such models are
+    (the TorchScript exporter writes the ``if`` as an ONNX ``If``, each branch with its own
+    encoder and LSTM): 512 samples at 16 kHz, the same window averaged to 256 at any other rate;
+    the LSTM state in and out as ``[2, batch, 128]``."""
+
+    class VAD(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc16 = torch.nn.Linear(512, 128)
+            self.enc8 = torch.nn.Linear(256, 128)
+            self.lstm16 = torch.nn.LSTM(128, 128)
+            self.lstm8 = torch.nn.LSTM(128, 128)
+            self.out = torch.nn.Linear(128, 1)
+
+        def forward(self, x, state, sr):
+            h0, c0 = state[0:1], state[1:2]
+            if bool(sr == 16000):
+                y, (h, c) = self.lstm16(torch.relu(self.enc16(x)).unsqueeze(0), (h0, c0))
+            else:
+                half = torch.nn.functional.avg_pool1d(x.unsqueeze(1), 2).squeeze(1)
+                y, (h, c) = self.lstm8(torch.relu(self.enc8(half)).unsqueeze(0), (h0, c0))
+            return torch.sigmoid(self.out(y[0])), torch.cat([h, c], 0)
+
+    args = (torch.randn(1, 512), torch.zeros(2, 1, 128), torch.tensor(16000))
+    return torch.jit.script(VAD().eval()), args, ["input", "state", "sr"], ["speech_prob", "state_out"]
+
+
+def rnn_loop():
+    """A recurrent cell (tanh of two projections) stepped over time in a scripted ``for`` loop:
+    an ONNX ``Loop`` whose body reads the projections' weights from the outer scope and
+    appends each step's output to a sequence."""
+
+    class Steps(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wx = torch.nn.Linear(64, 64)
+            self.wh = torch.nn.Linear(64, 64, bias=False)
+            self.out = torch.nn.Linear(64, 16)
+
+        def forward(self, x, h):
+            ys = []
+            for t in range(x.size(1)):
+                h = torch.tanh(self.wx(x[:, t]) + self.wh(h))
+                ys.append(self.out(h))
+            return torch.stack(ys, 1), h
+
+    return torch.jit.script(Steps().eval()), (torch.randn(1, 20, 64), torch.zeros(1, 64)), ["x", "h0"], ["y", "h"]
+
+
 BATCH = {0: "batch"}
 TOKENS = {0: "batch", 1: "sequence"}
 
@@ -273,6 +323,11 @@ CORPUS: list[Entry] = [
     Entry("whisper_encoder", "transformers WhisperEncoder (4 layers, d_model 256)", "torchscript", hf_whisper_encoder),
     Entry("crnn", "CRNN text recognizer (conv + BiLSTM + CTC head)", "torchscript", crnn, {"image": {0: "batch"}}),
     Entry("vad_gru", "voice-activity detector (GRU)", "torchscript", vad_gru),
+    # control flow, scripted: an If on an input's value, a Loop over a dynamic axis
+    Entry("vad_if", "voice-activity detector with an If on the sample rate (scripted)", "torchscript", vad_if,
+          {"input": BATCH, "state": {1: "batch"}}),
+    Entry("rnn_loop", "recurrent cell stepped over time in a scripted loop", "torchscript", rnn_loop,
+          {"x": {0: "batch", 1: "time"}, "h0": BATCH}),
     # older opsets and dynamic spatial axes, as older deployment pipelines export them
     Entry("squeezenet_opset9", "torchvision squeezenet1_1 at opset 9", "torchscript",
           torchvision_model("squeezenet1_1"), opset=9),
