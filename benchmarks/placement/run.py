@@ -219,6 +219,7 @@ def markdown(rows, meta) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", help="Only these (zoo names or corpus names).")
+    ap.add_argument("--skip", nargs="*", default=[], help="Not these (corpus names, or zoo names as zoo:NAME).")
     ap.add_argument("--time-budget", type=float, default=90.0)
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--render", action="store_true", help="Only rewrite RESULTS.md from results.json and meta.json.")
@@ -240,7 +241,7 @@ def main(argv=None) -> int:
             "openvino": backend_status("openvino")[1], "commands": earlier + [command]}
     meta_path.write_text(json.dumps(meta, indent=1) + "\n")
     with tempfile.TemporaryDirectory() as d:
-        for name, source, path in _models(args.models):
+        for name, source, path in [m for m in _models(args.models) if m[0] not in args.skip]:
             row = run_model(name, source, path, args, Path(d))
             old[name] = row
             ratio = f"{row['ratio_to_best']:.3f}" if row["ratio_to_best"] else "-"
