@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["Budget", "BuildRates", "Shares", "frontend_seconds", "partition_seconds", "streams_seconds"]
+__all__ = ["Budget", "BuildRates", "Shares", "frontend_seconds", "partition_seconds", "streams_seconds", "weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class Shares:
 #: run: onnxruntime about 0.2 ms per op on small graphs; OpenVINO's slowest whole model measured
 #: here (BERT-base, 25 ms per op) with a margin.
 PRIOR_RATES = {"ort": 2e-4, "openvino": 3e-2, "cuda": 3e-2}
+#: Seconds per byte of weights that compiling a whole model on a backend other than onnxruntime
+#: takes before one is measured in the run: OpenVINO compiled BERT-base (406 ops, 440 MB) and
+#: NASNet-A Large (1,242 ops, 350 MB) in about 10 s each, so its time follows the weights, not the
+#: ops (25 ms per op on BERT-base, 8 ms on NASNet-A Large).
+PRIOR_BYTE_RATES = {"openvino": 2.5e-8, "cuda": 2.5e-8}
 #: Seconds per op squared: building grows faster than the ops on graphs of thousands of small
 #: ops (measured on 2 loaded cores: onnxruntime 118 s for a chain of 20,000 Adds; OpenVINO
 #: 119 s for 5,000 parallel Relus, 122 s for a chain of 2,000 Adds), not on the zoo's models
@@ -106,15 +111,30 @@ class BuildRates:
         own = self.largest.get(backend, (0, PRIOR_RATES.get(backend, PRIOR_RATES["openvino"])))[1]
         return own if backend == "ort" else max(own, self.rate("ort"))
 
-    def estimate(self, backend: str, ops: int) -> float:
-        """Seconds that building a session of ``ops`` ops on ``backend`` is expected to take."""
+    def estimate(self, backend: str, ops: int, weight_bytes: int | None = None) -> float:
+        """Seconds that building a session of ``ops`` ops on ``backend`` is expected to take. A
+        whole model (``weight_bytes`` given) on a backend other than onnxruntime, before any
+        session was built on that backend in this run, is estimated from its weights
+        (:data:`PRIOR_BYTE_RATES`) and onnxruntime's rate per op; once one was, from the rate
+        per op it took (which overstates a large model's compile when learned on small pieces:
+        NASNet-A Large's put its whole model at 17-22 s, but a backend slow per op is caught)."""
         quadratic = QUADRATIC.get(backend, QUADRATIC["openvino"]) * ops * ops
-        return BUILD_FLOOR + max(self.rate(backend) * ops, quadratic)
+        linear = self.rate(backend) * ops
+        if weight_bytes is not None and backend != "ort" and backend not in self.largest:
+            linear = PRIOR_BYTE_RATES.get(backend, PRIOR_BYTE_RATES["openvino"]) * weight_bytes + self.rate("ort") * ops
+        return BUILD_FLOOR + max(linear, quadratic)
 
     def record(self, backend: str, ops: int, seconds: float) -> None:
         """A session of ``ops`` ops was built on ``backend`` in ``seconds``."""
         if ops >= self.largest.get(backend, (0, 0.0))[0]:
             self.largest[backend] = (ops, max(0.0, seconds - BUILD_FLOOR) / max(1, ops))
+
+
+#: At most this much of what is left after loading goes to the final comparison: the whole model
+#: on another backend is where most real models gained (OpenVINO ran 25 of 33 faster than
+#: onnxruntime), the pieces' search on a few; on NASNet-A Large (1,242 ops, 0.28 s a run) at
+#: --time-budget 60, half of what was left could not hold compiling it for OpenVINO and timing it.
+MAX_FINAL = 2 / 3
 
 
 class Budget:
@@ -137,6 +157,9 @@ class Budget:
         #: (shared with every child budget).
         self.skipped: list[dict[str, str]] = []
         self.rates = BuildRates()
+        #: Seconds kept for the final comparison: its share of the whole budget, or more once
+        #: :meth:`reserve_final` asked for more.
+        self.final_s = 0.0 if seconds is None else shares.final * seconds
 
     @property
     def limited(self) -> bool:
@@ -161,7 +184,7 @@ class Budget:
         child = object.__new__(Budget)
         child.seconds, child.shares, child.clock, child.started = self.seconds, self.shares, self.clock, self.started
         child.deadline = deadline if self.deadline is None or deadline is None else min(deadline, self.deadline)
-        child.skipped, child.rates = self.skipped, self.rates
+        child.skipped, child.rates, child.final_s = self.skipped, self.rates, self.final_s
         return child
 
     def share(self, fraction: float) -> Budget:
@@ -171,19 +194,40 @@ class Budget:
         now = self.clock()
         return self._child(now + fraction * max(0.0, self.deadline - now))
 
+    def reserve_final(self, seconds: float) -> None:
+        """Keep ``seconds`` for the final comparison when that is more than its share of the
+        whole budget, but never more than :data:`MAX_FINAL` of what is left now; what is kept
+        beyond the share is taken from the stages before it (:meth:`search_share`,
+        :meth:`until_final`)."""
+        if self.deadline is not None:
+            self.final_s = max(self.shares.final * self.seconds, min(seconds, MAX_FINAL * self.remaining()))
+
+    def _extra_final(self) -> float:
+        """Seconds kept for the final comparison beyond its share."""
+        return max(0.0, self.final_s - self.shares.final * self.seconds)
+
     def until_final(self) -> Budget:
-        """A child budget that ends when the final comparison's share (:attr:`Shares.final` of
-        the whole budget) must begin."""
+        """A child budget that ends when the final comparison's time (:attr:`Shares.final` of
+        the whole budget, or what :meth:`reserve_final` kept) must begin."""
         if self.deadline is None:
             return self._child(None)
-        return self._child(self.deadline - self.shares.final * self.seconds)
+        return self._child(self.deadline - self.final_s)
+
+    def search_share(self) -> Budget:
+        """The search's child budget: :attr:`Shares.search` of what is left now, less what
+        :meth:`reserve_final` kept beyond the final comparison's share."""
+        if self.deadline is None:
+            return self._child(None)
+        now = self.clock()
+        return self._child(now + self.shares.search * max(0.0, self.deadline - now - self._extra_final()))
 
     def search_seconds(self, pieces: int, jobs: int) -> float | None:
-        """Seconds of search per piece: the search's share of what is left, spread over the
-        pieces and the processes searching them (``None``: no limit)."""
+        """Seconds of search per piece: the search's share (:meth:`search_share`), spread over
+        the pieces and the processes searching them (``None``: no limit)."""
         if self.deadline is None:
             return None
-        return self.shares.search * self.remaining() * max(1, jobs) / max(1, pieces)
+        left = max(0.0, self.remaining() - self._extra_final())
+        return self.shares.search * left * max(1, jobs) / max(1, pieces)
 
     def timing_seconds(self, cap: float, fraction: float = 1.0) -> float:
         """Seconds one timing may take: ``cap``, or ``fraction`` of what is left when less."""
@@ -192,3 +236,16 @@ class Budget:
     def skip(self, stage: str, what: str, why: str) -> None:
         """Record work skipped to hold the deadline (for the report)."""
         self.skipped.append({"stage": stage, "what": what, "why": why})
+
+
+def weight_bytes(graph) -> int:
+    """Bytes of a graph's weights (a weight of an unknown element type counted as empty)."""
+    from gspo.ir.weights import np_dtype
+
+    total = 0
+    for w in graph.weights.values():
+        try:
+            total += w.size * np_dtype(w.dtype).itemsize
+        except (KeyError, TypeError, ValueError):
+            pass
+    return total

@@ -38,7 +38,7 @@ from gspo.runtime.backends import (
     backend_versions,
     check_backends,
 )
-from gspo.search.budget import Budget, Shares, partition_seconds, streams_seconds
+from gspo.search.budget import Budget, Shares, partition_seconds, streams_seconds, weight_bytes
 from gspo.search.config import OptimizeConfig, OptimizeError, OptimizeResult, Prepared
 from gspo.search.device import (
     baseline_refusal,
@@ -202,7 +202,7 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budge
         return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
     cap = cfg.final_timing_budget
     if budget.limited:
-        cap = min(cap, budget.shares.final * budget.seconds / 4)
+        cap = min(cap, budget.final_s / 4)
     with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, budget, "final",
                executor=option_executor(cfg.device)) as trial:
         differs = [o for o in trial.rejected if o.label == "optimized" and o.diffs]
@@ -281,6 +281,19 @@ def _beyond_noise(outcomes: Sequence[Outcome], label: str, margin: float, alpha:
     return speed_verdict(list(outcomes), chosen, margin, alpha)[2] == "faster"
 
 
+def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -> float:
+    """What the final comparison needs to measure the options most likely to win on a CPU: the
+    original built on onnxruntime and whole on every other backend (at the build rates the
+    budget knows), each checked on the input sets and timed in the first timing and in a
+    confirmation (their least rounds and warm-up), as the final comparison counts it when it
+    takes them in (``Trial``)."""
+    ops, size = len(prepared.original.nodes), weight_bytes(prepared.original)
+    builds = sum(budget.rates.estimate(b, ops, size) for b in backends)
+    n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
+    runs = n * len(prepared.feeds) + rounds * (sum(k + 2 for k in range(n)) + 2)
+    return builds + runs * prepared.run_s
+
+
 def by_promise(options: list[Option]) -> list[Option]:
     """The CPU's whole-model options in the order the final comparison's time goes to them (an
     option the time budget cannot hold is skipped, and every option kept makes each timing
@@ -334,7 +347,7 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, 
                     "the time budget could not hold partitioning the model")
         return None, []
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
-    seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.share(budget.shares.search)
+    seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.search_share()
     searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress, share.deadline)
     cut = sum(1 for r in searched if r.out_of_time)
     if cut:
@@ -376,6 +389,8 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     cost_model = CostModel(profile)
     prepared = prepare(model, input_shapes, inputs, cfg, budget)
     backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
+    if cfg.device == "cpu":
+        budget.reserve_final(final_seconds(prepared, backends, budget))
     cores = os.cpu_count() or 1
     max_streams, jobs = cfg.max_streams or device_streams(cfg.device, cores), cfg.jobs or cores
 

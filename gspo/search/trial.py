@@ -25,7 +25,7 @@ from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, time
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.verify import OutputDiff, Tolerance
-from gspo.search.budget import Budget, BuildRates
+from gspo.search.budget import Budget, BuildRates, weight_bytes
 from gspo.streams import Placement, Schedule
 
 __all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "MIN_ROUNDS", "PAIRED_ALPHA", "WARMUP_ROUNDS", "build_seconds", "distinct",
@@ -109,7 +109,10 @@ def build_seconds(option: Option, rates: BuildRates) -> float:
     its ops; see :class:`~gspo.search.budget.BuildRates`)."""
     if option.placement is None:
         return rates.estimate(DEFAULT_BACKEND, len(option.graph.nodes))
-    return sum(rates.estimate(b, ops) for b, ops in option.placement.counts(option.graph).items())
+    counts = option.placement.counts(option.graph)
+    if len(counts) == 1:  # the whole model on one backend
+        return rates.estimate(next(iter(counts)), len(option.graph.nodes), weight_bytes(option.graph))
+    return sum(rates.estimate(b, ops) for b, ops in counts.items())
 
 
 def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
@@ -171,12 +174,16 @@ class Trial:
 
     def _fits(self, option: Option) -> bool:
         """Whether building, checking and then timing ``option`` (at least :data:`MIN_ROUNDS`
-        rounds, beside the options already kept) ends before the budget's deadline; if not, the
-        option is skipped and the budget says so."""
+        rounds, beside the options already kept; in the final comparison, then confirming a win
+        against the original) ends before the budget's deadline; if not, the option is skipped
+        and the budget says so."""
         if self.budget is None or not self.budget.limited:
             return True
         build = build_seconds(option, self.budget.rates)
-        need = build + len(self.feeds) * self.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * self.run_s * (len(self._ok) + 2)
+        rounds = MIN_ROUNDS + WARMUP_ROUNDS
+        need = build + len(self.feeds) * self.run_s + rounds * self.run_s * (len(self._ok) + 2)
+        if self.stage == "final":  # and then a win's confirmation against the original, in a timing of its own
+            need += rounds * self.run_s * 2
         if self.budget.fits(need):
             return True
         self.budget.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "

@@ -58,6 +58,35 @@ def test_a_budget_counts_from_its_start_and_its_children_share_its_deadline_and_
     assert b.expired() and b.remaining() == 0.0 and not b.fits(0.001)
 
 
+def test_a_final_reserve_beyond_its_share_comes_out_of_the_search_and_the_stages_before_it():
+    clock = FakeClock()
+    b = Budget(100.0, Shares(search=0.5, final=0.2), clock=clock)
+    clock.now += 10  # loading took 10 s: 90 left
+    b.reserve_final(5.0)  # less than the share: the share stands
+    assert b.final_s == 20.0 and b.until_final().deadline == 180.0 and b.search_share().deadline == 155.0
+    b.reserve_final(50.0)  # 30 s beyond the share, taken from the search's base
+    assert b.final_s == 50.0 and b.until_final().deadline == 150.0
+    assert b.search_share().deadline == 110.0 + 0.5 * (90.0 - 30.0)
+    assert b.search_seconds(pieces=6, jobs=2) == pytest.approx(0.5 * 60.0 * 2 / 6)
+    b.reserve_final(1000.0)  # never more than MAX_FINAL of what is left
+    assert b.final_s == pytest.approx(budget_module.MAX_FINAL * 90.0)
+    assert b.share(0.5).final_s == b.final_s  # children see the same reserve
+    unlimited = Budget(None, clock=FakeClock())
+    unlimited.reserve_final(50.0)
+    assert unlimited.until_final().deadline is None and unlimited.search_share().deadline is None
+
+
+def test_a_whole_model_on_another_backend_is_estimated_from_its_weights_until_a_session_was_built_there():
+    rates = BuildRates()
+    size = 350 * 2**20  # NASNet-A Large's weights, 1,242 ops
+    by_weights = BUILD_FLOOR + max(budget_module.PRIOR_BYTE_RATES["openvino"] * size + PRIOR_RATES["ort"] * 1242,
+                                   QUADRATIC["openvino"] * 1242**2)
+    assert rates.estimate("openvino", 1242, size) == pytest.approx(by_weights)
+    assert rates.estimate("openvino", 1242) > 2 * by_weights  # the prior per op, for pieces
+    rates.record("openvino", 100, BUILD_FLOOR + 2.0)  # once a session was built there: its rate per op
+    assert rates.estimate("openvino", 1242, size) == pytest.approx(BUILD_FLOOR + max(0.02 * 1242, QUADRATIC["openvino"] * 1242**2))
+
+
 def test_without_a_limit_everything_fits_and_every_share_is_unlimited():
     b = Budget(None, clock=FakeClock())
     assert not b.limited and b.remaining() == math.inf and not b.expired() and b.fits(1e9)
@@ -87,7 +116,7 @@ def test_a_trial_skips_an_option_whose_build_its_budget_cannot_hold():
     g = _relus(8)
     clock = FakeClock()
     budget = Budget(1.0, clock=clock)
-    budget.rates.record("openvino", 1, 50.0)  # 50 s per op: compiling g would take minutes
+    budget.rates.record("openvino", len(g.nodes), 50.0 * len(g.nodes))  # 50 s per op on a model of its size
     options = [Option("original", g), Option("original@openvino", g, placement=Placement.whole(g, "openvino"))]
     with Trial(g, options, [random_inputs(g, 0)], budget=budget, stage="final") as trial:
         assert [o.label for o in trial.equivalent] == ["original"] and trial.rejected == []
