@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from gspo.costmodel import device_description
-from gspo.errors import first_line
+from gspo.errors import GspoError, first_line
 from gspo.ir import load, save
 from gspo.runtime import (
     SessionConfig,
@@ -66,11 +66,14 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     feeds = random_inputs(g, seed=7)
     data = path.read_bytes()
     runners, closers = [], []
+    names = [v.name for v in g.outputs]
+    openvino_refused = _openvino_refusal(data, names, feeds)
     for t in THREADS:
         ort = load_runner("ort", data, SessionConfig(intra_op_threads=t))
-        ov = load_runner("openvino", data, SessionConfig(intra_op_threads=t))
-        names = [v.name for v in g.outputs]
-        runners += [(f"ort@{t}", lambda r=ort, n=names: r.run(n, feeds)), (f"openvino@{t}", lambda r=ov, n=names: r.run(n, feeds))]
+        runners.append((f"ort@{t}", lambda r=ort, n=names: r.run(n, feeds)))
+        if openvino_refused is None:
+            ov = load_runner("openvino", data, SessionConfig(intra_op_threads=t))
+            runners.append((f"openvino@{t}", lambda r=ov, n=names: r.run(n, feeds)))
     result = load(result_path)
     placed = make_executor(result)
     closers.append(placed)
@@ -90,11 +93,21 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     finally:
         for c in closers:
             c.close()
-    best = lambda prefix: min(v for k, v in timings.items() if k.startswith(prefix + "@"))  # noqa: E731
+    best = lambda prefix: min((v for k, v in timings.items() if k.startswith(prefix + "@")), default=None)  # noqa: E731
     gspo_ms = timings["gspo"] if "gspo" in timings else best("gspo")
-    return {"ort_ms": best("ort"), "openvino_ms": best("openvino"), "gspo_ms": gspo_ms,
+    return {"ort_ms": best("ort"), "openvino_ms": best("openvino"), "gspo_ms": gspo_ms, "openvino_refused": openvino_refused,
             "equivalent": check.equivalent, "max_rel_err": check.max_norm_rel,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()}}
+
+
+def _openvino_refusal(data: bytes, names, feeds) -> str | None:
+    """Why OpenVINO cannot compile or run the model (``None``: it can); such a model is compared
+    with onnxruntime alone."""
+    try:
+        load_runner("openvino", data).run(names, feeds)
+    except GspoError as e:
+        return first_line(e)
+    return None
 
 
 def run_model(name, source, path, args, tmp: Path) -> dict:
@@ -125,7 +138,7 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
     except Exception as e:  # the model's status, one line
         row["status"] = f"{type(e).__name__}: {first_line(e)}"
         return row
-    row["ratio_to_best"] = row["gspo_ms"] / min(row["ort_ms"], row["openvino_ms"])
+    row["ratio_to_best"] = row["gspo_ms"] / min(t for t in (row["ort_ms"], row["openvino_ms"]) if t is not None)
     return row
 
 
@@ -195,8 +208,11 @@ def markdown(rows, meta) -> str:
         + (" (each later one measured again the models it names)." if len(meta["commands"]) > 1 else "."), "",
         f"**{len(ok)} of {len(rows)} models measured; gspo within 2% of the faster single backend (or faster) on "
         f"{len(within)}; equivalent on {sum(r['equivalent'] for r in ok)}.** Geometric means: gspo / onnxruntime "
-        f"{geo([r['gspo_ms'] / r['ort_ms'] for r in ok]):.3f}, gspo / OpenVINO {geo([r['gspo_ms'] / r['openvino_ms'] for r in ok]):.3f}, "
-        f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster).", "",
+        f"{geo([r['gspo_ms'] / r['ort_ms'] for r in ok]):.3f}, gspo / OpenVINO "
+        f"{geo([r['gspo_ms'] / r['openvino_ms'] for r in ok if r['openvino_ms']]):.3f} (the models OpenVINO runs), "
+        f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster). "
+        f"OpenVINO cannot compile or run {sum(1 for r in ok if not r['openvino_ms'])} of the sources "
+        "(`openvino ms` is `-`); there the better backend is onnxruntime.", "",
         "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
         "A result that is the input unchanged (`same file`) runs as the input does, so its time is onnxruntime's. "
         "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a saved thread setting (`settings`), a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
@@ -209,7 +225,8 @@ def markdown(rows, meta) -> str:
             continue
         pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
         gspo = "= ort (same file)" if r.get("same_file") else f"{r['gspo_ms']:.2f}"
-        lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {r['openvino_ms']:.2f} | {gspo} | "
+        ov = f"{r['openvino_ms']:.2f}" if r["openvino_ms"] else "-"
+        lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {ov} | {gspo} | "
                      f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {r.get('settings', 'default')} | "
                      f"{'yes' if r['equivalent'] else 'NO'} |")
     notes = ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]] if meta.get("notes") else []
