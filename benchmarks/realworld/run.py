@@ -204,7 +204,7 @@ def write_markdown(rows: list[dict], meta: dict) -> str:
 
 def _other_runs(rows: list[dict], meta: dict) -> list[str]:
     """Lines naming the runs that measured rows kept from before (``--models`` measures some again)."""
-    this = f"{meta['date']}: `{meta['command']}`"
+    this = _measured(meta)
     others = sorted({r.get("measured", PREVIOUS_RUN) for r in rows} - {this})
     if not others:
         return []
@@ -212,7 +212,13 @@ def _other_runs(rows: list[dict], meta: dict) -> list[str]:
 
 
 #: The run that measured the rows recorded before each row named its own run.
-PREVIOUS_RUN = "2026-11-24: `.venv/bin/python benchmarks/realworld/run.py --time-budget 60 --runs 20`"
+PREVIOUS_RUN = ("2026-11-24 on cpu:Intel(R) Xeon(R) Processor:2c (x86_64): "
+                "`.venv/bin/python benchmarks/realworld/run.py --time-budget 60 --runs 20`")
+
+
+def _measured(meta: dict) -> str:
+    """The run that measured a row: its date, machine and command."""
+    return f"{meta['date']} on {meta['machine']}: `{meta['command']}`"
 
 
 def _meta(argv) -> dict:
@@ -266,7 +272,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             row = run_model(name, manifest[name], args, Path(tmp))
-            row["measured"] = f"{meta['date']}: `{meta['command']}`"
+            row["measured"] = _measured(meta)
             old[name] = row
             sp = f"x{row['speedup']:.3f}" if row["speedup"] else "-"
             print(f"{name:<24} {row['status'][:80]:<10} equivalent={row['equivalent']} {sp} {row['rules']}", flush=True)
