@@ -101,7 +101,9 @@ def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> 
 def noise(reference: Sequence[float], other: Sequence[float]) -> float:
     """How much the machine moved the paired ratio of two versions between rounds: the
     interquartile range of ``log(other / reference)``. The gate takes it between the source and
-    the baseline artifact, which the candidate cannot change. On a quiet 2-core machine it is a
+    the baseline artifact, which the candidate cannot change, or between the baseline and the
+    candidate when that ratio is steadier (the source, at its users' thread setting, can jitter
+    by itself on a model of microseconds). On a quiet 2-core machine it is a
     few percent; when other work competes for the cores it reaches 15-85% (measured with 8
     runnable processes on 2 cores), and no 5% threshold can be resolved in it."""
     logs = [math.log(o / r) for r, o in zip(reference, other)]

@@ -152,3 +152,27 @@ def test_a_slowdown_far_beyond_the_noise_is_still_regressed_on_a_busy_machine():
 def test_the_noise_of_a_quiet_machine_is_a_few_percent():
     j = judge_rounds(scripted(constant(1.0), seed=0), 30, 0.05)
     assert j.noise < 0.08
+
+
+def test_a_source_that_jitters_by_itself_does_not_hide_a_steady_comparison():
+    """The source at its users' thread setting jitters alone (a tiny model on two threads: up to
+    2x in any round) while the baseline and the candidate, at their saved setting, hold steady:
+    the rounds resolve the threshold, so an unchanged candidate is ok and a 10% slower one
+    REGRESSED, never ERROR."""
+    def timer_for(factor, seed=0):
+        rng = np.random.default_rng(seed)
+
+        def timer(count):
+            out = {"source": [], "baseline": [], "candidate": []}
+            for _ in range(count):
+                out["source"].append(30.0 * (1 + rng.random() ** 2))
+                out["baseline"].append(10.0 * (1 + 0.01 * rng.standard_normal()))
+                out["candidate"].append(10.0 * factor * (1 + 0.01 * rng.standard_normal()))
+            return out
+        return timer
+
+    for seed in range(5):
+        steady = judge_rounds(timer_for(1.0, seed), 30, 0.05)
+        assert steady.verdict == "ok" and steady.noise < 0.05, (seed, steady.verdict, steady.noise)
+        slower = judge_rounds(timer_for(1.10, seed), 30, 0.05)
+        assert slower.verdict == "REGRESSED", (seed, slower.verdict)
