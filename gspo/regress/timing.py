@@ -11,6 +11,7 @@ through all orders, so every version's ``r``-th sample is paired with the others
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -24,6 +25,20 @@ __all__ = ["Bench", "WARMUP"]
 
 #: Untimed rounds before the first timed one (sessions allocate on their first runs).
 WARMUP = 3
+#: A timed sample lasts at least this long: a version of a model of microseconds is called this
+#: many seconds' worth of times in a row (one call of a sub-millisecond model moved 18-29% from
+#: round to round on these 2-core machines).
+MIN_SAMPLE_S = 0.002
+#: The most calls in one sample.
+MAX_CALLS = 1000
+
+
+def _repeated(run, calls: int):
+    """``run`` called ``calls`` times in a row, as one sample."""
+    def many():
+        for _ in range(calls):
+            run()
+    return many
 
 
 class Bench:
@@ -68,15 +83,26 @@ class Bench:
         the second right after the first in two rounds of three, and never the other way round).
         """
         runners = [(label, timed_runner(ex, feeds)) for label, ex in self.executors.items()]
-        orders = list(itertools.permutations(runners)) if len(runners) <= 4 else [runners]
-        out: dict[str, list[float]] = {label: [] for label, _ in runners}
         if warmup:
             interleaved(runners, 1, warmup - 1)
+        calls = self._calls(runners)
+        if calls > 1:
+            runners = [(label, _repeated(run, calls)) for label, run in runners]
+        orders = list(itertools.permutations(runners)) if len(runners) <= 4 else [runners]
+        out: dict[str, list[float]] = {label: [] for label, _ in runners}
         for r in range(count):
             for t in interleaved(list(orders[(self._round + r) % len(orders)]), 1, 0):
-                out[t.label].extend(t.seconds)
+                out[t.label].extend(s / calls for s in t.seconds)
         self._round += count
         return out
+
+    def _calls(self, runners) -> int:
+        """Calls per timed sample, the same for every version: enough that the fastest version's
+        sample lasts :data:`MIN_SAMPLE_S` (one on a device, whose events time each call)."""
+        if any(hasattr(ex, "timed_runner") for ex in self.executors.values()):
+            return 1
+        fastest = min(min(t.seconds) for t in interleaved(runners, 1, 0))
+        return max(1, min(MAX_CALLS, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-9))))
 
     def close(self) -> None:
         """Free every executor."""

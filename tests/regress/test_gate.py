@@ -146,8 +146,10 @@ def test_plot_needs_a_baseline_and_writes_a_png(tmp_path, recorded):
     assert r.exit_code == 0 and (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_each_version_follows_each_other_equally_often():
+def test_each_version_follows_each_other_equally_often(monkeypatch):
     from gspo.regress.timing import Bench
+
+    monkeypatch.setattr(Bench, "_calls", lambda self, runners: 1)  # one call a sample
 
     calls = []
 
@@ -168,6 +170,35 @@ def test_each_version_follows_each_other_equally_often():
     pairs = [(a, b) for r in range(12) for a, b in zip(calls[3 * r:3 * r + 2], calls[3 * r + 1:3 * r + 3])]
     counts = {p: pairs.count(p) for p in set(pairs)}
     assert len(counts) == 6 and set(counts.values()) == {4}  # every ordered pair, 4 times each
+
+
+def test_a_sample_of_a_model_of_microseconds_is_many_calls_in_a_row():
+    """Every version is called the same number of times per sample, enough for the fastest to
+    last MIN_SAMPLE_S; a sample is the seconds of one call."""
+    import time
+
+    from gspo.regress import timing
+
+    calls = {"fast": 0, "slow": 0}
+
+    class Fake:
+        def __init__(self, label, seconds):
+            self.label, self.seconds = label, seconds
+
+        def run(self, feeds):
+            calls[self.label] += 1
+            time.sleep(self.seconds)
+
+        def close(self):
+            pass
+
+    bench = timing.Bench({})
+    bench.executors = {"fast": Fake("fast", 0.0002), "slow": Fake("slow", 0.0004)}
+    samples = bench.rounds({}, 4, warmup=0)
+    per_sample = (calls["fast"] - 1) // 4  # one calibration call first
+    assert calls["fast"] == calls["slow"] and 2 <= per_sample <= timing.MIN_SAMPLE_S / 0.0002
+    assert all(len(v) == 4 for v in samples.values())
+    assert all(0.0002 <= t < 0.002 for t in samples["fast"]) and min(samples["slow"]) >= 0.0004
 
 
 def test_a_baseline_artifact_changed_after_recording_is_error(tmp_path, recorded):
