@@ -26,9 +26,10 @@ __all__ = ["Bench", "WARMUP"]
 #: Untimed rounds before the first timed one (sessions allocate on their first runs).
 WARMUP = 3
 #: A timed sample lasts at least this long: a version of a model of microseconds is called this
-#: many seconds' worth of times in a row (one call of a sub-millisecond model moved 18-29% from
-#: round to round on these 2-core machines).
-MIN_SAMPLE_S = 0.002
+#: many seconds' worth of times in a row. On the 2-core EPYC the tiny zoo models' paired ratios
+#: moved 18-111% between rounds of one call each and 17-30% with 2 ms samples (the gate's
+#: "too noisy to measure"); with 10 ms samples all seven were measured, in two runs of two.
+MIN_SAMPLE_S = 0.01
 #: The most calls in one sample.
 MAX_CALLS = 1000
 
