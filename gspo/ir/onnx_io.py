@@ -48,6 +48,7 @@ __all__ = [
     "serialize",
     "parse_input_shapes",
     "node_op_types",
+    "saved_metadata",
     "saved_plan",
     "check_graph",
     "save_bytes",
@@ -76,9 +77,9 @@ def node_op_types(path: str | os.PathLike) -> list[str]:
     return [n.op_type for n in onnx.load(os.fspath(path), load_external_data=False).graph.node]
 
 
-def saved_plan(path: str | os.PathLike) -> tuple[str, str]:
-    """The schedule and placement JSON ``gspo optimize`` saved in the model at ``path`` (""
-    for each it did not save), read without its weights.
+def saved_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The metadata of the model at ``path`` (``gspo optimize``'s schedule, placement and
+    settings among it), read without its weights.
 
     Raises:
         ModelLoadError: the file cannot be read as an ONNX model.
@@ -87,7 +88,13 @@ def saved_plan(path: str | os.PathLike) -> tuple[str, str]:
         model = onnx.load(os.fspath(path), load_external_data=False)
     except Exception as e:
         raise ModelLoadError(f"{path}: not an ONNX model ({_first_line(e)})") from None
-    props = {p.key: p.value for p in model.metadata_props}
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def saved_plan(path: str | os.PathLike) -> tuple[str, str]:
+    """The schedule and placement JSON ``gspo optimize`` saved in the model at ``path`` (""
+    for each it did not save), read without its weights (see :func:`saved_metadata`)."""
+    props = saved_metadata(path)
     return props.get(SCHEDULE_KEY, ""), props.get(PLACEMENT_KEY, "")
 
 

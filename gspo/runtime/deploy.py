@@ -23,7 +23,7 @@ from typing import Any
 
 from gspo.errors import GspoError
 from gspo.ir import Value, load
-from gspo.ir.onnx_io import saved_plan
+from gspo.ir.onnx_io import PLACEMENT_KEY, SCHEDULE_KEY, saved_metadata
 from gspo.ir.weights import np_dtype
 from gspo.runtime.executor import make_executor
 from gspo.runtime.session import SessionConfig, ort, session_options
@@ -41,16 +41,14 @@ class NodeArg:
     shape: list
 
 
-def _plain_session(path, sess_options: Any, providers: list[str]):
+def _plain_session(path, props: dict[str, str], sess_options: Any, providers: list[str]):
     """onnxruntime's session of ``path``; without ``sess_options``, at the thread setting
-    ``gspo optimize`` saved in the model (``gspo.settings``), if any."""
-    session = ort.InferenceSession(os.fspath(path), sess_options, providers=providers)
+    ``gspo optimize`` saved in the model's metadata ``props`` (``gspo.settings``), if any."""
     if sess_options is None:
-        saved = settings_from_metadata(session.get_modelmeta().custom_metadata_map)
+        saved = settings_from_metadata(props)
         if not saved.is_default:
-            session = ort.InferenceSession(os.fspath(path), session_options(ort, threads=saved.threads),
-                                           providers=providers)
-    return session
+            sess_options = session_options(ort, threads=saved.threads)
+    return ort.InferenceSession(os.fspath(path), sess_options, providers=providers)
 
 
 def _node_arg(v: Value) -> NodeArg:
@@ -80,11 +78,12 @@ class InferenceSession:
 
     def __init__(self, path: str | os.PathLike, sess_options: Any = None, providers: Sequence[str] | None = None,
                  streams: int | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None):
-        schedule, placement = saved_plan(path)
+        props = saved_metadata(path)
+        schedule, placement = props.get(SCHEDULE_KEY, ""), props.get(PLACEMENT_KEY, "")
         self._executor = None
         self._session = None
         if streams == 1 or (streams is None and not schedule and not placement):
-            self._session = _plain_session(path, sess_options, list(providers or ["CPUExecutionProvider"]))
+            self._session = _plain_session(path, props, sess_options, list(providers or ["CPUExecutionProvider"]))
             self.run = self._session.run  # onnxruntime's own: nothing in between
             return
         graph = load(path, input_shapes)

@@ -26,6 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gspo.ir.features import nbytes
+
 __all__ = ["Budget", "BuildRates", "Shares", "frontend_seconds", "partition_seconds", "streams_seconds", "weight_bytes"]
 
 
@@ -240,12 +242,5 @@ class Budget:
 
 def weight_bytes(graph) -> int:
     """Bytes of a graph's weights (a weight of an unknown element type counted as empty)."""
-    from gspo.ir.weights import np_dtype
-
-    total = 0
-    for w in graph.weights.values():
-        try:
-            total += w.size * np_dtype(w.dtype).itemsize
-        except (KeyError, TypeError, ValueError):
-            pass
-    return total
+    values = graph.values
+    return sum(nbytes(values[name]) for name in graph.weights)

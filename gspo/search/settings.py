@@ -12,11 +12,9 @@ from __future__ import annotations
 import dataclasses
 import time
 
-import numpy as np
-
 from gspo.ir import Graph
+from gspo.ir.features import nbytes
 from gspo.ir.metadata import metadata_value
-from gspo.ir.weights import np_dtype
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
 from gspo.search.trial import Option
 
@@ -63,14 +61,7 @@ def session_bytes(graph: Graph) -> int:
     """Bytes of every tensor of the graph of a known type and static shape: its inputs, its
     weights and each value its nodes compute (what one session of it holds at most, with its
     arena keeping each buffer; an unknown type or shape counted as empty)."""
-    total = 0
-    for v in graph.values.values():
-        if v.is_tensor and v.is_static:
-            try:
-                total += int(np.prod(v.shape, dtype=np.int64)) * np_dtype(v.dtype).itemsize
-            except (KeyError, TypeError, ValueError):
-                pass
-    return total
+    return sum(nbytes(v) for v in graph.values.values() if v.is_tensor)
 
 
 def settled(original: Graph, graph: Graph, settings: RunSettings, source: bytes | None) -> tuple[Graph, bytes | None]:
