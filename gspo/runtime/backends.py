@@ -25,6 +25,7 @@ import numpy as np
 
 from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
+from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
 from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
@@ -110,22 +111,47 @@ def backend_versions(names: Sequence[str]) -> str:
 
 
 class _OpenVinoRunner:
-    """An OpenVINO compiled model behind onnxruntime's ``run(names, feeds)``."""
+    """An OpenVINO compiled model behind onnxruntime's ``run(names, feeds)``.
+
+    The inputs are read in place. An output of fixed shape of
+    :data:`~gspo.runtime.buffers.LARGE_OUTPUT` bytes or more is written straight into an array of
+    :data:`~gspo.runtime.buffers.BUFFERS` (OpenVINO's own buffer for it is let go); other outputs
+    come back as copies of OpenVINO's.
+    """
 
     def __init__(self, compiled):
         self._compiled = compiled
         self._request = compiled.create_infer_request()
-        self._outputs = {name: port for port in compiled.outputs for name in port.get_names()}
+        #: each output name's port and its position among the model's outputs
+        self._outputs = {name: (i, port) for i, port in enumerate(compiled.outputs) for name in port.get_names()}
+        self._large = {}
+        for i, port in enumerate(compiled.outputs):
+            shape = port.get_partial_shape()
+            if not shape.is_static:
+                continue
+            dtype = np.dtype(port.get_element_type().to_dtype())
+            dims = tuple(int(d) for d in shape.to_shape())
+            if dtype.kind in "biufc" and int(np.prod(dims, dtype=np.int64)) * dtype.itemsize >= LARGE_OUTPUT:
+                self._large[i] = (dims, dtype)
+        if self._large:
+            self._bind()  # OpenVINO frees the buffers it allocated for them when it compiled
+
+    def _bind(self) -> dict[int, np.ndarray]:
+        """Point each large output at an array of the pool; the arrays by output index."""
+        held = {i: BUFFERS.take(*spec) for i, spec in self._large.items()}
+        for i, array in held.items():
+            self._request.set_output_tensor(i, _openvino().Tensor(array, shared_memory=True))
+        return held
 
     def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        # The inputs are read in place (not copied into the request); the outputs come back as
-        # arrays of their own (share_outputs is off), so they are not copied again.
+        held = self._bind() if self._large else {}
         try:
-            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()}, share_inputs=True)
+            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()}, share_inputs=True,
+                                         share_outputs=True)
         except Exception as e:
             raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
-        # share_outputs is off: each output is already a copy of its own, so no second copy
-        return [result[self._outputs[n]] for n in names]
+        ports = [self._outputs[n] for n in names]
+        return [held[i] if i in held else result[port].copy() for i, port in ports]
 
 
 def _reason(e: Exception) -> str:
@@ -145,6 +171,8 @@ def _openvino_core():
 
 
 def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
+    # OpenVINO allocates every output as it compiles; the pool's idle arrays go first
+    BUFFERS.clear()
     core = _openvino_core()
     config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
     if threads:

@@ -10,7 +10,10 @@ import numpy as np
 
 from gspo.errors import GspoError, first_line
 from gspo.ir import Graph, serialize
+from gspo.ir.features import nbytes
 from gspo.ir.onnx_io import external_dir
+from gspo.ir.weights import np_dtype
+from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
 from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
@@ -101,13 +104,15 @@ def session_options(ort, *, threads: int | None = None, allow_spinning: bool | N
 
 
 def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
-                 optimized_path: str | None = None) -> ort.InferenceSession:
+                 optimized_path: str | None = None):
     """An ``InferenceSession`` over a graph or serialized model bytes; with ``optimized_path``,
     onnxruntime also writes the graph it will run there (after its fusions and layout changes).
 
     A graph whose weights are in external data is passed with its weights still in their files
     (onnxruntime reads them from there): no copy of them in the serialized model, which stays
-    below protobuf's 2 GB limit however large the weights are.
+    below protobuf's 2 GB limit however large the weights are. A graph's outputs of
+    :data:`~gspo.runtime.buffers.LARGE_OUTPUT` bytes or more are written into reused arrays
+    (:mod:`gspo.runtime.buffers`); the session is otherwise onnxruntime's own.
     """
     folder = external_dir(model) if isinstance(model, Graph) else ""
     try:
@@ -119,9 +124,59 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
                          inter_op_threads=(os.cpu_count() or 1) if config.parallel_mode else 1,
                          parallel=config.parallel_mode, entries={_EXTERNAL_FOLDER: folder} if folder else None)
     try:
-        return ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
+        session = ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:
         raise BackendError(f"onnxruntime cannot load the model: {first_line(e)}") from None
+    large = _large_outputs(model) if isinstance(model, Graph) else {}
+    return _BoundSession(session, large) if large else session
+
+
+def _large_outputs(graph: Graph) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The outputs of :data:`~gspo.runtime.buffers.LARGE_OUTPUT` bytes or more, with their
+    shapes and types; none when an input is not a tensor (they are bound as arrays)."""
+    if not all(v.is_tensor for v in graph.inputs):
+        return {}
+    out = {}
+    for v in graph.outputs:
+        if v.is_tensor and v.is_static and nbytes(v) >= LARGE_OUTPUT:
+            out[v.name] = (tuple(v.shape), np_dtype(v.dtype))
+    return out
+
+
+class _BoundSession:
+    """An ``InferenceSession`` whose large outputs onnxruntime writes into arrays of
+    :data:`~gspo.runtime.buffers.BUFFERS` (not into blocks its arena then keeps); everything
+    else is the session's own."""
+
+    def __init__(self, session, large: dict[str, tuple[tuple[int, ...], np.dtype]]):
+        self._session, self._large = session, large
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+    def run(self, output_names, input_feed, run_options=None):
+        names = list(output_names or [o.name for o in self._session.get_outputs()])
+        if not self._large or not any(n in self._large for n in names):
+            return self._session.run(names, input_feed, run_options)
+        io = self._session.io_binding()
+        feeds = {k: np.ascontiguousarray(v) for k, v in input_feed.items()}  # alive until the run ends
+        for k, v in feeds.items():
+            io.bind_cpu_input(k, v)
+        held = {}
+        for n in names:
+            if n in self._large:
+                shape, dtype = self._large[n]
+                held[n] = BUFFERS.take(shape, dtype)
+                io.bind_output(n, "cpu", 0, dtype, list(shape), held[n].ctypes.data)
+            else:
+                io.bind_output(n, "cpu")
+        try:
+            self._session.run_with_iobinding(io, run_options)
+        except Exception:  # a declared shape the model does not keep: run as onnxruntime does
+            self._large = {}
+            return self._session.run(names, input_feed, run_options)
+        values = io.get_outputs()
+        return [held[n] if n in held else values[i].numpy() for i, n in enumerate(names)]
 
 
 def load_refusal(data: bytes) -> str | None:

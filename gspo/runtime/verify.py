@@ -20,7 +20,7 @@ one by the same criterion.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime.inputs import random_inputs
 from gspo.runtime.session import SessionConfig, make_session, run
+from gspo.runtime.spill import SpilledArray
 
 __all__ = ["DEFAULT_RTOL", "DEFAULT_ATOL", "DEFAULT_NTOL", "OutputDiff", "Tolerance", "VerifyResult",
            "compare_outputs", "verify"]
@@ -104,11 +105,27 @@ def _fail(name: str, reason: str) -> OutputDiff:
 _CHUNK = 1 << 16
 
 
-def _chunks(a: np.ndarray, b: np.ndarray):
+def _flat(x) -> Iterator[np.ndarray]:
+    """``x``'s elements in C order, a chunk at a time (read from its file when spilled)."""
+    if isinstance(x, SpilledArray):
+        yield from x.chunks(_CHUNK)
+        return
+    flat = np.ravel(x)
+    for start in range(0, flat.size, _CHUNK):
+        yield flat[start:start + _CHUNK]
+
+
+def _chunks(a, b):
     """``a`` and ``b`` flattened, as float64, a chunk at a time."""
-    fa, fb = np.ravel(a), np.ravel(b)
-    for start in range(0, fa.size, _CHUNK):
-        yield fa[start:start + _CHUNK].astype(np.float64), fb[start:start + _CHUNK].astype(np.float64)
+    for ca, cb in zip(_flat(a), _flat(b)):
+        yield ca.astype(np.float64), cb.astype(np.float64)
+
+
+def _equal(a, b) -> bool:
+    """Whether ``a`` and ``b`` (same shape) hold the same elements."""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.array_equal(a, b))
+    return all(np.array_equal(ca, cb) for ca, cb in zip(_flat(a), _flat(b)))
 
 
 def _special_places(name: str, a: np.ndarray, b: np.ndarray) -> tuple[OutputDiff | None, float, bool]:
@@ -131,7 +148,7 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff
     if a.shape != b.shape:
         return _fail(name, f"shape {list(b.shape)} instead of {list(a.shape)}")
     if a.dtype.kind not in "fc":
-        same = bool(np.array_equal(a, b))
+        same = _equal(a, b)
         return OutputDiff(name, 0.0, 0.0, True) if same else _fail(name, "values differ")
     tol = tol.for_dtype(a.dtype)
     failed, scale, any_finite = _special_places(name, a, b)
@@ -170,7 +187,7 @@ def _leaves(x, path: str, out: list) -> str | None:
 
 def _diff_any(name: str, a, b, tol: Tolerance) -> OutputDiff:
     """:func:`_diff` for tensors; for other outputs the same structure, then each leaf compared."""
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+    if isinstance(a, (np.ndarray, SpilledArray)) and isinstance(b, (np.ndarray, SpilledArray)):
         return _diff(name, a, b, tol)
     la: list = []
     lb: list = []

@@ -24,6 +24,7 @@ from gspo.ir import Graph
 from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, timed_runner
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
+from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance
 from gspo.search.budget import Budget, BuildRates, weight_bytes
 from gspo.streams import Placement, Schedule
@@ -144,6 +145,7 @@ class Trial:
         self._ok: list[tuple[Option, CpuExecutor, tuple[OutputDiff, ...]]] = []
         #: Seconds of one run of the reference (what an option's checks and timing are expected to take).
         self.run_s = 0.0
+        self._spill = Spill()  # large reference outputs wait in a file, not beside the candidates'
         try:
             expected = self._reference(reference)
             for option in options:
@@ -156,6 +158,8 @@ class Trial:
         except BaseException:
             self.close()
             raise
+        finally:
+            self._spill.close()
 
     def _reference(self, reference: Graph) -> list[dict[str, np.ndarray]]:
         """Build and run the reference (timed: the budget learns what building and running cost)."""
@@ -164,7 +168,7 @@ class Trial:
             ref = _executor(reference, None)
             built = time.perf_counter()
             self.executors.append(ref)
-            expected = [ref.run(f) for f in self.feeds]
+            expected = self._spill.outputs([ref.run(f) for f in self.feeds])
         except GspoError as e:
             raise ReferenceError_(str(e)) from None
         self.run_s = (time.perf_counter() - built) / max(1, len(self.feeds))

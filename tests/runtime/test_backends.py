@@ -133,3 +133,31 @@ def test_every_backend_returns_outputs_of_their_own_and_reads_inputs_in_place():
         runner.run(names, {"x": -x})
         np.testing.assert_array_equal(first, first_copy)
         np.testing.assert_array_equal(x, kept)
+
+
+def test_openvinos_large_outputs_go_into_pooled_arrays_a_caller_keeps(monkeypatch):
+    if not backend_status("openvino")[0]:
+        pytest.skip("OpenVINO is not installed")
+    import gspo.runtime.backends as backends
+    from gspo.ir.builder import GraphBuilder
+
+    monkeypatch.setattr(backends, "LARGE_OUTPUT", 16)  # every output here is "large"
+    b = GraphBuilder(seed=3)
+    x = b.input("x", (6, 6))
+    g = b.output(b.op("Relu", [x]), b.op("Neg", [x])).build()
+    runner = load_runner("openvino", g, SessionConfig())
+    assert len(runner._large) == 2
+    names = list(g.output_names())
+    x1 = np.arange(36, dtype=np.float32).reshape(6, 6) - 18
+    first = runner.run(names, {"x": x1})
+    kept = [a.copy() for a in first]
+    second = runner.run(names, {"x": -x1})
+    np.testing.assert_array_equal(first[0], np.maximum(x1, 0))
+    np.testing.assert_array_equal(first[1], -x1)
+    np.testing.assert_array_equal(second[0], np.maximum(-x1, 0))
+    for a, k in zip(first, kept):  # the second run wrote elsewhere
+        np.testing.assert_array_equal(a, k)
+    del first, second, a
+    third = runner.run(names[::-1], {"x": x1})  # arrays let go are used again, in any order
+    np.testing.assert_array_equal(third[0], -x1)
+    np.testing.assert_array_equal(third[1], np.maximum(x1, 0))

@@ -63,3 +63,44 @@ def test_make_session_builds_its_options_from_the_config():
     par = make_session(branchy(), SessionConfig(parallel_mode=True)).get_session_options()
     assert par.inter_op_num_threads == (os.cpu_count() or 1)
     assert par.get_session_config_entry("session.inter_op.allow_spinning") == "0"
+
+
+# ------------------------------------------------------------------ large outputs
+def _wide(n=6):
+    from gspo.ir.builder import GraphBuilder
+
+    b = GraphBuilder(seed=3)
+    x = b.input("x", (n, n))
+    return b.output(b.op("Relu", [x]), b.op("Neg", [x])).build()
+
+
+def test_large_outputs_are_written_into_pooled_arrays_a_caller_keeps(monkeypatch):
+    import gspo.runtime.session as session
+
+    monkeypatch.setattr(session, "LARGE_OUTPUT", 16)  # every output here is "large"
+    g = _wide()
+    sess = make_session(g)
+    assert isinstance(sess, session._BoundSession)
+    x1 = np.arange(36, dtype=np.float32).reshape(6, 6) - 18
+    x2 = -x1
+    first = sess.run(None, {"x": x1})
+    kept = [a.copy() for a in first]
+    second = sess.run(None, {"x": x2})
+    np.testing.assert_array_equal(first[0], np.maximum(x1, 0))
+    np.testing.assert_array_equal(first[1], -x1)
+    np.testing.assert_array_equal(second[0], np.maximum(x2, 0))
+    for a, b in zip(first, kept):  # the first run's outputs were not overwritten by the second
+        np.testing.assert_array_equal(a, b)
+    assert sess.get_outputs()[0].name == g.output_names()[0]  # the rest is the session's own
+
+
+def test_only_large_outputs_are_bound_and_a_wrong_declared_shape_falls_back(monkeypatch):
+    import gspo.runtime.session as session
+
+    assert not isinstance(make_session(_wide()), session._BoundSession)  # 144 B: plain
+    monkeypatch.setattr(session, "LARGE_OUTPUT", 16)
+    sess = make_session(_wide())
+    sess._large = {k: ((3, 3), v[1]) for k, v in sess._large.items()}  # a shape the model does not give
+    x = np.ones((6, 6), np.float32)
+    out = sess.run(None, {"x": x})
+    assert out[0].shape == (6, 6) and sess._large == {}
