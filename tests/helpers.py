@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
@@ -68,3 +71,29 @@ def one_line_error(result, code=2) -> str:
     assert len(lines) == 1 and lines[0].startswith("gspo: error: "), result.output
     assert "Traceback" not in result.output
     return lines[0]
+
+
+def documented_report_keys() -> list[str]:
+    """The report's keys in the order docs/optimize.md lists them (``gspo optimize --report``)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "optimize.md").read_text()
+    listed = re.search(r"Its keys, in this order: (.*?)\.\n", text, re.S)
+    assert listed, "docs/optimize.md lists the report's keys"
+    return re.findall(r"`(\w+)`", listed.group(1))
+
+
+def sample_report(**fields):
+    """A :class:`~gspo.search.report.Report` of a faster model, with ``fields`` changed."""
+    from gspo.search.report import Report
+
+    base = dict(
+        model="m", machine="cpu:test:2c", profile="cpu", profile_device="cpu:test:2c", pieces=2, threshold=64,
+        cut_weight=0.0, frontend={"nodes_in_file": 3, "nodes_plain": 3, "used": False}, notes=[], dynamic_dims=None,
+        search_seconds=1.0, total_seconds=2.0, latency_before_ms=3.4, latency_after_ms=3.1, speedup=1.097,
+        timing_spread=0.12, rounds_faster=[57, 60], verdict="faster", estimated_before_ms=3.0,
+        estimated_after_ms=3.0, chosen="optimized", select="measured", unchanged=False, substitutions={},
+        streams=1, syncs=0, equivalence={}, max_rel_err=0.0, candidates_rejected_by_verification=0, rejected=[],
+        invalid_rewrites={}, final_candidates=[], confirmations=[], final_streams_skipped=None, pieces_detail=[],
+        config={}, inputs="random", device={"device": "cpu"}, settings={"advice": None}, placement={"chosen": {}},
+        skipped=[],
+    )
+    return Report(**{**base, **fields})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from gspo import ir
 from gspo.cli import cli
 from gspo.ir import Literal
-from tests.helpers import branchy, one_line_error, relu_model
+from tests.helpers import branchy, documented_report_keys, one_line_error, relu_model, sample_report
 
 
 def gspo(*args):
@@ -226,6 +227,7 @@ def test_optimize_command(tmp_path):
     assert "latency" in result.output and "substitutions:" in result.output and f"wrote {out}" in result.output
     data = json.loads(report.read_text())
     assert data["pieces"] >= 1 and "pieces_detail" in data and data["select"] == "estimated"
+    assert list(data) == documented_report_keys()  # every key, in the documented order
     assert gspo("verify", src, out).exit_code == 0
     assert "-o is an input file" in one_line_error(gspo("optimize", src, "-o", src))
     assert "'--alpha': '0.5' is not in [1, inf)" in one_line_error(gspo("optimize", src, "-o", tmp_path / "x.onnx", "--alpha", "0.5"))
@@ -293,14 +295,10 @@ def test_optimize_says_in_how_many_rounds_a_kept_change_was_faster(capsys):
     """A change kept by the sign test over the rounds, not by the spread, says so."""
     from gspo.cli.optimize import _echo_outcome
 
-    r = {"latency_before_ms": 3.4, "latency_after_ms": 3.1, "speedup": 1.097, "timing_spread": 0.12,
-         "rounds_faster": [57, 60], "estimated_before_ms": 3.0, "estimated_after_ms": 3.0, "unchanged": False,
-         "verdict": "faster", "substitutions": {}, "streams": 1, "syncs": 0, "pieces": 2, "search_seconds": 1.0,
-         "total_seconds": 2.0, "max_rel_err": 0.0, "dynamic_dims": None, "placement": {"chosen": {"openvino": 66}},
-         "candidates_rejected_by_verification": 0}
+    r = sample_report(placement={"chosen": {"openvino": 66}})
     _echo_outcome(r, pinned=False)
     out = capsys.readouterr().out
     assert "(x1.097, measured; spread 12.0%; faster in 57 of 60 rounds)" in out
     assert "no measurable change" not in out and "placement: 66 ops on openvino" in out
-    _echo_outcome({**r, "rounds_faster": None, "unchanged": True, "verdict": "unchanged"}, pinned=False)
+    _echo_outcome(dataclasses.replace(r, rounds_faster=None, unchanged=True, verdict="unchanged"), pinned=False)
     assert "rounds" not in capsys.readouterr().out.splitlines()[0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,9 @@ from gspo.cli.common import (
 )
 from gspo.errors import GspoError
 from gspo.outputs import OutputError, atomic_write, check_outputs
+
+if TYPE_CHECKING:
+    from gspo.search.report import Report
 
 
 @cli.command(name="optimize")
@@ -109,54 +113,54 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     r = result.report
     if report:
         _write_report(report, r, output, force)
-    for note in r["notes"]:
+    for note in r.notes:
         click.echo(f"note: {note}")
-    _echo_outcome(r, pinned=bool(shapes) and r["dynamic_dims"] != DECLARED)
+    _echo_outcome(r, pinned=bool(shapes) and r.dynamic_dims != DECLARED)
     click.echo(f"wrote {output}")
 
 
-def _write_report(path, r: dict, output, force: bool) -> None:
+def _write_report(path, r: Report, output, force: bool) -> None:
     """The JSON report at ``path``, under the output rules; an error says the model was written."""
     try:
-        atomic_write(path, json.dumps(r, indent=1, default=str) + "\n", overwrite=force)
+        atomic_write(path, json.dumps(r.to_json(), indent=1, default=str) + "\n", overwrite=force)
     except OutputError as e:
         raise OutputError(f"{e}; the model was written to {output}") from None
 
 
-def _echo_outcome(r: dict, pinned: bool) -> None:
+def _echo_outcome(r: Report, pinned: bool) -> None:
     """The summary ``gspo optimize`` prints: latency, verdict, what changed, what was rejected."""
-    rounds = f"; faster in {r['rounds_faster'][0]} of {r['rounds_faster'][1]} rounds" if r.get("rounds_faster") else ""
-    if r["latency_before_ms"] is None:
+    rounds = f"; faster in {r.rounds_faster[0]} of {r.rounds_faster[1]} rounds" if r.rounds_faster else ""
+    if r.latency_before_ms is None:
         click.echo("latency  not measured: the time budget was spent before the comparison")
     else:
-        click.echo(f"latency  {r['latency_before_ms']:.3f} ms -> {r['latency_after_ms']:.3f} ms  (x{r['speedup']:.3f}, "
-                   f"measured; spread {100 * r['timing_spread']:.1f}%{rounds})")
-    click.echo(f"estimate {r['estimated_before_ms']:.3f} ms -> {r['estimated_after_ms']:.3f} ms (cost model)")
-    if r.get("device", {}).get("device") == "cuda":
-        click.echo(f"measured on {r['device'].get('name', 'the CUDA device')} (CUDA events, TF32 off)")
-    if r["unchanged"]:
+        click.echo(f"latency  {r.latency_before_ms:.3f} ms -> {r.latency_after_ms:.3f} ms  (x{r.speedup:.3f}, "
+                   f"measured; spread {100 * r.timing_spread:.1f}%{rounds})")
+    click.echo(f"estimate {r.estimated_before_ms:.3f} ms -> {r.estimated_after_ms:.3f} ms (cost model)")
+    if r.device.get("device") == "cuda":
+        click.echo(f"measured on {r.device.get('name', 'the CUDA device')} (CUDA events, TF32 off)")
+    if r.unchanged:
         pins = " with its input shapes pinned" if pinned else ""
-        how = "as measured" if r["latency_before_ms"] is not None else "in the time budget"
+        how = "as measured" if r.latency_before_ms is not None else "in the time budget"
         click.echo(f"nothing beat the input {how}: the output is the input{pins}")
-    elif r["verdict"] != "faster":
+    elif r.verdict != "faster":
         click.echo("no measurable change: the speedup is within the timings' noise")
-    subs = ", ".join(f"{k} x{v}" for k, v in r["substitutions"].items()) or "none"
+    subs = ", ".join(f"{k} x{v}" for k, v in r.substitutions.items()) or "none"
     click.echo(f"substitutions: {subs}")
-    click.echo(f"streams: {r['streams']}, syncs: {r['syncs']}; pieces: {r['pieces']}; "
-               f"search {r['search_seconds']:.1f} s, total {r['total_seconds']:.1f} s")
-    if not r["unchanged"]:
-        click.echo(f"equivalent to the input: largest difference {r['max_rel_err']:.2g} of an output's magnitude")
-    if r["dynamic_dims"]:
-        click.echo(f"dynamic dimensions: {r['dynamic_dims']}")
-    placed = {b: n for b, n in r["placement"]["chosen"].items() if b != "ort"}
+    click.echo(f"streams: {r.streams}, syncs: {r.syncs}; pieces: {r.pieces}; "
+               f"search {r.search_seconds:.1f} s, total {r.total_seconds:.1f} s")
+    if not r.unchanged:
+        click.echo(f"equivalent to the input: largest difference {r.max_rel_err:.2g} of an output's magnitude")
+    if r.dynamic_dims:
+        click.echo(f"dynamic dimensions: {r.dynamic_dims}")
+    placed = {b: n for b, n in r.placement["chosen"].items() if b != "ort"}
     if placed:
         ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
         click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
-    if r.get("settings", {}).get("advice"):
-        click.echo(f"settings: {r['settings']['advice']} (saved in the model; gspo run and gspo bench apply them)")
-    if r.get("skipped"):
-        click.echo("skipped to hold the time budget: " + "; ".join(f"{x['stage']}: {x['what']}" for x in r["skipped"])
+    if r.settings.get("advice"):
+        click.echo(f"settings: {r.settings['advice']} (saved in the model; gspo run and gspo bench apply them)")
+    if r.skipped:
+        click.echo("skipped to hold the time budget: " + "; ".join(f"{x['stage']}: {x['what']}" for x in r.skipped)
                    + " (reasons in --report)")
-    if r["candidates_rejected_by_verification"]:
-        click.echo(f"verification rejected {r['candidates_rejected_by_verification']} candidate(s) "
+    if r.candidates_rejected_by_verification:
+        click.echo(f"verification rejected {r.candidates_rejected_by_verification} candidate(s) "
                    "(onnxruntime refused them or their outputs differed; reasons in --report)")

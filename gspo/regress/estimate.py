@@ -107,15 +107,15 @@ def _row(spec, ref: dict | None, tolerance: float) -> EstimateRow:
         r = optimize(model, input_shapes=spec.input_shapes or None, **opts).report
     except OptimizeError as e:
         return EstimateRow(spec.name, "NOT EQUIVALENT", None, ref_speed, None, {}, ref_subs, str(e))
-    est = r["estimated_before_ms"] / r["estimated_after_ms"]
-    measured = r["latency_before_ms"] / r["latency_after_ms"]
+    est = r.estimated_before_ms / r.estimated_after_ms
+    measured = r.latency_before_ms / r.latency_after_ms
     if ref is None:
         status, detail = "NO BASELINE", "run with --update to record one"
     elif est < ref_speed * (1 - tolerance):
         status, detail = "REGRESSED", f"estimated speedup {est:.4f} < baseline {ref_speed:.4f}"
     else:
         status, detail = "ok", ""
-    return EstimateRow(spec.name, status, est, ref_speed, measured, r["substitutions"], ref_subs, detail)
+    return EstimateRow(spec.name, status, est, ref_speed, measured, r.substitutions, ref_subs, detail)
 
 
 def run_estimate(modelset: str | os.PathLike | ModelSet, baseline: dict | None, tolerance: float = TOLERANCE,

@@ -110,7 +110,7 @@ def _optimize(job: Job, source_path: Path) -> tuple[bytes, dict]:
     result = optimize(source_path, input_shapes=job.spec.input_shapes or None, inputs=job.inputs, **options)
     out = source_path.with_name("candidate.onnx")
     result.save(out, overwrite=True)
-    return out.read_bytes(), result.report
+    return out.read_bytes(), result.report.to_json()
 
 
 def _feeds(job: Job, source) -> list[dict[str, np.ndarray]]:

@@ -2,12 +2,14 @@
 
 from gspo.search.backtrack import Candidate, SearchConfig, SearchResult, joint_cost, search
 from gspo.search.optimize import OptimizeConfig, OptimizeError, OptimizeResult, optimize
+from gspo.search.report import Report
 
 __all__ = [
     "Candidate",
     "OptimizeConfig",
     "OptimizeError",
     "OptimizeResult",
+    "Report",
     "SearchConfig",
     "SearchResult",
     "joint_cost",

@@ -7,6 +7,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from gspo.partition import DEFAULT_THRESHOLD
 from gspo.rules import DEFAULT_RULES, Rule
 from gspo.runtime.verify import DEFAULT_ATOL, DEFAULT_NTOL, DEFAULT_RTOL, Tolerance
 from gspo.streams import Placement, Schedule
+
+if TYPE_CHECKING:
+    from gspo.search.report import Report
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +123,8 @@ class OptimizeConfig:
 
 @dataclass(frozen=True)
 class OptimizeResult:
-    """What ``optimize`` found: the graph to save, its schedule (``None``: one stream), the report.
+    """What ``optimize`` found: the graph to save, its schedule (``None``: one stream), the report
+    (:class:`~gspo.search.report.Report`; ``report["speedup"]`` reads a field as from a dict).
 
     ``keep_dynamic``: the result was checked at other input sizes and is saved with the input's
     dynamic dimensions.
@@ -128,7 +133,7 @@ class OptimizeResult:
     original: Graph
     graph: Graph
     schedule: Schedule | None
-    report: dict
+    report: Report
     keep_dynamic: bool = False
     #: The bytes of the model file as read (once) and loaded, when they are the result as they
     #: are (nothing changed, no input shape pinned, no external data): saving then writes them.

@@ -42,7 +42,6 @@ from gspo.search.budget import Budget, Shares, partition_seconds, streams_second
 from gspo.search.config import OptimizeConfig, OptimizeError, OptimizeResult, Prepared
 from gspo.search.device import (
     baseline_refusal,
-    device_report,
     device_streams,
     option_executor,
     search_profile,
@@ -54,7 +53,7 @@ from gspo.search.placement import default_db_path, measure_crossing, mixed_place
 from gspo.search.pool import search_pieces
 from gspo.search.prepare import prepare
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
-from gspo.search.settings import option_backend, settings_report, settled, thread_options
+from gspo.search.settings import option_backend, settled, thread_options
 from gspo.search.trial import (
     MIN_ROUNDS,
     PAIRED_ALPHA,
@@ -405,12 +404,12 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
                                                      budget, show("verify"))
     choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
                                                      max_streams, cost_fn, backends, budget)
-    return _result(model, input_shapes, inputs, prepared, cfg, profile, parts, t_search, choice, pieces_detail,
-                   skipped, cost_model, placement_report, budget)
+    return _result(inputs, prepared, cfg, profile, parts, t_search, choice, pieces_detail, skipped, cost_model,
+                   placement_report, budget)
 
 
-def _result(model, input_shapes, inputs, prepared: Prepared, cfg: OptimizeConfig, profile, parts, t_search,
-            choice: FinalChoice, pieces_detail, skipped, cost_model, placement_report, budget: Budget) -> OptimizeResult:
+def _result(inputs, prepared: Prepared, cfg: OptimizeConfig, profile, parts, t_search, choice: FinalChoice,
+            pieces_detail, skipped, cost_model, placement_report, budget: Budget) -> OptimizeResult:
     """The chosen option as optimize's result, with its report."""
     best = choice.best
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
@@ -418,13 +417,9 @@ def _result(model, input_shapes, inputs, prepared: Prepared, cfg: OptimizeConfig
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     graph, source = settled(prepared.original, graph, best.option.settings, prepared.data)
-    report = build_report(prepared, cfg, profile, parts, t_search, time.perf_counter() - budget.started, choice,
-                          pieces_detail, skipped, cost_model, dynamic_note)
-    report["inputs"] = "given" if inputs is not None else "random"
-    report["device"] = device_report(cfg.device)
-    report["settings"] = settings_report(best.option)
-    report["placement"] = {**placement_report, "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}}
-    report["skipped"] = list(budget.skipped)
+    report = build_report(prepared, cfg, profile, parts, t_search, choice, pieces_detail, skipped, cost_model,
+                          dynamic_note, graph=graph, placement_report=placement_report,
+                          inputs_given=inputs is not None, budget=budget)
     return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)
 
 

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 from gspo.costmodel import device_description
 from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.search.budget import Budget
+from gspo.search.device import device_report
+from gspo.search.settings import settings_report
 from gspo.search.trial import PAIRED_ALPHA, Option, Outcome, rounds_faster, sign_test, spread
 
 
@@ -78,62 +85,139 @@ def _ms(seconds: float | None) -> float | None:
     return seconds * 1e3 if seconds is not None else None
 
 
-def build_report(prepared, cfg, profile, parts, t_search, t_total, choice: FinalChoice, pieces_detail,
-                 skipped, cost_model, dynamic_note) -> dict:
+@dataclass(frozen=True)
+class Report:
     """optimize's report: the settings, the machine and profile, every candidate and what decided.
 
     The latencies, the spread and the verdict are those of the timing that decided (the pick's
-    own against the original; ``None`` and "not measured" when the time budget left no time
-    to time the original); ``final_candidates`` are every option in the first timing, and
-    ``confirmations`` each contender's own timing. ``parts`` is ``None`` when the model was
-    not partitioned (the time budget was spent loading it)."""
+    own against the original; ``None`` and "not measured" when the time budget left no time to
+    time the original); ``final_candidates`` are every option in the first timing, and
+    ``confirmations`` each contender's own timing. The fields are the keys of ``gspo optimize
+    --report`` in its order (:meth:`to_json`); ``report["speedup"]`` reads one as a dict would.
+    """
+
+    model: str
+    machine: str
+    profile: str
+    profile_device: str
+    #: The pieces searched (0: not partitioned, the time budget was spent loading the model).
+    pieces: int
+    threshold: int
+    cut_weight: float
+    frontend: dict
+    notes: list[str]
+    dynamic_dims: str | None
+    search_seconds: float
+    total_seconds: float
+    latency_before_ms: float | None
+    latency_after_ms: float | None
+    speedup: float | None
+    timing_spread: float | None
+    #: The rounds the pick was faster in, of the rounds it was timed in with the original.
+    rounds_faster: list[int] | None
+    verdict: str
+    estimated_before_ms: float
+    estimated_after_ms: float
+    chosen: str
+    select: str
+    unchanged: bool
+    substitutions: dict[str, int]
+    streams: int
+    syncs: int
+    equivalence: dict[str, dict[str, float]]
+    max_rel_err: float
+    candidates_rejected_by_verification: int
+    rejected: list[dict]
+    invalid_rewrites: dict[str, int]
+    final_candidates: list[dict]
+    confirmations: list[dict]
+    final_streams_skipped: dict | None
+    pieces_detail: list[dict]
+    #: The options as given (``max_streams`` and ``jobs`` unresolved; no rules).
+    config: dict
+    inputs: str
+    device: dict
+    settings: dict
+    placement: dict
+    skipped: list[dict]
+
+    def to_json(self) -> dict:
+        """The report as ``gspo optimize --report`` writes it (the fields in order, as they are)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Report:
+        """The report of :meth:`to_json`'s dict (a key missing raises ``KeyError``)."""
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+    def __getitem__(self, key: str):
+        if key not in _KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in _KEYS
+
+    def get(self, key: str, default=None):
+        """A field by its key, as ``dict.get``."""
+        return getattr(self, key) if key in _KEYS else default
+
+    def keys(self) -> tuple[str, ...]:
+        """The keys of :meth:`to_json`, in order."""
+        return _KEYS
+
+
+_KEYS = tuple(f.name for f in fields(Report))
+
+
+def _rejections(pieces_detail: list[dict], outcomes: list[Outcome]) -> list[dict]:
+    """Every candidate verification rejected, in a piece or of the whole model, with the reason."""
+    return ([{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
+             for p in pieces_detail for c in p["candidates"] if c["rejected"]]
+            + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected])
+
+
+def build_report(prepared, cfg, profile, parts, t_search, choice: FinalChoice, pieces_detail, streams_skipped,
+                 cost_model, dynamic_note, *, graph: Graph, placement_report: dict, inputs_given: bool,
+                 budget: Budget) -> Report:
+    """optimize's report on ``choice``, its pick saved as ``graph`` (streams and settings
+    applied); ``cfg``: the options as given. ``parts`` is ``None`` when the model was not
+    partitioned (the time budget was spent loading it); ``streams_skipped``: why the whole
+    model on streams was not measured (``None``: it was, or it runs on one stream)."""
     best, outcomes = choice.best, choice.outcomes
     base = next(o for o in choice.decisive if o.label == "original")
     speedup, noise, verdict = _verdict(choice, cfg.final_margin)
-    # the rounds the pick was faster in, of the rounds it was timed in with the original
     rounds = list(rounds_faster(base.timing, best.timing)) if best.label != "original" else None
     rules = Counter(best.option.rules) if best.label != "original" else Counter()
-    return {
-        "model": prepared.original.name,
-        "machine": device_description("cpu"),
-        "profile": cfg.profile or "cpu",
-        "profile_device": profile.device,
-        "pieces": len(parts.pieces) if parts is not None else 0,
-        "threshold": cfg.threshold,
-        "cut_weight": parts.cut_weight if parts is not None else 0.0,
-        "frontend": {"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
-                     "used": prepared.work is not prepared.original},
-        "notes": prepared.notes,
-        "dynamic_dims": dynamic_note or None,
-        "search_seconds": t_search,
-        "total_seconds": t_total,
-        "latency_before_ms": _ms(base.median_s),
-        "latency_after_ms": _ms(best.median_s),
-        "speedup": speedup,
-        "timing_spread": noise,
-        "rounds_faster": rounds,
-        "verdict": verdict,
-        "estimated_before_ms": base.option.estimated_s * 1e3,
-        "estimated_after_ms": estimated_cost(best.option, cost_model.cost) * 1e3,
-        "chosen": best.label,
-        "select": cfg.select,
-        "unchanged": best.label == "original",
-        "substitutions": dict(sorted(rules.items())),
-        "streams": best.option.schedule.num_streams if best.option.schedule else 1,
-        "syncs": len(best.option.schedule.events) if best.option.schedule else 0,
-        "equivalence": {d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
-                        for d in best.diffs},
-        "max_rel_err": max((d.norm_rel for d in best.diffs), default=0.0),
-        "candidates_rejected_by_verification": sum(1 for p in pieces_detail for c in p["candidates"] if c["rejected"])
-        + sum(1 for o in outcomes if o.rejected),
-        "rejected": [{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
-                     for p in pieces_detail for c in p["candidates"] if c["rejected"]]
-        + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected],
-        "invalid_rewrites": dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
-        "final_candidates": [{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
-                              "rejected": o.rejected} for o in outcomes],
-        "confirmations": choice.confirmations,
-        "final_streams_skipped": skipped,
-        "pieces_detail": pieces_detail,
-        "config": {k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
-    }
+    schedule, placement = best.option.schedule, best.option.placement
+    rejected = _rejections(pieces_detail, outcomes)
+    return Report(
+        model=prepared.original.name, machine=device_description("cpu"), profile=cfg.profile or "cpu",
+        profile_device=profile.device, pieces=len(parts.pieces) if parts is not None else 0,
+        threshold=cfg.threshold, cut_weight=parts.cut_weight if parts is not None else 0.0,
+        frontend={"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
+                  "used": prepared.work is not prepared.original},
+        notes=prepared.notes, dynamic_dims=dynamic_note or None,
+        search_seconds=t_search, total_seconds=time.perf_counter() - budget.started,
+        latency_before_ms=_ms(base.median_s), latency_after_ms=_ms(best.median_s),
+        speedup=speedup, timing_spread=noise, rounds_faster=rounds, verdict=verdict,
+        estimated_before_ms=base.option.estimated_s * 1e3,
+        estimated_after_ms=estimated_cost(best.option, cost_model.cost) * 1e3,
+        chosen=best.label, select=cfg.select, unchanged=best.label == "original",
+        substitutions=dict(sorted(rules.items())),
+        streams=schedule.num_streams if schedule else 1, syncs=len(schedule.events) if schedule else 0,
+        equivalence={d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
+                     for d in best.diffs},
+        max_rel_err=max((d.norm_rel for d in best.diffs), default=0.0),
+        candidates_rejected_by_verification=len(rejected), rejected=rejected,
+        invalid_rewrites=dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
+        final_candidates=[{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
+                           "rejected": o.rejected} for o in outcomes],
+        confirmations=choice.confirmations, final_streams_skipped=streams_skipped, pieces_detail=pieces_detail,
+        config={k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
+        inputs="given" if inputs_given else "random", device=device_report(cfg.device),
+        settings=settings_report(best.option),
+        placement={**placement_report,
+                   "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}},
+        skipped=list(budget.skipped),
+    )

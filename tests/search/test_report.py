@@ -1,12 +1,18 @@
-"""optimize's report: the verdict on a speedup, with its noise."""
+"""optimize's report: the verdict on a speedup, with its noise; the record and its JSON."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from gspo import ir
 from gspo.runtime import Timing
-from gspo.search.report import consistently_faster, speed_verdict
+from gspo.search import optimize
+from gspo.search.report import Report, consistently_faster, speed_verdict
 from gspo.search.trial import Option, Outcome
 from gspo.streams import Schedule
+from tests.helpers import branchy, documented_report_keys
 
 _GRAPH = ir.builder.GraphBuilder()
 _GRAPH = _GRAPH.output(_GRAPH.op("Relu", [_GRAPH.input("x", (1, 4))], out="y")).build()
@@ -41,3 +47,17 @@ def test_a_gain_beyond_the_spread_is_faster_even_in_few_rounds():
     base = Outcome(Option("original", _GRAPH), Timing("original", (1.0, 1.01, 0.99, 1.0, 1.02)))
     fast = Outcome(Option("optimized", _GRAPH), Timing("optimized", (0.8, 0.81, 0.79, 0.8, 0.82)))
     assert speed_verdict([base, fast], fast, 0.02)[2] == "faster"
+
+
+def test_the_report_is_one_record_whose_json_has_the_documented_keys_in_order():
+    """``gspo optimize --report``'s keys and their order are the documented ones; the record
+    reads its fields as attributes and, as the JSON does, by key."""
+    r = optimize(branchy(), select="estimated", budget=2, timing_runs=5, jobs=1, backends=("ort",)).report
+    assert isinstance(r, Report)
+    data = json.loads(json.dumps(r.to_json(), indent=1, default=str))
+    assert list(data) == documented_report_keys() == list(r.keys())
+    assert data["chosen"] == r.chosen == r["chosen"] and r["speedup"] == r.speedup and r.get("skipped") == r.skipped
+    assert "verdict" in r and "nothing" not in r and r.get("nothing", 1) == 1
+    with pytest.raises(KeyError):
+        r["nothing"]
+    assert Report.from_json(r.to_json()) == r
