@@ -19,7 +19,7 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import VerifyResult, compare_outputs, interleaved, make_executor, timed_runner
-from gspo.runtime.verify import OutputDiff, Tolerance
+from gspo.runtime.verify import OutputDiff, Tolerance, output_steps
 
 __all__ = ["Bench", "WARMUP"]
 
@@ -51,6 +51,8 @@ class Bench:
 
     def __init__(self, versions: Mapping[str, tuple[Graph, int | None]]):
         self.executors: dict[str, object] = {}
+        #: each version's quantized outputs and their steps (what a version compared to it may differ by)
+        self.steps = {label: output_steps(graph) for label, (graph, _) in versions.items()}
         self._round = 0
         try:
             for label, (graph, streams) in versions.items():
@@ -69,7 +71,8 @@ class Bench:
         for f in feeds:
             want = self.executors[reference].run(f)
             got = self.executors[label].run(f)
-            for d in compare_outputs(want, got, tolerance.rtol, tolerance.atol, tolerance.ntol).outputs:
+            for d in compare_outputs(want, got, tolerance.rtol, tolerance.atol, tolerance.ntol,
+                                     self.steps[reference]).outputs:
                 old = worst.get(d.name)
                 if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):
                     worst[d.name] = d

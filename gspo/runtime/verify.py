@@ -8,7 +8,10 @@ reference ``a`` when
 where ``max|a|`` is the largest finite magnitude of that output. The first two terms are the
 usual elementwise test; the third lets the rounding that reordering fp32 arithmetic costs grow
 with the output's scale (a random-weight network whose outputs are ~1e12 differs by ~1e5 after
-an exact rewrite, while an element near zero keeps no relative precision at all). Integer and
+an exact rewrite, while an element near zero keeps no relative precision at all). An output a DequantizeLinear computes with one scale for the whole tensor may also be off
+by one step of that scale: integer kernels round the last requantization each their own way
+(onnxruntime's and OpenVINO's put a QDQ ResNet-50's logits one step apart), so one step is
+allowed there and more is refused. Integer and
 bool outputs must be equal; NaN and infinities must sit at the same places (infinities with
 the same sign). Half-precision outputs are held to half-precision tolerances.
 
@@ -32,7 +35,7 @@ from gspo.runtime.session import SessionConfig, make_session, run
 from gspo.runtime.spill import SpilledArray
 
 __all__ = ["DEFAULT_RTOL", "DEFAULT_ATOL", "DEFAULT_NTOL", "OutputDiff", "Tolerance", "VerifyResult",
-           "compare_outputs", "verify"]
+           "compare_outputs", "output_steps", "verify"]
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
@@ -49,13 +52,33 @@ class Tolerance:
     rtol: float = DEFAULT_RTOL
     atol: float = DEFAULT_ATOL
     ntol: float = DEFAULT_NTOL
+    #: A quantized output's step (see the module docstring): elements may differ by one more.
+    step: float = 0.0
 
     def for_dtype(self, dtype: np.dtype) -> Tolerance:
         """The tolerance for outputs of ``dtype`` (wider floors for half precision)."""
         floor = _HALF_FLOOR.get(np.dtype(dtype).name)
         if floor is None:
             return self
-        return Tolerance(max(self.rtol, floor[0]), max(self.atol, floor[1]), max(self.ntol, floor[2]))
+        return Tolerance(max(self.rtol, floor[0]), max(self.atol, floor[1]), max(self.ntol, floor[2]), self.step)
+
+
+def output_steps(graph: Graph) -> dict[str, float]:
+    """The quantization step of each output of ``graph`` that a DequantizeLinear computes with
+    one constant scale for the whole tensor (per-axis scales get none)."""
+    producers = graph.producers
+    steps = {}
+    for name in graph.output_names():
+        node = producers[name][0] if name in producers else None
+        if node is None or node.op_type != "DequantizeLinear" or node.domain not in ("", "ai.onnx"):
+            continue
+        scale = node.inputs[1] if len(node.inputs) > 1 else ""
+        if scale not in graph.weights:
+            continue
+        value = np.asarray(graph.weights[scale].evaluate(graph.store), dtype=np.float64)
+        if value.size == 1 and np.isfinite(value).all() and float(value.ravel()[0]) != 0:
+            steps[name] = abs(float(value.ravel()[0]))
+    return steps
 
 
 @dataclass(frozen=True)
@@ -163,12 +186,13 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff
         fa, err = np.abs(ca[finite]), np.abs(ca[finite] - cb[finite])
         if err.size:
             max_abs = max(max_abs, float(err.max()))
-            ok = ok and bool(np.all(err <= tol.atol + tol.rtol * fa + tol.ntol * scale))
+            ok = ok and bool(np.all(err <= tol.atol + tol.rtol * fa + tol.ntol * scale + tol.step))
             above = fa > tol.atol
             if above.any():
                 max_rel = max(max_rel, float((err[above] / fa[above]).max()))
     norm_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-    return OutputDiff(name, max_abs, max_rel, ok, norm_rel, "" if ok else f"max abs error {max_abs:.3g}")
+    reason = "" if ok else f"max abs error {max_abs:.3g}" + (f", {max_abs / tol.step:.3g} quantization steps" if tol.step else "")
+    return OutputDiff(name, max_abs, max_rel, ok, norm_rel, reason)
 
 
 def _leaves(x, path: str, out: list) -> str | None:
@@ -203,15 +227,17 @@ def _diff_any(name: str, a, b, tol: Tolerance) -> OutputDiff:
 
 def compare_outputs(
     ref: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray], rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL, ntol: float = DEFAULT_NTOL,
+    atol: float = DEFAULT_ATOL, ntol: float = DEFAULT_NTOL, steps: Mapping[str, float] | None = None,
 ) -> VerifyResult:
-    """Compare outputs by name with the scale-aware criterion of this module."""
+    """Compare outputs by name with the scale-aware criterion of this module; ``steps``: the
+    quantization step of the quantized outputs (:func:`output_steps` of the reference)."""
     if set(ref) != set(got):
         raise GspoError(
             f"the models have different outputs: {sorted(ref)} vs {sorted(got)}"
         )
-    tol = Tolerance(rtol, atol, ntol)
-    diffs = tuple(_diff_any(name, ref[name], got[name], tol) for name in ref)
+    steps = steps or {}
+    diffs = tuple(_diff_any(name, ref[name], got[name], Tolerance(rtol, atol, ntol, steps.get(name, 0.0)))
+                  for name in ref)
     return VerifyResult(all(d.ok for d in diffs), diffs)
 
 
@@ -239,8 +265,9 @@ def verify(
     # One input set at a time: only it and the two models' outputs on it are held.
     feeds_sets = iter([inputs]) if inputs is not None else (random_inputs(reference, seed + i) for i in range(runs))
     worst: dict[str, OutputDiff] = {}
+    steps = output_steps(reference)
     for feeds in feeds_sets:
-        res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol)
+        res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol, steps)
         del feeds  # let the set go before the next one is drawn
         for d in res.outputs:
             old = worst.get(d.name)

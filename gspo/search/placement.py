@@ -27,7 +27,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import SessionConfig, interleaved, make_session, run
 from gspo.runtime.backends import DEFAULT_BACKEND, load_runner
-from gspo.runtime.verify import Tolerance, compare_outputs
+from gspo.runtime.verify import Tolerance, compare_outputs, output_steps
 from gspo.search.budget import Budget, BuildRates
 from gspo.streams import Placement, node_id
 
@@ -83,7 +83,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
                 rates.record(b, len(graph.nodes), time.perf_counter() - began)
             names = list(expected[0])
             if runner is not data:  # not the reference against itself (a second output of it in memory)
-                _check(runner, names, feeds, expected, tolerance)
+                _check(runner, names, feeds, expected, tolerance, output_steps(graph))
         except GspoError as e:
             out.refused[b] = str(e)
             continue
@@ -95,11 +95,11 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
     return out
 
 
-def _check(runner, names: list[str], feeds, expected: list[dict], tolerance: Tolerance) -> None:
+def _check(runner, names: list[str], feeds, expected: list[dict], tolerance: Tolerance, steps: dict) -> None:
     """Raise :class:`GspoError` when ``runner``'s outputs differ from the reference's ``expected``."""
     for f, want in zip(feeds, expected):
         res = compare_outputs(want, dict(zip(names, runner.run(names, dict(f)))),
-                              tolerance.rtol, tolerance.atol, tolerance.ntol)
+                              tolerance.rtol, tolerance.atol, tolerance.ntol, steps)
         if not res.equivalent:
             raise GspoError(f"output {res.worst.name} differs ({res.worst.reason})")
 

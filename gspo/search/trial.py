@@ -25,7 +25,7 @@ from gspo.runtime import CpuExecutor, Timing, compare_outputs, interleaved, time
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
-from gspo.runtime.verify import OutputDiff, Tolerance
+from gspo.runtime.verify import OutputDiff, Tolerance, output_steps
 from gspo.search.budget import Budget, BuildRates, weight_bytes
 from gspo.streams import Placement, Schedule
 
@@ -146,6 +146,7 @@ class Trial:
         #: Seconds of one run of the reference (what an option's checks and timing are expected to take).
         self.run_s = 0.0
         self._spill = Spill()  # large reference outputs wait in a file, not beside the candidates'
+        self.steps = output_steps(reference)  # the quantized outputs may be a step apart
         try:
             expected = self._reference(reference)
             for option in options:
@@ -216,7 +217,7 @@ class Trial:
         try:
             for feeds, want in zip(self.feeds, expected):
                 t = self.tolerance
-                res = compare_outputs(want, ex.run(feeds), t.rtol, t.atol, t.ntol)
+                res = compare_outputs(want, ex.run(feeds), t.rtol, t.atol, t.ntol, self.steps)
                 for d in res.outputs:  # per output, the worst over the input sets
                     old = worst.get(d.name)
                     if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):

@@ -212,3 +212,43 @@ def test_a_sequence_of_tensors_is_compared_elementwise():
     assert compare_outputs({"s": a}, {"s": [a[0].copy(), a[1] + 1e-7]}).equivalent
     assert not compare_outputs({"s": a}, {"s": [a[0] + 1, a[1]]}).equivalent
     assert not compare_outputs({"s": a}, {"s": [a[0], np.ones((2, 3), np.float32)]}).equivalent
+
+
+# ------------------------------------------------------------------ quantized outputs
+def _qdq(tmp_path, scale):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gspo.ir import load
+
+    s = numpy_helper.from_array(np.asarray(scale, np.float32), "s")
+    zp = numpy_helper.from_array(np.zeros(np.shape(scale), np.uint8), "zp")
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], axis=1),
+             helper.make_node("Relu", ["x"], ["r"])]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    outs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in ("y", "r")]
+    graph = helper.make_graph(nodes, "qdq", [x], outs, initializer=[s, zp])
+    path = tmp_path / f"qdq{np.size(scale)}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), path)
+    return load(str(path))
+
+
+def test_an_output_a_dequantize_computes_has_its_step(tmp_path):
+    from gspo.runtime.verify import output_steps
+
+    assert output_steps(_qdq(tmp_path, 0.25)) == {"y": 0.25}  # the Relu's output is not quantized
+    assert output_steps(_qdq(tmp_path, [0.25] * 8)) == {}  # per-axis scales: no step
+    assert output_steps(branchy()) == {}
+
+
+def test_a_quantized_output_may_be_one_step_off_and_no_more():
+    want = {"y": np.arange(16, dtype=np.float32).reshape(2, 8) * np.float32(0.25)}
+    one = {"y": want["y"] + np.float32(0.25)}
+    two = {"y": want["y"] + np.float32(0.5)}
+    steps = {"y": 0.25}
+    assert not compare_outputs(want, one).equivalent  # a float output: one step is an error
+    assert compare_outputs(want, one, steps=steps).equivalent
+    res = compare_outputs(want, two, steps=steps)
+    assert not res.equivalent and "2 quantization steps" in res.worst.reason
+    assert not compare_outputs(want, one, steps={"other": 0.25}).equivalent  # only the output named

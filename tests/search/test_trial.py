@@ -142,3 +142,34 @@ def test_the_sign_test_is_a_fair_coins_tail():
     assert sign_test(22, 30) < PAIRED_ALPHA < sign_test(21, 30)
     assert sign_test(6, 6) > PAIRED_ALPHA  # six rounds can never rule chance out at 1%
     assert sign_test(1, 0) == 1.0
+
+
+def test_a_quantized_output_one_step_off_passes_and_two_steps_off_is_rejected(tmp_path):
+    """Another backend's integer kernels may round a DequantizeLinear's output one step of its
+    scale away from onnxruntime's; more than that is a different result."""
+    from gspo.runtime import CpuExecutor
+    from tests.runtime.test_verify import _qdq
+
+    g = _qdq(tmp_path, 0.25)
+
+    class Shifted:
+        """onnxruntime's outputs, the quantized one moved by ``steps`` steps."""
+
+        def __init__(self, steps):
+            self.steps, self.inner = steps, CpuExecutor(g)
+
+        def run(self, feeds):
+            out = self.inner.run(feeds)
+            return {**out, "y": out["y"] + np.float32(0.25 * self.steps)}
+
+        def close(self):
+            self.inner.close()
+
+    shifts = {"one step": 1, "two steps": 2}
+    options = [Option(label, g, kind="other") for label in shifts]
+    labels = iter(shifts.values())
+    with Trial(g, options, [random_inputs(g, 0)], executor=lambda *args: Shifted(next(labels))) as trial:
+        out = trial.time(runs=5)
+    assert [o.label for o in out if o.timing] == ["one step"]
+    (two,) = [o for o in out if o.rejected]
+    assert two.label == "two steps" and "output y differs" in two.rejected and "2 quantization steps" in two.rejected
