@@ -42,6 +42,8 @@ class OptimizeConfig:
     #: on 2 cores (benchmarks/RESULTS.md); None = no limit.
     time_budget: float | None = 90.0
     threshold: int = DEFAULT_THRESHOLD
+    #: The stream cap (``None``: the device's) and the search's processes (0: one per core);
+    #: optimize resolves both (:func:`~gspo.search.optimize.resolved`) before any stage reads them.
     max_streams: int | None = None
     jobs: int = 0
     use_rules: bool = True

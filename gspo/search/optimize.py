@@ -18,6 +18,7 @@ input's dynamic dimensions. One :class:`~gspo.search.budget.Budget` holds the ti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import time
@@ -82,7 +83,7 @@ STREAMS_SKIP_MARGIN = 0.25
 
 
 # ---------------------------------------------------------------- whole model
-def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg, cost_model, max_streams,
+def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg: OptimizeConfig, cost_model,
                    allowed, budget: Budget) -> tuple[list[Option], dict | None]:
     """The original, the merged result (and on streams, unless clearly slower by estimate or
     the time budget is spent), and the whole model rewritten greedily when something can be
@@ -99,7 +100,7 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
         skipped = {"reason": "the time budget was spent"}
         budget.skip("final", "the whole model on streams", "the time budget could not hold assigning them")
     elif cfg.use_streams:
-        option, skipped = _streams_option(base, rules if base is merged else (), cost_model, max_streams)
+        option, skipped = _streams_option(base, rules if base is merged else (), cost_model, cfg.max_streams)
         options += [option] if option is not None else []
     batching = WHOLE_MODEL_RULES[0]
     # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
@@ -115,7 +116,8 @@ def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cf
     return distinct(options), skipped
 
 
-def _streams_option(base: Graph, rules: tuple[str, ...], cost_model, max_streams) -> tuple[Option | None, dict | None]:
+def _streams_option(base: Graph, rules: tuple[str, ...], cost_model,
+                    max_streams: int) -> tuple[Option | None, dict | None]:
     """``base`` on streams, unless on one stream already or estimated clearly slower (then why)."""
     s = assign_streams(base, max_streams=max_streams)
     if s.num_streams <= 1:
@@ -314,8 +316,17 @@ def by_promise(options: list[Option]) -> list[Option]:
 
 
 # ----------------------------------------------------------------- optimize
+def resolved(cfg: OptimizeConfig, cores: int | None = None) -> OptimizeConfig:
+    """``cfg`` with what it leaves to gspo chosen for this machine, as every stage reads it: the
+    stream cap (``max_streams``: :func:`~gspo.search.device.device_streams`) and the search's
+    processes (``jobs``: one per core)."""
+    cores = cores or os.cpu_count() or 1
+    return dataclasses.replace(cfg, max_streams=cfg.max_streams or device_streams(cfg.device, cores),
+                               jobs=cfg.jobs or cores)
+
+
 def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Option], boundary, cfg: OptimizeConfig,
-                 cost_model: CostModel, max_streams: int, cost_fn, backends: tuple[str, ...], budget: Budget):
+                 cost_model: CostModel, cost_fn, backends: tuple[str, ...], budget: Budget):
     """The pieces' choices merged, the whole-model options built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
@@ -325,7 +336,7 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.work
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.rules}
-    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, max_streams, allowed, budget)
+    final, skipped = _final_options(prepared, merged, rules, cfg, cost_model, allowed, budget)
     final += joint_option(merged, chosen, rules, cost_fn) if cfg.device == "cuda" and cfg.use_streams else []
     placed, placement_report = ([], {"backends": ["cuda"]}) if cfg.device == "cuda" else _backend_options(
         prepared, merged, rules, [o.graph for o in chosen], boundary, cfg, backends, budget.until_final())
@@ -337,8 +348,7 @@ def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Optio
     return choice, skipped, placement_report
 
 
-def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, jobs: int, budget: Budget,
-            progress) -> tuple[Partition | None, list]:
+def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, budget: Budget, progress) -> tuple[Partition | None, list]:
     """The model partitioned and each piece searched, in the search's share of ``budget``
     (``None`` and nothing when loading spent it all)."""
     if not budget.fits(partition_seconds(len(prepared.work.nodes), cfg.threshold)) or budget.expired():
@@ -346,8 +356,8 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, max_streams: int, 
                     "the time budget could not hold partitioning the model")
         return None, []
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
-    seconds, share = budget.search_seconds(len(parts.pieces), jobs), budget.search_share()
-    searched = search_pieces(parts.pieces, cost_fn, cfg, max_streams, seconds, jobs, progress, share.deadline)
+    seconds, share = budget.search_seconds(len(parts.pieces), cfg.jobs), budget.search_share()
+    searched = search_pieces(parts.pieces, cost_fn, cfg, seconds, progress, share.deadline)
     cut = sum(1 for r in searched if r.out_of_time)
     if cut:
         budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
@@ -381,8 +391,9 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         OptimizeError: the optimized model's outputs differ from the original's.
         GspoError: bad input (model, profile, options), or a model onnxruntime cannot run.
     """
-    cfg = OptimizeConfig(**options)
-    cfg.validate()
+    given = OptimizeConfig(**options)
+    given.validate()
+    cfg = resolved(given)
     budget = Budget(cfg.time_budget, SHARES)
     profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
@@ -390,34 +401,34 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
     if cfg.device == "cpu":
         budget.reserve_final(final_seconds(prepared, backends, budget))
-    cores = os.cpu_count() or 1
-    max_streams, jobs = cfg.max_streams or device_streams(cfg.device, cores), cfg.jobs or cores
 
     def cost_fn(g, s):
         return cost_model.cost(g, s)
 
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
-    parts, searched = _search(prepared, cfg, cost_fn, max_streams, jobs, budget, show("search"))
+    parts, searched = _search(prepared, cfg, cost_fn, budget, show("search"))
     t_search = time.perf_counter() - budget.started
     placing = any(b != DEFAULT_BACKEND for b in backends)
-    chosen, pieces_detail, boundary = verify_pieces(prepared, parts, searched, cfg, max_streams, cost_fn, placing,
-                                                     budget, show("verify"))
-    choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model,
-                                                     max_streams, cost_fn, backends, budget)
-    return _result(inputs, prepared, cfg, profile, parts, t_search, choice, pieces_detail, skipped, cost_model,
-                   placement_report, budget)
+    chosen, pieces_detail, boundary = verify_pieces(prepared, parts, searched, cfg, cost_fn, placing, budget,
+                                                     show("verify"))
+    choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model, cost_fn,
+                                                     backends, budget)
+    return _result(inputs, prepared, cfg, given, profile, parts, t_search, choice, pieces_detail, skipped,
+                   cost_model, placement_report, budget)
 
 
-def _result(inputs, prepared: Prepared, cfg: OptimizeConfig, profile, parts, t_search, choice: FinalChoice,
-            pieces_detail, skipped, cost_model, placement_report, budget: Budget) -> OptimizeResult:
-    """The chosen option as optimize's result, with its report."""
+def _result(inputs, prepared: Prepared, cfg: OptimizeConfig, given: OptimizeConfig, profile, parts, t_search,
+            choice: FinalChoice, pieces_detail, skipped, cost_model, placement_report,
+            budget: Budget) -> OptimizeResult:
+    """The chosen option as optimize's result, with its report (which shows the options as
+    ``given``, before :func:`resolved`)."""
     best = choice.best
     graph, schedule, placement = best.option.graph, best.option.schedule, best.option.placement
     keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, budget)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     graph, source = settled(prepared.original, graph, best.option.settings, prepared.data)
-    report = build_report(prepared, cfg, profile, parts, t_search, choice, pieces_detail, skipped, cost_model,
+    report = build_report(prepared, given, profile, parts, t_search, choice, pieces_detail, skipped, cost_model,
                           dynamic_note, graph=graph, placement_report=placement_report,
                           inputs_given=inputs is not None, budget=budget)
     return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)

@@ -22,7 +22,7 @@ from gspo.streams import assign_streams
 __all__ = ["verify_pieces"]
 
 
-def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, max_streams: int, allowed) -> list[Option]:
+def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, allowed) -> list[Option]:
     """The unmodified piece, its greedy variant, the search's candidates (and each on one
     stream), and the unmodified piece on streams; without repeats."""
     start, improving = cands[0], cands[1:]
@@ -37,7 +37,7 @@ def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, max_strea
         if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
             options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied, kind="substitutions"))
     if cfg.use_streams:
-        s = assign_streams(piece.graph, max_streams=max_streams)
+        s = assign_streams(piece.graph, max_streams=cfg.max_streams)
         if s.num_streams > 1:
             options.append(Option("unmodified+streams", piece.graph, s, kind="streams"))
     return distinct(options)
@@ -85,7 +85,7 @@ def _unmodified(piece, searched: PieceSearch) -> Option:
     return Option("unmodified", piece.graph, None, (), searched.unmodified_cost, kind="unmodified")
 
 
-def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cost_fn, budget: Budget,
+def _optimize_pieces(parts: Partition, searched, boundary, cfg: OptimizeConfig, cost_fn, budget: Budget,
                      progress) -> tuple[list[Option], list[dict]]:
     """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
     least promising options are dropped when a piece's share cannot hold them all; the budget
@@ -103,7 +103,7 @@ def _optimize_pieces(parts: Partition, searched, boundary, cfg, max_streams, cos
                 progress(k + 1, len(pieces))
             continue
         cands = searched[k].candidates(piece.graph)
-        options = _piece_options(piece, cands, cfg, max_streams, allowed)
+        options = _piece_options(piece, cands, cfg, allowed)
         timing_budget = cfg.piece_timing_budget
         if budget.limited:
             share = budget.remaining() / (len(pieces) - k)
@@ -131,15 +131,16 @@ def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> 
         budget.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
 
 
-def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, max_streams: int,
-                   cost_fn, placing: bool, budget: Budget, progress) -> tuple[list[Option], list[dict], list | None]:
+def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, cost_fn,
+                  placing: bool, budget: Budget, progress) -> tuple[list[Option], list[dict], list | None]:
     """Each piece's verified choice and report, and the values that reach the pieces, in the
     time ``budget`` holds before the final comparison's share (less the placement's share when
-    ``placing`` on other backends)."""
+    ``placing`` on other backends). ``cfg`` is resolved (:func:`~gspo.search.optimize.resolved`:
+    its ``max_streams`` caps each piece's streams)."""
     if parts is None:
         return [], [], None
     until_final = budget.until_final()
     boundary = _boundary(prepared, parts, until_final)
     verify = until_final.share(1 - budget.shares.placement) if placing else until_final
-    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, max_streams, cost_fn, verify, progress)
+    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, cost_fn, verify, progress)
     return chosen, reports, boundary

@@ -96,12 +96,13 @@ def _search_piece(index: int, work: _Work | None = None) -> PieceSearch:
                        result.generated, result.seconds, result.invalid_reasons, result.out_of_time)
 
 
-def search_pieces(pieces, cost_fn, cfg, max_streams, per_piece_time, jobs, progress,
-                  deadline: float | None = None) -> list[PieceSearch]:
-    """Search every piece (in a process pool when ``jobs`` > 1); results in piece order. Each
-    search takes ``per_piece_time`` seconds at most, and ends by ``deadline`` (a
+def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: float | None = None) -> list[PieceSearch]:
+    """Search every piece (in a process pool when ``cfg.jobs`` > 1; streams capped at
+    ``cfg.max_streams``: ``cfg`` is resolved, :func:`~gspo.search.optimize.resolved`); results in
+    piece order. Each search takes ``per_piece_time`` seconds at most, and ends by ``deadline`` (a
     :func:`time.perf_counter` value; the same clock in the forked workers)."""
-    scfg = SearchConfig(alpha=cfg.alpha, budget=cfg.budget, time_budget=per_piece_time, max_streams=max_streams,
+    jobs = cfg.jobs
+    scfg = SearchConfig(alpha=cfg.alpha, budget=cfg.budget, time_budget=per_piece_time, max_streams=cfg.max_streams,
                         use_rules=cfg.use_rules, use_streams=cfg.use_streams, keep=cfg.keep, rules=cfg.rules)
     work = _Work(pieces, cost_fn, scfg, deadline)
     results: list[PieceSearch | None] = [None] * len(pieces)

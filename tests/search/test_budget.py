@@ -236,7 +236,8 @@ def test_the_search_ends_with_its_share_and_says_which_pieces_it_cut(jobs):
 
     cost_model = CostModel(load_profile("cpu", device_description("cpu"), runtime_version(), force=True))
     parts = partition(build("inception_v3", "tiny"), 16)
-    searched = search_pieces(parts.pieces, lambda g, s: cost_model.cost(g, s), OptimizeConfig(budget=40), 2, None,
-                             jobs, None, deadline=time.perf_counter() - 1.0)
+    cfg = OptimizeConfig(budget=40, max_streams=2, jobs=jobs)
+    searched = search_pieces(parts.pieces, lambda g, s: cost_model.cost(g, s), cfg, None, None,
+                             deadline=time.perf_counter() - 1.0)
     assert len(parts.pieces) > 2 and all(r.expanded <= 1 for r in searched)
     assert any(r.out_of_time for r in searched)

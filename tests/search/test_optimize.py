@@ -206,3 +206,16 @@ def test_the_final_comparison_gives_its_time_to_one_stream_and_whole_backends_be
         "original", "optimized", "greedy-whole-model", "original@openvino", "optimized@openvino",
         "optimized+streams", "optimized@mixed"]
     assert opt.by_promise(given[::-1])[0].label == "original"
+
+
+def test_what_the_options_leave_to_gspo_is_resolved_once_into_them():
+    """The stream cap and the search's processes are chosen for the machine in the settings every
+    stage reads; the options given are kept as they were."""
+    from gspo.search.device import CUDA_STREAMS
+    from gspo.search.optimize import resolved
+
+    cfg = resolved(OptimizeConfig(seed=3), cores=4)
+    assert (cfg.max_streams, cfg.jobs, cfg.seed) == (4, 4, 3)
+    assert resolved(OptimizeConfig(device="cuda"), cores=4).max_streams == CUDA_STREAMS
+    given = OptimizeConfig(max_streams=2, jobs=1)
+    assert resolved(given, cores=4) == given

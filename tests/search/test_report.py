@@ -61,3 +61,4 @@ def test_the_report_is_one_record_whose_json_has_the_documented_keys_in_order():
     with pytest.raises(KeyError):
         r["nothing"]
     assert Report.from_json(r.to_json()) == r
+    assert r.config["max_streams"] is None and r.config["jobs"] == 1  # the options as given, not as resolved
