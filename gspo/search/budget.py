@@ -26,9 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gspo.ir.dag import depth
 from gspo.ir.features import nbytes
 
-__all__ = ["Budget", "BuildRates", "Shares", "frontend_seconds", "partition_seconds", "streams_seconds", "weight_bytes"]
+__all__ = ["Budget", "BuildRates", "FREE_OPS", "Shares", "build_depth", "build_ops", "frontend_seconds", "partition_seconds",
+           "streams_seconds", "weight_bytes"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,14 @@ PRIOR_BYTE_RATES = {"openvino": 2.5e-8, "cuda": 2.5e-8}
 #: 119 s for 5,000 parallel Relus, 122 s for a chain of 2,000 Adds), not on the zoo's models
 #: (OpenVINO compiled BERT-base, 406 ops, in 10 s, NASNet-A Large, 1,242 ops, in 10 s).
 QUADRATIC = {"ort": 3e-7, "openvino": 5e-6, "cuda": 5e-6}
+#: With the graph's depth known (its longest path of :func:`build_ops` ops), the floor is
+#: ``WIDE * ops**2 + DEEP * ops * depth``: OpenVINO's compile grows with both, far more with the
+#: depth (measured on this EPYC's 2 cores with other work on them, serialized bytes to compiled:
+#: 5,000 parallel Relus, depth 2, 13.9 s; a chain of 2,000 Adds, depth 2,000, 15.7 s; the
+#: exported NASNet-A Large, 1,907 ops, depth 357, 2.3 s, which the plain square put at 18 s); the
+#: coefficients are about twice those fits. onnxruntime keeps its square.
+WIDE = {"ort": 3e-7, "openvino": 1e-6, "cuda": 1e-6}
+DEEP = {"ort": 0.0, "openvino": 7e-6, "cuda": 7e-6}
 #: Seconds any session build takes at least (loading the backend's plugin, a tiny graph).
 BUILD_FLOOR = 0.005
 #: The front end reads the model again and folds it: at most twice the seconds reading it took
@@ -113,14 +123,19 @@ class BuildRates:
         own = self.largest.get(backend, (0, PRIOR_RATES.get(backend, PRIOR_RATES["openvino"])))[1]
         return own if backend == "ort" else max(own, self.rate("ort"))
 
-    def estimate(self, backend: str, ops: int, weight_bytes: int | None = None) -> float:
+    def estimate(self, backend: str, ops: int, weight_bytes: int | None = None, depth: int | None = None) -> float:
         """Seconds that building a session of ``ops`` ops on ``backend`` is expected to take. A
         whole model (``weight_bytes`` given) on a backend other than onnxruntime, before any
         session was built on that backend in this run, is estimated from its weights
         (:data:`PRIOR_BYTE_RATES`) and onnxruntime's rate per op; once one was, from the rate
         per op it took (which overstates a large model's compile when learned on small pieces:
-        NASNet-A Large's put its whole model at 17-22 s, but a backend slow per op is caught)."""
-        quadratic = QUADRATIC.get(backend, QUADRATIC["openvino"]) * ops * ops
+        NASNet-A Large's put its whole model at 17-22 s, but a backend slow per op is caught).
+        The floor for graphs of many ops is :data:`QUADRATIC` times the ops squared, or with
+        ``depth`` given, :data:`WIDE` and :data:`DEEP`."""
+        if depth is None:
+            quadratic = QUADRATIC.get(backend, QUADRATIC["openvino"]) * ops * ops
+        else:
+            quadratic = ops * (WIDE.get(backend, WIDE["openvino"]) * ops + DEEP.get(backend, DEEP["openvino"]) * depth)
         linear = self.rate(backend) * ops
         if weight_bytes is not None and backend != "ort" and backend not in self.largest:
             linear = PRIOR_BYTE_RATES.get(backend, PRIOR_BYTE_RATES["openvino"]) * weight_bytes + self.rate("ort") * ops
@@ -238,6 +253,21 @@ class Budget:
     def skip(self, stage: str, what: str, why: str) -> None:
         """Record work skipped to hold the deadline (for the report)."""
         self.skipped.append({"stage": stage, "what": what, "why": why})
+
+
+#: Ops a backend folds away as it reads a model: they cost no build time of their own.
+FREE_OPS = frozenset({"Constant", "Identity"})
+
+
+def build_ops(graph) -> int:
+    """The ops of ``graph`` that building a session compiles (not :data:`FREE_OPS`): the
+    exported NASNet-A Large has 2,881 ops, 974 of them Constant or Identity."""
+    return sum(1 for n in graph.nodes if n.op_type not in FREE_OPS)
+
+
+def build_depth(graph) -> int:
+    """The longest dependency path of ``graph`` in :func:`build_ops` ops."""
+    return depth(graph, lambda n: n.op_type not in FREE_OPS)
 
 
 def weight_bytes(graph) -> int:

@@ -39,7 +39,15 @@ from gspo.runtime.backends import (
     backend_versions,
     check_backends,
 )
-from gspo.search.budget import Budget, Shares, partition_seconds, streams_seconds, weight_bytes
+from gspo.search.budget import (
+    Budget,
+    Shares,
+    build_depth,
+    build_ops,
+    partition_seconds,
+    streams_seconds,
+    weight_bytes,
+)
 from gspo.search.config import OptimizeConfig, OptimizeError, OptimizeResult, Prepared
 from gspo.search.device import (
     baseline_refusal,
@@ -288,8 +296,8 @@ def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -
     budget knows), each checked on the input sets and timed in the first timing and in a
     confirmation (their least rounds and warm-up), as the final comparison counts it when it
     takes them in (``Trial``)."""
-    ops, size = len(prepared.original.nodes), weight_bytes(prepared.original)
-    builds = sum(budget.rates.estimate(b, ops, size) for b in backends)
+    ops, size, deep = build_ops(prepared.original), weight_bytes(prepared.original), build_depth(prepared.original)
+    builds = sum(budget.rates.estimate(b, ops, size, deep) for b in backends)
     n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
     runs = n * len(prepared.feeds) + rounds * (sum(k + 2 for k in range(n)) + 2)
     return builds + runs * prepared.run_s

@@ -26,7 +26,7 @@ from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps
-from gspo.search.budget import Budget, BuildRates, weight_bytes
+from gspo.search.budget import Budget, BuildRates, build_depth, build_ops, weight_bytes
 from gspo.streams import Placement, Schedule
 
 __all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "MIN_ROUNDS", "PAIRED_ALPHA", "WARMUP_ROUNDS", "build_seconds", "distinct",
@@ -109,10 +109,11 @@ def build_seconds(option: Option, rates: BuildRates) -> float:
     """Seconds that building ``option``'s sessions is expected to take (each backend's share of
     its ops; see :class:`~gspo.search.budget.BuildRates`)."""
     if option.placement is None:
-        return rates.estimate(DEFAULT_BACKEND, len(option.graph.nodes))
+        return rates.estimate(DEFAULT_BACKEND, build_ops(option.graph))
     counts = option.placement.counts(option.graph)
     if len(counts) == 1:  # the whole model on one backend
-        return rates.estimate(next(iter(counts)), len(option.graph.nodes), weight_bytes(option.graph))
+        return rates.estimate(next(iter(counts)), build_ops(option.graph), weight_bytes(option.graph),
+                              build_depth(option.graph))
     return sum(rates.estimate(b, ops) for b, ops in counts.items())
 
 
@@ -174,7 +175,7 @@ class Trial:
             raise ReferenceError_(str(e)) from None
         self.run_s = (time.perf_counter() - built) / max(1, len(self.feeds))
         if self.budget is not None:
-            self.budget.rates.record(DEFAULT_BACKEND, len(reference.nodes), built - began)
+            self.budget.rates.record(DEFAULT_BACKEND, build_ops(reference), built - began)
         return expected
 
     def _fits(self, option: Option) -> bool:
@@ -201,7 +202,7 @@ class Trial:
             return
         counts = option.placement.counts(option.graph) if option.placement is not None else {}
         if len(counts) <= 1:
-            self.budget.rates.record(next(iter(counts), DEFAULT_BACKEND), len(option.graph.nodes), seconds)
+            self.budget.rates.record(next(iter(counts), DEFAULT_BACKEND), build_ops(option.graph), seconds)
 
     def _add(self, option: Option, expected: list[dict]) -> None:
         try:

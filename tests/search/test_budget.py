@@ -106,6 +106,37 @@ def test_build_estimates_learn_from_the_largest_session_and_grow_faster_than_the
     assert rates.estimate("openvino", 400) == pytest.approx(BUILD_FLOOR + 0.2 * 400)
 
 
+def test_a_deep_graph_is_estimated_to_compile_slower_than_a_wide_one_of_as_many_ops():
+    """OpenVINO compiled 5,000 parallel Relus in 13.9 s and a chain of 2,000 Adds in 15.7 s: the
+    floor grows with the depth; the exported NASNet-A Large (1,907 ops, depth 357) took 2.3 s."""
+    from gspo.search.budget import DEEP, WIDE
+
+    rates = BuildRates()
+    wide = rates.estimate("openvino", 5000, 0, depth=2)  # no weights: the floor decides
+    deep = rates.estimate("openvino", 2000, 0, depth=2000)
+    assert wide == pytest.approx(BUILD_FLOOR + WIDE["openvino"] * 5000 ** 2 + DEEP["openvino"] * 5000 * 2)
+    assert deep == pytest.approx(BUILD_FLOOR + 2000 * (WIDE["openvino"] * 2000 + DEEP["openvino"] * 2000))
+    assert 13.9 < wide < 4 * 13.9 and 15.7 < deep < 4 * 15.7  # above what was measured, within 4x
+    nasnet = rates.estimate("openvino", 1907, 355_000_000, depth=357)  # its weights: 355 MB
+    assert 2.3 < nasnet < 15 and nasnet < rates.estimate("openvino", 1907, 355_000_000) / 1.5
+    # depth unknown: the plain square, as before
+    assert rates.estimate("openvino", 2000) == pytest.approx(BUILD_FLOOR + max(PRIOR_RATES["openvino"] * 2000,
+                                                                               QUADRATIC["openvino"] * 2000 ** 2))
+
+
+def test_constants_and_identities_cost_no_build_time_and_no_depth():
+    from gspo.search.budget import build_depth, build_ops
+
+    b = GraphBuilder("chain")
+    y = b.input("x", (1, 4))
+    for _ in range(5):
+        y = b.op("Identity", [b.op("Relu", [y])])
+    g = b.output(y).build()
+    assert len(g.nodes) == 10 and build_ops(g) == 5 and build_depth(g) == 5
+    wide = _relus(6)
+    assert build_ops(wide) == 13 and build_depth(wide) == 3
+
+
 def _relus(n: int):
     b = GraphBuilder(f"relus{n}")
     x = b.input("x", (1, 4))
