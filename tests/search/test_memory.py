@@ -10,7 +10,7 @@ import sys
 import pytest
 
 _CHILD = r"""
-import json, resource, sys
+import json, sys
 import onnx
 from onnx import TensorProto, helper
 import gspo
@@ -28,13 +28,14 @@ model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir
 path = sys.argv[3]
 onnx.save(model, path)
 
-def rss():
+def status(key):
     with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
 
-base = rss()
+# VmHWM is this process's own peak (getrusage's ru_maxrss keeps the parent's across fork and exec)
+base = status("VmRSS")
 gspo.optimize(path, backends=backends, time_budget=30, seed=0)
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = status("VmHWM")
 print(json.dumps({"base": base, "peak": peak, "backends": list(backends)}))
 """
 
