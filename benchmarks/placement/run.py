@@ -8,7 +8,7 @@ Usage (OpenVINO installed: ``.venv/bin/pip install -c constraints.txt openvino``
 Per model, in one process: ``gspo.optimize`` with backends onnxruntime and OpenVINO; then,
 interleaved (rotating order, warm-up, medians): the model in plain onnxruntime at 1 and 2
 intra-op threads, in OpenVINO (latency hint, f32) at 1 and 2 threads, and gspo's result run by
-gspo's executor as ``gspo run`` runs it (its placement, schedule and saved thread setting;
+gspo's deploy API (``gspo.InferenceSession``) as its users run it (its placement, schedule and saved thread setting;
 a plain ONNX file without a saved setting in plain onnxruntime at its better thread count).
 The ``settings`` column is the thread setting gspo chose (``default``: the backend's own). ``ort_ms`` and
 ``openvino_ms`` are each backend at its better thread setting. gspo's outputs are compared
@@ -33,12 +33,12 @@ from gspo.ir import load, save
 from gspo.runtime import (
     SessionConfig,
     interleaved,
-    make_executor,
     make_session,
     random_inputs,
     runtime_version,
 )
 from gspo.runtime.backends import backend_status, load_runner
+from gspo.runtime.deploy import InferenceSession
 from gspo.runtime.executor import saved_placement, saved_schedule
 from gspo.runtime.settings import saved_settings
 from gspo.runtime.verify import compare_outputs
@@ -75,19 +75,22 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
             ov = load_runner("openvino", data, SessionConfig(intra_op_threads=t))
             runners.append((f"openvino@{t}", lambda r=ov, n=names: r.run(n, feeds)))
     result = load(result_path)
-    placed = make_executor(result)
-    closers.append(placed)
     if saved_placement(result) is None and saved_schedule(result) is None and saved_settings(result).is_default:
         # a plain ONNX file, run as its users run it: plain onnxruntime at its better thread setting
-        # (with a saved setting, gspo is timed at that setting: the executor applies it)
         result_bytes = result_path.read_bytes()
         for t in THREADS:
             sess = make_session(result_bytes, SessionConfig(intra_op_threads=t))
             runners.append((f"gspo@{t}", lambda s=sess, n=names: s.run(n, feeds)))
     else:
-        runners.append(("gspo", lambda: placed.run(feeds)))
-    want = dict(zip([v.name for v in g.outputs], runners[0][1]()))
-    check = compare_outputs(want, placed.run(random_inputs(g, seed=7)))
+        # gspo's deploy API, as its users run it: a saved thread setting alone is a plain
+        # onnxruntime session at that setting, a placement or a schedule is gspo's executor
+        deployed = InferenceSession(str(result_path))
+        closers.append(deployed)
+        runners.append(("gspo", lambda n=names: deployed.run(n, feeds)))
+    want = dict(zip(names, runners[0][1]()))
+    check_session = InferenceSession(str(result_path))
+    check = compare_outputs(want, dict(zip(names, check_session.run(names, random_inputs(g, seed=7)))))
+    check_session.close()
     try:
         timings = {t.label: t.median * 1e3 for t in interleaved(runners, runs, 3)}
     finally:
@@ -215,7 +218,7 @@ def markdown(rows, meta) -> str:
         "(`openvino ms` is `-`); there the better backend is onnxruntime.", "",
         "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
         "A result that is the input unchanged (`same file`) runs as the input does, so its time is onnxruntime's. "
-        "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a saved thread setting (`settings`), a placement or a schedule in gspo's executor (`placement`: ops per backend).", "",
+        "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a saved thread setting (`settings`), a placement or a schedule in gspo's deploy API, `gspo.InferenceSession` (a saved thread setting alone: onnxruntime's own session at that setting; a placement or a schedule: gspo's executor; `placement`: ops per backend).", "",
         "| model | ort ms | openvino ms | gspo ms | gspo / best | chosen | placement | settings | equivalent |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
