@@ -79,9 +79,11 @@ def test_a_final_reserve_beyond_its_share_comes_out_of_the_search_and_the_stages
 def test_a_whole_model_on_another_backend_is_estimated_from_its_weights_until_a_session_was_built_there():
     rates = BuildRates()
     size = 350 * 2**20  # NASNet-A Large's weights, 1,242 ops
-    by_weights = BUILD_FLOOR + max(budget_module.PRIOR_BYTE_RATES["openvino"] * size + PRIOR_RATES["ort"] * 1242,
-                                   QUADRATIC["openvino"] * 1242**2)
+    by_weights = BUILD_FLOOR + max(budget_module.PRIOR_BYTE_RATES["openvino"] * size, QUADRATIC["openvino"] * 1242**2)
     assert rates.estimate("openvino", 1242, size) == pytest.approx(by_weights)
+    slow = BuildRates()
+    slow.record("ort", 1242, BUILD_FLOOR + 12.42)  # onnxruntime took 10 ms per op: twice that says more
+    assert slow.estimate("openvino", 1242, size) == pytest.approx(BUILD_FLOOR + budget_module.ORT_FACTOR * 12.42)
     assert rates.estimate("openvino", 1242) > 2 * by_weights  # the prior per op, for pieces
     rates.record("openvino", 100, BUILD_FLOOR + 2.0)  # once a session was built there: its rate per op
     assert rates.estimate("openvino", 1242, size) == pytest.approx(BUILD_FLOOR + max(0.02 * 1242, QUADRATIC["openvino"] * 1242**2))

@@ -173,3 +173,25 @@ def test_a_quantized_output_one_step_off_passes_and_two_steps_off_is_rejected(tm
     assert [o.label for o in out if o.timing] == ["one step"]
     (two,) = [o for o in out if o.rejected]
     assert two.label == "two steps" and "output y differs" in two.rejected and "2 quantization steps" in two.rejected
+
+
+def test_a_timings_warm_up_rounds_come_out_of_its_budget():
+    """A budget of ten rounds' time holds the warm-up and seven timed rounds, not ten more."""
+    import time as clock
+
+    from gspo.search.trial import WARMUP_ROUNDS
+
+    g = _relu(1)
+
+    class Slow:
+        def run(self, feeds):
+            clock.sleep(0.01)
+            return {"y": np.maximum(feeds["x"], 0)}
+
+        def close(self):
+            pass
+
+    with Trial(g, [Option("slow", _relu(2))], [random_inputs(g, 0)], executor=lambda *args: Slow()) as trial:
+        out = trial.time(runs=30, budget=0.1, labels=("slow",))
+    (slow,) = out
+    assert 5 <= len(slow.timing.seconds) <= 10 - WARMUP_ROUNDS
