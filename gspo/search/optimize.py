@@ -64,6 +64,7 @@ from gspo.search.prepare import prepare
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
 from gspo.search.settings import option_backend, settled, thread_options
 from gspo.search.trial import (
+    CONFIRM_ROUNDS,
     MIN_ROUNDS,
     PAIRED_ALPHA,
     WARMUP_ROUNDS,
@@ -299,7 +300,7 @@ def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -
     ops, size, deep = build_ops(prepared.original), weight_bytes(prepared.original), build_depth(prepared.original)
     builds = sum(budget.rates.estimate(b, ops, size, deep) for b in backends)
     n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
-    runs = n * len(prepared.feeds) + rounds * (sum(k + 2 for k in range(n)) + 2)
+    runs = n * len(prepared.feeds) + rounds * sum(k + 2 for k in range(n)) + CONFIRM_ROUNDS * 2
     return builds + runs * prepared.run_s
 
 

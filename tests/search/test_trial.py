@@ -195,3 +195,27 @@ def test_a_timings_warm_up_rounds_come_out_of_its_budget():
         out = trial.time(runs=30, budget=0.1, labels=("slow",))
     (slow,) = out
     assert 5 <= len(slow.timing.seconds) <= 10 - WARMUP_ROUNDS
+
+
+def test_the_final_comparison_keeps_time_to_confirm_a_win_with_enough_rounds():
+    """An option enters the final comparison only when a confirmation of CONFIRM_ROUNDS rounds
+    (enough for a steady gain to pass the sign test) still fits after its first timing."""
+    from gspo.search.budget import Budget
+    from gspo.search.trial import CONFIRM_ROUNDS, MIN_ROUNDS, WARMUP_ROUNDS
+
+    assert CONFIRM_ROUNDS > MIN_ROUNDS + WARMUP_ROUNDS
+    assert sign_test(MIN_ROUNDS + WARMUP_ROUNDS - 1, MIN_ROUNDS + WARMUP_ROUNDS) > PAIRED_ALPHA  # 7 of 8 is not enough
+    assert sign_test(CONFIRM_ROUNDS - WARMUP_ROUNDS - 1, CONFIRM_ROUNDS - WARMUP_ROUNDS) < PAIRED_ALPHA  # 10 of 11 is
+    g = _relu(1)
+    clock = [0.0]
+    budget = Budget(100.0, clock=lambda: clock[0])
+    with Trial(g, [], [random_inputs(g, 0)], budget=budget, stage="final") as trial:
+        trial.run_s = 1.0
+        option = Option("other", _relu(2))
+        from gspo.search.trial import build_seconds
+
+        first = build_seconds(option, budget.rates) + 1.0 + (MIN_ROUNDS + WARMUP_ROUNDS) * 1.0 * (len(trial._ok) + 2)
+        clock[0] = 100.0 - (first + CONFIRM_ROUNDS * 2 * 1.0) - 0.5
+        assert trial._fits(option)
+        clock[0] += 1.0
+        assert not trial._fits(option)
