@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError", "first_line"]
+import json
+from pathlib import Path
+
+__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError", "first_line", "read_json"]
 
 
 def first_line(e: BaseException, limit: int = 300) -> str:
@@ -25,3 +28,17 @@ class UnsupportedModelError(GspoError):
 
 class InputShapeError(GspoError):
     """Dynamic input dimensions left unpinned, or an ``--input-shape`` that does not fit."""
+
+
+def read_json(path: Path, what: str):
+    """The JSON document at ``path`` (the ``what`` of the messages: "baseline", "model set"...).
+
+    Raises:
+        GspoError: the file cannot be read, or is not valid JSON (one line naming it).
+    """
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise GspoError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
+    except (ValueError, RecursionError):
+        raise GspoError(f"{path}: the {what} is not valid JSON") from None

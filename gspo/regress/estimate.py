@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, read_json
 from gspo.outputs import atomic_write, check_outputs
 from gspo.regress.modelset import ModelSet, load_modelset
 
@@ -55,12 +55,7 @@ def _positive(x) -> bool:
 def read_baseline(path: str | os.PathLike) -> dict:
     """The baseline at ``path``, checked (a one-line GspoError when it is not a valid one)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except OSError as e:
-        raise GspoError(f"{p}: cannot read the baseline ({e.strerror or e})") from None
-    except (ValueError, RecursionError):
-        raise GspoError(f"{p}: the baseline is not valid JSON") from None
+    data = read_json(p, "baseline")
     if not isinstance(data, dict) or data.get("version") != VERSION:
         found = data.get("version") if isinstance(data, dict) else None
         raise GspoError(f"{p}: not a gspo baseline of format {VERSION} (found version {json.dumps(found)})")

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, read_json
 from gspo.regress.stats import THRESHOLD
 
 __all__ = ["ModelSet", "ModelSpec", "load_modelset", "ROUNDS", "VERSION"]
@@ -120,12 +120,7 @@ class ModelSet:
 
 
 def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise GspoError(f"{path}: cannot read the model set ({e.strerror or e})") from None
-    except (ValueError, RecursionError):
-        raise GspoError(f"{path}: the model set is not valid JSON") from None
+    data = read_json(path, "model set")
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise GspoError(f"{path}: not a gspo model set (expected a JSON object with \"version\": {VERSION})")
     return data

@@ -25,7 +25,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, read_json
 from gspo.outputs import atomic_write, check_outputs
 
 __all__ = ["Artifact", "FORMAT", "INDEX", "cache_key", "check_store", "machine", "read_artifact", "read_index", "sha256", "versions",
@@ -91,12 +91,7 @@ def artifact_paths(root: str | os.PathLike, name: str) -> dict[str, Path]:
 
 
 def _json(path: Path, what: str) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise GspoError(f"{path}: cannot read the {what} ({e.strerror or e})") from None
-    except (ValueError, RecursionError):
-        raise GspoError(f"{path}: the {what} is not valid JSON") from None
+    data = read_json(path, what)
     if not isinstance(data, dict):
         raise GspoError(f"{path}: the {what} is not a JSON object")
     return data
