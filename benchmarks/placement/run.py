@@ -6,7 +6,7 @@ Usage (OpenVINO installed: ``.venv/bin/pip install -c constraints.txt openvino``
     .venv/bin/python benchmarks/placement/run.py --models mixnet_s bert --time-budget 60
 
 Per model, in one process: ``gspo.optimize`` with backends onnxruntime and OpenVINO; then,
-interleaved (rotating order, warm-up, medians of samples of at least 10 ms of calls): the model in plain onnxruntime at 1 and 2
+interleaved (rotating order, warm-up; each sample one untimed call, then at least 10 ms of calls; medians): the model in plain onnxruntime at 1 and 2
 intra-op threads, in OpenVINO (latency hint, f32) at 1 and 2 threads, and gspo's result run by
 gspo's deploy API (``gspo.InferenceSession``) as its users run it (its placement, schedule and saved thread setting;
 a plain ONNX file without a saved setting in plain onnxruntime at its better thread count).
@@ -22,6 +22,7 @@ import datetime
 import json
 import math
 import shlex
+import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +33,6 @@ from gspo.errors import GspoError, first_line
 from gspo.ir import load, save
 from gspo.runtime import (
     SessionConfig,
-    interleaved,
     make_session,
     random_inputs,
     runtime_version,
@@ -41,7 +41,7 @@ from gspo.runtime.backends import backend_status, load_runner
 from gspo.runtime.deploy import InferenceSession
 from gspo.runtime.executor import saved_placement, saved_schedule
 from gspo.runtime.settings import saved_settings
-from gspo.runtime.verify import compare_outputs
+from gspo.runtime.verify import compare_outputs, output_steps
 from gspo.search import optimize
 from gspo.search.placement import MIXED_MARGIN
 from gspo.zoo import MODELS, build
@@ -89,12 +89,12 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
         runners.append(("gspo", lambda n=names: deployed.run(n, feeds)))
     want = dict(zip(names, runners[0][1]()))
     check_session = InferenceSession(str(result_path))
-    check = compare_outputs(want, dict(zip(names, check_session.run(names, random_inputs(g, seed=7)))))
+    check = compare_outputs(want, dict(zip(names, check_session.run(names, random_inputs(g, seed=7)))),
+                            steps=output_steps(g))
     check_session.close()
     try:
         calls = _calls_per_sample([r for _, r in runners])
-        batched = [(label, _repeated(r, calls)) for label, r in runners]
-        timings = {t.label: t.median / calls * 1e3 for t in interleaved(batched, runs, 3)}
+        timings = {label: statistics.median(t) / calls * 1e3 for label, t in _warm_interleaved(runners, runs, 3, calls)}
     finally:
         for c in closers:
             c.close()
@@ -122,11 +122,25 @@ def _calls_per_sample(runs) -> int:
     return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
 
 
-def _repeated(run, calls: int):
-    def many():
-        for _ in range(calls):
+def _warm_interleaved(runners, runs: int, warmup: int, calls: int) -> dict[str, list[float]]:
+    """Each runner's samples, interleaved (round ``r`` starts at runner ``r``): a sample is one
+    untimed call, then ``calls`` timed calls in a row. The untimed call takes the cost of
+    switching from another runtime (its idle threads waking, another pool's still spinning): one
+    call right after another runtime's ran bert_ort_fused's 2-thread sessions 35% slower than
+    in a row, which is not how a deployed model runs."""
+    for _ in range(warmup):
+        for _, run in runners:
             run()
-    return many
+    samples: dict[str, list[float]] = {label: [] for label, _ in runners}
+    for r in range(runs):
+        for j in range(len(runners)):
+            label, run = runners[(r + j) % len(runners)]
+            run()
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples[label].append(time.perf_counter() - start)
+    return samples
 
 
 def _openvino_refusal(data: bytes, names, feeds) -> str | None:
