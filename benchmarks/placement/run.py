@@ -94,7 +94,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     check_session.close()
     try:
         calls = _calls_per_sample([r for _, r in runners])
-        timings = {label: statistics.median(t) / calls * 1e3 for label, t in _warm_interleaved(runners, runs, 3, calls)}
+        timings = {label: statistics.median(t) / calls * 1e3 for label, t in _warm_interleaved(runners, runs, 3, calls).items()}
     finally:
         for c in closers:
             c.close()
