@@ -22,7 +22,6 @@ import datetime
 import json
 import math
 import shlex
-import statistics
 import sys
 import tempfile
 import time
@@ -32,7 +31,9 @@ from gspo.costmodel import device_description
 from gspo.errors import GspoError, first_line
 from gspo.ir import load, save
 from gspo.runtime import (
+    DeviceTime,
     SessionConfig,
+    interleaved,
     make_session,
     random_inputs,
     runtime_version,
@@ -94,7 +95,8 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     check_session.close()
     try:
         calls = _calls_per_sample([r for _, r in runners])
-        timings = {label: statistics.median(t) / calls * 1e3 for label, t in _warm_interleaved(runners, runs, 3, calls).items()}
+        warm = [(label, _warm_sample(run, calls)) for label, run in runners]
+        timings = {t.label: t.median / calls * 1e3 for t in interleaved(warm, runs, 3)}
     finally:
         for c in closers:
             c.close()
@@ -122,25 +124,19 @@ def _calls_per_sample(runs) -> int:
     return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
 
 
-def _warm_interleaved(runners, runs: int, warmup: int, calls: int) -> dict[str, list[float]]:
-    """Each runner's samples, interleaved (round ``r`` starts at runner ``r``): a sample is one
-    untimed call, then ``calls`` timed calls in a row. The untimed call takes the cost of
-    switching from another runtime (its idle threads waking, another pool's still spinning): one
-    call right after another runtime's ran bert_ort_fused's 2-thread sessions 35% slower than
-    in a row, which is not how a deployed model runs."""
-    for _ in range(warmup):
-        for _, run in runners:
+def _warm_sample(run, calls: int):
+    """One sample: an untimed call, then ``calls`` timed calls in a row (their seconds, which
+    :func:`~gspo.runtime.interleaved` takes instead of the whole call's). The untimed call takes
+    the cost of switching from another runtime (its idle threads waking, another pool's still
+    spinning): one call right after another runtime's ran bert_ort_fused's 2-thread sessions
+    35% slower than in a row, which is not how a deployed model runs."""
+    def sample():
+        run()
+        start = time.perf_counter()
+        for _ in range(calls):
             run()
-    samples: dict[str, list[float]] = {label: [] for label, _ in runners}
-    for r in range(runs):
-        for j in range(len(runners)):
-            label, run = runners[(r + j) % len(runners)]
-            run()
-            start = time.perf_counter()
-            for _ in range(calls):
-                run()
-            samples[label].append(time.perf_counter() - start)
-    return samples
+        return DeviceTime(time.perf_counter() - start)
+    return sample
 
 
 def _openvino_refusal(data: bytes, names, feeds) -> str | None:
