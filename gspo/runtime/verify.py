@@ -8,11 +8,11 @@ reference ``a`` when
 where ``max|a|`` is the largest finite magnitude of that output. The first two terms are the
 usual elementwise test; the third lets the rounding that reordering fp32 arithmetic costs grow
 with the output's scale (a random-weight network whose outputs are ~1e12 differs by ~1e5 after
-an exact rewrite, while an element near zero keeps no relative precision at all). An output a DequantizeLinear computes with one scale for the whole tensor may also be off
-by one step of that scale: integer kernels round the last requantization each their own way
-(onnxruntime's and OpenVINO's put a QDQ ResNet-50's logits one step apart), so one step is
-allowed there and more is refused. Integer and
-bool outputs must be equal; NaN and infinities must sit at the same places (infinities with
+an exact rewrite, while an element near zero keeps no relative precision at all). An output a
+DequantizeLinear computes with one scale for the whole tensor may also be off by one step of
+that scale: integer kernels round the last requantization each their own way (onnxruntime's and
+OpenVINO's put a QDQ ResNet-50's logits one step apart), so one step is allowed there and more
+is refused. Integer and bool outputs must be equal; NaN and infinities must sit at the same places (infinities with
 the same sign). Half-precision outputs are held to half-precision tolerances.
 
 An output that is not a tensor (a sequence, a map such as ZipMap's class probabilities, an

@@ -72,10 +72,10 @@ ORT_FACTOR = 2.0
 QUADRATIC = {"ort": 3e-7, "openvino": 5e-6, "cuda": 5e-6}
 #: With the graph's depth known (its longest path of :func:`build_ops` ops), the floor is
 #: ``WIDE * ops**2 + DEEP * ops * depth``: OpenVINO's compile grows with both, far more with the
-#: depth (measured on this EPYC's 2 cores with other work on them, serialized bytes to compiled:
-#: 5,000 parallel Relus, depth 2, 13.9 s; a chain of 2,000 Adds, depth 2,000, 15.7 s; the
-#: exported NASNet-A Large, 1,907 ops, depth 357, 2.3 s, which the plain square put at 18 s); the
-#: coefficients are about twice those fits. onnxruntime keeps its square.
+#: depth (measured alone on this EPYC's 2 cores, serialized bytes to compiled: 5,000 parallel
+#: Relus, depth 2, 13.3 s; a chain of 2,000 Adds, depth 2,000, 15.2 s; the exported NASNet-A
+#: Large, 1,907 ops, depth 357, 3.4 s, which the plain square put at 18 s); the coefficients are
+#: about twice those fits. onnxruntime keeps its square.
 WIDE = {"ort": 3e-7, "openvino": 1e-6, "cuda": 1e-6}
 DEEP = {"ort": 0.0, "openvino": 7e-6, "cuda": 7e-6}
 #: Seconds any session build takes at least (loading the backend's plugin, a tiny graph).
