@@ -31,12 +31,12 @@ from gspo.costmodel import device_description
 from gspo.errors import GspoError, first_line
 from gspo.ir import load, save
 from gspo.runtime import (
-    DeviceTime,
     SessionConfig,
     interleaved,
     make_session,
     random_inputs,
     runtime_version,
+    warm_sample,
 )
 from gspo.runtime.backends import backend_status, load_runner
 from gspo.runtime.deploy import InferenceSession
@@ -95,8 +95,8 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     check_session.close()
     try:
         calls = _calls_per_sample([r for _, r in runners])
-        warm = [(label, _warm_sample(run, calls)) for label, run in runners]
-        timings = {t.label: t.median / calls * 1e3 for t in interleaved(warm, runs, 3)}
+        warm = [(label, warm_sample(run, calls)) for label, run in runners]
+        timings = {t.label: t.median * 1e3 for t in interleaved(warm, runs, 3)}
     finally:
         for c in closers:
             c.close()
@@ -122,21 +122,6 @@ def _calls_per_sample(runs) -> int:
             run()
         fastest = min(fastest, time.perf_counter() - start)
     return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
-
-
-def _warm_sample(run, calls: int):
-    """One sample: an untimed call, then ``calls`` timed calls in a row (their seconds, which
-    :func:`~gspo.runtime.interleaved` takes instead of the whole call's). The untimed call takes
-    the cost of switching from another runtime (its idle threads waking, another pool's still
-    spinning): one call right after another runtime's ran bert_ort_fused's 2-thread sessions
-    35% slower than in a row, which is not how a deployed model runs."""
-    def sample():
-        run()
-        start = time.perf_counter()
-        for _ in range(calls):
-            run()
-        return DeviceTime(time.perf_counter() - start)
-    return sample
 
 
 def _openvino_refusal(data: bytes, names, feeds) -> str | None:

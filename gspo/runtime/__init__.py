@@ -8,6 +8,7 @@ from gspo.runtime.bench import (
     measure_once,
     median_seconds,
     timed_runner,
+    warm_sample,
 )
 from gspo.runtime.cpu import CpuExecutor, TraceEvent
 from gspo.runtime.executor import (
@@ -66,5 +67,6 @@ __all__ = [
     "run",
     "runtime_version",
     "timed_runner",
+    "warm_sample",
     "verify",
 ]

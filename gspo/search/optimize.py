@@ -74,6 +74,7 @@ from gspo.search.trial import (
     distinct,
     pick,
     rounds_faster,
+    sample_seconds,
 )
 from gspo.streams import Placement, Schedule, apply_schedule, assign_streams
 
@@ -193,7 +194,7 @@ def _cost(cost_model: CostModel, graph: Graph, schedule: Schedule | None) -> flo
 def _original_seconds(prepared: Prepared, budget: Budget) -> float:
     """Seconds that building, checking and timing the original alone is expected to take."""
     build = budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
-    return build + (len(prepared.feeds) + MIN_ROUNDS + WARMUP_ROUNDS) * prepared.run_s
+    return build + len(prepared.feeds) * prepared.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * sample_seconds(prepared.run_s)
 
 
 def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budget: Budget) -> FinalChoice:
@@ -261,7 +262,7 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None
     failed: dict[str, Outcome] = {}
     confirmations = []
     for o in contenders:
-        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (original.median_s + o.median_s)):
+        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (sample_seconds(original.median_s) + sample_seconds(o.median_s))):
             budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
         if budget is not None and seconds is not None:
@@ -300,8 +301,8 @@ def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -
     ops, size, deep = build_ops(prepared.original), weight_bytes(prepared.original), build_depth(prepared.original)
     builds = sum(budget.rates.estimate(b, ops, size, deep) for b in backends)
     n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
-    runs = n * len(prepared.feeds) + rounds * sum(k + 2 for k in range(n)) + CONFIRM_ROUNDS * 2
-    return builds + runs * prepared.run_s
+    samples = rounds * sum(k + 2 for k in range(n)) + CONFIRM_ROUNDS * 2
+    return builds + n * len(prepared.feeds) * prepared.run_s + samples * sample_seconds(prepared.run_s)
 
 
 def by_promise(options: list[Option]) -> list[Option]:

@@ -52,3 +52,17 @@ def test_median_seconds_warms_up_then_runs_until_the_target_or_the_cap():
     calls.clear()
     median_seconds(lambda: calls.append(1), Repeats(min_runs=3, max_runs=4, target_s=60.0, warmup=1))
     assert len(calls) == 1 + 4  # the target is never met: the cap
+
+
+def test_a_warm_sample_calls_once_untimed_then_times_the_calls_in_a_row():
+    from gspo.runtime.bench import DeviceTime, warm_sample
+
+    durations = iter([9.0, 1.0, 3.0])  # the untimed call's time is left out
+    sample = warm_sample(lambda: DeviceTime(next(durations)), calls=2)
+    first = sample()
+    assert first == 2.0 and isinstance(first, DeviceTime)
+    calls = []
+    plain = warm_sample(lambda: calls.append(1), calls=3)
+    assert isinstance(plain(), DeviceTime) and len(calls) == 4
+    with pytest.raises(ValueError):
+        warm_sample(lambda: None, calls=0)

@@ -201,7 +201,7 @@ def test_a_multi_stream_option_uploads_once_then_launches_records_and_waits_in_o
     assert all(timing.index(u) < first_run for u in uploads)
     mine = [e for e in timing if e[0] != "run" or e[2] in {str(s.handle) for s in streams}]
     runs_of_ex = rounds([e for e in mine if e[0] != "memcpy"], streams)
-    assert len(runs_of_ex) == 3 + 7  # warm-up rounds, then the timed ones
+    assert len(runs_of_ex) == 1 + 3 + 7  # the call that sizes the samples, the warm-up rounds, the timed ones
     for entries in runs_of_ex:
         check_round(entries, ex.plan, streams, events)
 

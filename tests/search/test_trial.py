@@ -175,12 +175,13 @@ def test_a_quantized_output_one_step_off_passes_and_two_steps_off_is_rejected(tm
     assert two.label == "two steps" and "output y differs" in two.rejected and "2 quantization steps" in two.rejected
 
 
-def test_a_timings_warm_up_rounds_come_out_of_its_budget():
+def test_a_timings_warm_up_rounds_come_out_of_its_budget(monkeypatch):
     """A budget of ten rounds' time holds the warm-up and seven timed rounds, not ten more."""
     import time as clock
 
     from gspo.search.trial import WARMUP_ROUNDS
 
+    monkeypatch.setattr(sys.modules["gspo.search.trial"], "WARM_BELOW_S", 0.005)  # one call a sample
     g = _relu(1)
 
     class Slow:
@@ -219,3 +220,53 @@ def test_the_final_comparison_keeps_time_to_confirm_a_win_with_enough_rounds():
         assert trial._fits(option)
         clock[0] += 1.0
         assert not trial._fits(option)
+
+
+class _Switching:
+    """A fake executor whose call is slow right after another executor's (its idle threads
+    waking) and fast when called in a row; logs every call."""
+
+    last = [None]
+
+    def __init__(self, name, log, cold_s=0.004, warm_s=0.001):
+        self.name, self.log, self.cold_s, self.warm_s = name, log, cold_s, warm_s
+
+    def run(self, feeds):
+        import time as clock
+
+        clock.sleep(self.cold_s if self.last[0] is not self else self.warm_s)
+        self.last[0] = self
+        self.log.append(self.name)
+        return {"y": np.maximum(feeds["x"], 0)}
+
+    def close(self):
+        pass
+
+
+def test_a_fast_model_is_timed_in_a_row_after_an_untimed_call():
+    """Timed right after another runtime's call, an option pays a switch its deployment, called
+    in a row, does not: each timed sample follows an untimed call of the same option."""
+    g = _relu(1)
+    log: list[str] = []
+    made = iter(["a", "b"])
+    with Trial(g, [Option("a", _relu(2)), Option("b", _relu(3))], [random_inputs(g, 0)],
+               executor=lambda *args: _Switching(next(made), log)) as trial:
+        start = len(log)
+        out = trial.time(runs=6, labels=("a", "b"))
+    assert all(o.median_s < 0.003 for o in out)  # the warm 1 ms, not the cold 4 ms
+    timing = log[start:]
+    assert len(timing) == 2 + (3 + 6) * 2 * 2  # first calls, then rounds of (untimed + timed) per option
+    assert all(timing[k] == timing[k + 1] for k in range(2, len(timing), 2))
+
+
+def test_a_slow_model_is_timed_one_call_a_sample(monkeypatch):
+    trial_mod = sys.modules["gspo.search.trial"]
+    monkeypatch.setattr(trial_mod, "WARM_BELOW_S", 0.0005)
+    g = _relu(1)
+    log: list[str] = []
+    made = iter(["a", "b"])
+    with Trial(g, [Option("a", _relu(2)), Option("b", _relu(3))], [random_inputs(g, 0)],
+               executor=lambda *args: _Switching(next(made), log)) as trial:
+        start = len(log)
+        trial.time(runs=6, labels=("a", "b"))
+    assert len(log) - start == 2 + (3 + 6) * 2
