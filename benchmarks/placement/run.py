@@ -68,7 +68,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     data = path.read_bytes()
     runners, closers = [], []
     names = [v.name for v in g.outputs]
-    openvino_refused = _openvino_refusal(data, names, feeds)
+    openvino_refused, openvino_differs = _openvino_check(data, g, names, feeds)
     for t in THREADS:
         ort = load_runner("ort", data, SessionConfig(intra_op_threads=t))
         runners.append((f"ort@{t}", lambda r=ort, n=names: r.run(n, feeds)))
@@ -103,6 +103,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
     best = lambda prefix: min((v for k, v in timings.items() if k.startswith(prefix + "@")), default=None)  # noqa: E731
     gspo_ms = timings["gspo"] if "gspo" in timings else best("gspo")
     return {"ort_ms": best("ort"), "openvino_ms": best("openvino"), "gspo_ms": gspo_ms, "openvino_refused": openvino_refused,
+            "openvino_differs": openvino_differs,
             "equivalent": check.equivalent, "max_rel_err": check.max_norm_rel,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()}}
 
@@ -124,14 +125,17 @@ def _calls_per_sample(runs) -> int:
     return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
 
 
-def _openvino_refusal(data: bytes, names, feeds) -> str | None:
-    """Why OpenVINO cannot compile or run the model (``None``: it can); such a model is compared
-    with onnxruntime alone."""
+def _openvino_check(data: bytes, g, names, feeds) -> tuple[str | None, str | None]:
+    """Why OpenVINO cannot compile or run the model, and why its outputs do not pass gspo's
+    equivalence check against onnxruntime's (``None``: they do); such a model is compared with
+    onnxruntime alone, as gspo may not choose OpenVINO for it."""
     try:
-        load_runner("openvino", data).run(names, feeds)
+        got = load_runner("openvino", data).run(names, feeds)
+        want = load_runner("ort", data).run(names, feeds)
     except GspoError as e:
-        return first_line(e)
-    return None
+        return first_line(e), None
+    check = compare_outputs(dict(zip(names, want)), dict(zip(names, got)), steps=output_steps(g))
+    return None, (None if check.equivalent else first_line(check.worst.reason or f"{check.worst.name} differs"))
 
 
 def run_model(name, source, path, args, tmp: Path) -> dict:
@@ -162,7 +166,13 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
     except Exception as e:  # the model's status, one line
         row["status"] = f"{type(e).__name__}: {first_line(e)}"
         return row
-    row["ratio_to_best"] = row["gspo_ms"] / min(t for t in (row["ort_ms"], row["openvino_ms"]) if t is not None)
+    row["ratio_to_best"] = row["gspo_ms"] / _best_ms(row)
+    return row
+
+
+def _best_ms(row) -> float:
+    """The faster single backend whose outputs pass gspo's equivalence check."""
+    return min(t for t in (row["ort_ms"], None if row.get("openvino_differs") else row["openvino_ms"]) if t is not None)
     return row
 
 
@@ -236,7 +246,9 @@ def markdown(rows, meta) -> str:
         f"{geo([r['gspo_ms'] / r['openvino_ms'] for r in ok if r['openvino_ms']]):.3f} (the models OpenVINO runs), "
         f"gspo / the better of the two {geo([r['ratio_to_best'] for r in ok]):.3f} (below 1 = gspo faster). "
         f"OpenVINO cannot compile or run {sum(1 for r in ok if not r['openvino_ms'])} of the sources "
-        "(`openvino ms` is `-`); there the better backend is onnxruntime.", "",
+        "(`openvino ms` is `-`); its outputs fail gspo's equivalence check against onnxruntime's on "
+        f"{sum(1 for r in ok if r.get('openvino_differs'))} (`differs`, with the worst output below): there the "
+        "better backend is onnxruntime, as gspo may not choose OpenVINO.", "",
         "Times are medians of interleaved runs in one process; each backend at its better of 1 and 2 threads; "
         "A result that is the input unchanged (`same file`) runs as the input does, so its time is onnxruntime's. "
         "Otherwise gspo's result runs as its users run it: a plain ONNX file (every op on onnxruntime, one stream) in plain onnxruntime at its better thread setting, a result with a saved thread setting (`settings`), a placement or a schedule in gspo's deploy API, `gspo.InferenceSession` (a saved thread setting alone: onnxruntime's own session at that setting; a placement or a schedule: gspo's executor; `placement`: ops per backend).", "",
@@ -250,9 +262,13 @@ def markdown(rows, meta) -> str:
         pl = ", ".join(f"{b} {n}" for b, n in r["placement"].items())
         gspo = "= ort (same file)" if r.get("same_file") else f"{r['gspo_ms']:.2f}"
         ov = f"{r['openvino_ms']:.2f}" if r["openvino_ms"] else "-"
+        ov += " (differs)" if r.get("openvino_differs") else ""
         lines.append(f"| {r['model']} | {r['ort_ms']:.2f} | {ov} | {gspo} | "
                      f"{r['ratio_to_best']:.3f} | {r['chosen']} | {pl} | {r.get('settings', 'default')} | "
                      f"{'yes' if r['equivalent'] else 'NO'} |")
+    differs = [f"- {r['model']}: {r['openvino_differs']}" for r in ok if r.get("openvino_differs")]
+    if differs:
+        lines += ["", "OpenVINO's outputs against onnxruntime's on the same inputs, where they differ:", ""] + differs
     notes = ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]] if meta.get("notes") else []
     return "\n".join(lines + _split_lines(rows) + notes) + "\n"
 
