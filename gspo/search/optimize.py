@@ -265,9 +265,11 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None
         if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (sample_seconds(original.median_s) + sample_seconds(o.median_s))):
             budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
-        if budget is not None and seconds is not None:
-            seconds = budget.timing_seconds(seconds)
-        again = {x.label: x for x in trial.time(2 * cfg.timing_runs, seconds, labels=("original", o.label))}
+        own = seconds
+        if budget is not None and seconds is not None:  # at least CONFIRM_ROUNDS, what is left allowing
+            own = budget.timing_seconds(max(seconds, CONFIRM_ROUNDS * (sample_seconds(original.median_s)
+                                                                       + sample_seconds(o.median_s))))
+        again = {x.label: x for x in trial.time(2 * cfg.timing_runs, own, labels=("original", o.label))}
         if again[o.label].timing is None:
             failed[o.label] = again[o.label]
             confirmations.append({"label": o.label, "confirmed": False, "rejected": again[o.label].rejected})
