@@ -64,6 +64,7 @@ from gspo.search.prepare import prepare
 from gspo.search.report import FinalChoice, build_report, estimated_cost, speed_verdict
 from gspo.search.settings import option_backend, settled, thread_options
 from gspo.search.trial import (
+    CONFIRM_MAX_ROUNDS,
     CONFIRM_ROUNDS,
     MIN_ROUNDS,
     PAIRED_ALPHA,
@@ -266,8 +267,8 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None
             budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
         own = seconds
-        if budget is not None and seconds is not None:  # at least CONFIRM_ROUNDS, what is left allowing
-            own = budget.timing_seconds(max(seconds, CONFIRM_ROUNDS * (sample_seconds(original.median_s)
+        if budget is not None and seconds is not None:  # up to CONFIRM_MAX_ROUNDS, what is left allowing
+            own = budget.timing_seconds(max(seconds, CONFIRM_MAX_ROUNDS * (sample_seconds(original.median_s)
                                                                        + sample_seconds(o.median_s))))
         again = {x.label: x for x in trial.time(2 * cfg.timing_runs, own, labels=("original", o.label))}
         if again[o.label].timing is None:

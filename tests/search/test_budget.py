@@ -274,3 +274,42 @@ def test_the_search_ends_with_its_share_and_says_which_pieces_it_cut(jobs):
                              deadline=time.perf_counter() - 1.0)
     assert len(parts.pieces) > 2 and all(r.expanded <= 1 for r in searched)
     assert any(r.out_of_time for r in searched)
+
+
+class _Seconds:
+    """A Trial stand-in that records the seconds each timing is given and times the contender
+    faster in every round."""
+
+    def __init__(self):
+        self.given = []
+
+    def time(self, runs, seconds=None, labels=None):
+        from gspo.runtime import Timing
+        from gspo.search.trial import Outcome
+
+        self.given.append(seconds)
+        g = build_squeezenet()
+        return [Outcome(Option(label, g), Timing(label, (1.0 if label == "original" else 0.5,) * 20)) for label in labels]
+
+
+def build_squeezenet():
+    from gspo.zoo import build
+
+    return build("squeezenet", "tiny")
+
+
+@pytest.mark.parametrize("left, given", [(100.0, 23 * 1.5), (20.0, 20.0)])
+def test_a_confirmation_takes_the_time_of_its_most_rounds_when_the_budget_has_it(left, given):
+    """Beyond the final comparison's timing cap, up to CONFIRM_MAX_ROUNDS rounds of the two (a
+    sign test steadier against this machine's shifts of speed), and never past the deadline."""
+    from gspo.runtime import Timing
+    from gspo.search import OptimizeConfig
+    from gspo.search.trial import CONFIRM_MAX_ROUNDS, Outcome
+
+    assert CONFIRM_MAX_ROUNDS == 23
+    g = build_squeezenet()
+    first = [Outcome(Option("original", g), Timing("original", (1.0,) * 30)),
+             Outcome(Option("optimized", g), Timing("optimized", (0.5,) * 30))]
+    trial = _Seconds()
+    choice = opt._confirmed(trial, first, OptimizeConfig(), 8.0, Budget(left, clock=FakeClock()))
+    assert trial.given == [pytest.approx(given)] and choice.best.label == "optimized"
