@@ -202,7 +202,10 @@ def build_report(prepared, cfg, profile, parts, t_search, choice: FinalChoice, p
         latency_before_ms=_ms(base.median_s), latency_after_ms=_ms(best.median_s),
         speedup=speedup, timing_spread=noise, rounds_faster=rounds, verdict=verdict,
         estimated_before_ms=base.option.estimated_s * 1e3,
-        estimated_after_ms=estimated_cost(best.option, cost_model.cost) * 1e3,
+        # the input itself on another backend or thread setting: the cost model's estimate of the
+        # input (read after the front end), not of the file as exported
+        estimated_after_ms=(base.option.estimated_s if best.option.graph is base.option.graph
+                            else estimated_cost(best.option, cost_model.cost)) * 1e3,
         chosen=best.label, select=cfg.select, unchanged=best.label == "original",
         substitutions=dict(sorted(rules.items())),
         streams=schedule.num_streams if schedule else 1, syncs=len(schedule.events) if schedule else 0,
