@@ -173,7 +173,6 @@ def run_model(name, source, path, args, tmp: Path) -> dict:
 def _best_ms(row) -> float:
     """The faster single backend whose outputs pass gspo's equivalence check."""
     return min(t for t in (row["ort_ms"], None if row.get("openvino_differs") else row["openvino_ms"]) if t is not None)
-    return row
 
 
 def _settings(report: dict | None) -> str:

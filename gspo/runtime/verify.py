@@ -12,8 +12,9 @@ an exact rewrite, while an element near zero keeps no relative precision at all)
 DequantizeLinear computes with one scale for the whole tensor may also be off by one step of
 that scale: integer kernels round the last requantization each their own way (onnxruntime's and
 OpenVINO's put a QDQ ResNet-50's logits one step apart), so one step is allowed there and more
-is refused. Integer and bool outputs must be equal; NaN and infinities must sit at the same places (infinities with
-the same sign). Half-precision outputs are held to half-precision tolerances.
+is refused. Integer and bool outputs must be equal; NaN and infinities must sit at the same
+places (infinities with the same sign). Half-precision outputs are held to half-precision
+tolerances.
 
 An output that is not a tensor (a sequence, a map such as ZipMap's class probabilities, an
 optional) must have the same structure: sequences of the same length, maps with the same keys,

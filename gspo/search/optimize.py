@@ -263,13 +263,13 @@ def _confirmed(trial: Trial, outcomes: list[Outcome], cfg, seconds: float | None
     failed: dict[str, Outcome] = {}
     confirmations = []
     for o in contenders:
-        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * (sample_seconds(original.median_s) + sample_seconds(o.median_s))):
+        round_s = sample_seconds(original.median_s) + sample_seconds(o.median_s)
+        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * round_s):
             budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
         own = seconds
         if budget is not None and seconds is not None:  # up to CONFIRM_MAX_ROUNDS, what is left allowing
-            own = budget.timing_seconds(max(seconds, CONFIRM_MAX_ROUNDS * (sample_seconds(original.median_s)
-                                                                       + sample_seconds(o.median_s))))
+            own = budget.timing_seconds(max(seconds, CONFIRM_MAX_ROUNDS * round_s))
         again = {x.label: x for x in trial.time(2 * cfg.timing_runs, own, labels=("original", o.label))}
         if again[o.label].timing is None:
             failed[o.label] = again[o.label]

@@ -280,22 +280,16 @@ class _Seconds:
     """A Trial stand-in that records the seconds each timing is given and times the contender
     faster in every round."""
 
-    def __init__(self):
-        self.given = []
+    def __init__(self, graph):
+        self.graph, self.given = graph, []
 
     def time(self, runs, seconds=None, labels=None):
         from gspo.runtime import Timing
         from gspo.search.trial import Outcome
 
         self.given.append(seconds)
-        g = build_squeezenet()
-        return [Outcome(Option(label, g), Timing(label, (1.0 if label == "original" else 0.5,) * 20)) for label in labels]
-
-
-def build_squeezenet():
-    from gspo.zoo import build
-
-    return build("squeezenet", "tiny")
+        return [Outcome(Option(label, self.graph), Timing(label, (1.0 if label == "original" else 0.5,) * 20))
+                for label in labels]
 
 
 @pytest.mark.parametrize("left, given", [(100.0, 23 * 1.5), (20.0, 20.0)])
@@ -305,11 +299,12 @@ def test_a_confirmation_takes_the_time_of_its_most_rounds_when_the_budget_has_it
     from gspo.runtime import Timing
     from gspo.search import OptimizeConfig
     from gspo.search.trial import CONFIRM_MAX_ROUNDS, Outcome
+    from gspo.zoo import build
 
     assert CONFIRM_MAX_ROUNDS == 23
-    g = build_squeezenet()
+    g = build("squeezenet", "tiny")
     first = [Outcome(Option("original", g), Timing("original", (1.0,) * 30)),
              Outcome(Option("optimized", g), Timing("optimized", (0.5,) * 30))]
-    trial = _Seconds()
+    trial = _Seconds(g)
     choice = opt._confirmed(trial, first, OptimizeConfig(), 8.0, Budget(left, clock=FakeClock()))
     assert trial.given == [pytest.approx(given)] and choice.best.label == "optimized"

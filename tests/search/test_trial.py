@@ -13,6 +13,7 @@ from gspo.runtime import Timing, random_inputs
 from gspo.search.trial import (
     PAIRED_ALPHA,
     Option,
+    Outcome,
     ReferenceError_,
     Trial,
     pick,
@@ -243,18 +244,24 @@ class _Switching:
         pass
 
 
-def test_a_fast_model_is_timed_in_a_row_after_an_untimed_call():
-    """Timed right after another runtime's call, an option pays a switch its deployment, called
-    in a row, does not: each timed sample follows an untimed call of the same option."""
+def _time_switching(runs: int) -> tuple[list[Outcome], list[str]]:
+    """Two options on :class:`_Switching` executors timed ``runs`` rounds: their outcomes and
+    the calls of the timing, in order."""
     g = _relu(1)
     log: list[str] = []
     made = iter(["a", "b"])
     with Trial(g, [Option("a", _relu(2)), Option("b", _relu(3))], [random_inputs(g, 0)],
                executor=lambda *args: _Switching(next(made), log)) as trial:
         start = len(log)
-        out = trial.time(runs=6, labels=("a", "b"))
+        out = trial.time(runs=runs, labels=("a", "b"))
+    return out, log[start:]
+
+
+def test_a_fast_model_is_timed_in_a_row_after_an_untimed_call():
+    """Timed right after another runtime's call, an option pays a switch its deployment, called
+    in a row, does not: each timed sample follows an untimed call of the same option."""
+    out, timing = _time_switching(6)
     assert all(o.median_s < 0.003 for o in out)  # the warm 1 ms, not the cold 4 ms
-    timing = log[start:]
     assert len(timing) == 2 + (3 + 6) * 2 * 2  # first calls, then rounds of (untimed + timed) per option
     assert all(timing[k] == timing[k + 1] for k in range(2, len(timing), 2))
 
@@ -262,11 +269,5 @@ def test_a_fast_model_is_timed_in_a_row_after_an_untimed_call():
 def test_a_slow_model_is_timed_one_call_a_sample(monkeypatch):
     trial_mod = sys.modules["gspo.search.trial"]
     monkeypatch.setattr(trial_mod, "WARM_BELOW_S", 0.0005)
-    g = _relu(1)
-    log: list[str] = []
-    made = iter(["a", "b"])
-    with Trial(g, [Option("a", _relu(2)), Option("b", _relu(3))], [random_inputs(g, 0)],
-               executor=lambda *args: _Switching(next(made), log)) as trial:
-        start = len(log)
-        trial.time(runs=6, labels=("a", "b"))
-    assert len(log) - start == 2 + (3 + 6) * 2
+    _, timing = _time_switching(6)
+    assert len(timing) == 2 + (3 + 6) * 2
