@@ -1,0 +1,10 @@
+"""The PyTorch runtime: gspo's scheduled graphs as torch calls on CUDA streams (or torch's CPU).
+
+``status`` says whether torch can run on a CUDA device here (importable without torch);
+``ops``, ``convert``, ``streams`` and ``executor`` import torch and are imported only when the
+runtime is used: ``from gspo.runtime.torchrt.executor import TorchExecutor``.
+"""
+
+from gspo.runtime.torchrt.status import torch_status, torch_versions
+
+__all__ = ["torch_status", "torch_versions"]
