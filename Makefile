@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[cpu,dev,plot,openvino,ray]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[cpu,dev,plot,openvino,ray,torch]'
 	touch $(STAMP)
 
 demo: $(STAMP)

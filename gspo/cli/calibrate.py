@@ -12,6 +12,7 @@ from gspo.cli.common import (
     MAX_SECONDS,
     Number,
     cli,
+    cuda_runtime_option,
     handle_errors,
     progress_printer,
 )
@@ -48,6 +49,7 @@ def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, a
 @cli.command()
 @click.option("--device", type=click.Choice(["cpu"]), default=None, help="Calibrate on the CPU.")
 @click.option("--gpu", "gpu_name", metavar="NAME", help="Calibrate on the CUDA device; save the profile as NAME.")
+@cuda_runtime_option
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Profile file [default: the user cache].")
 @click.option("--budget", type=Number(0, MAX_SECONDS / 60, low_open=True), default=15.0, show_default=True,
               help="Minutes to spend measuring at most (at most a week).")
@@ -88,9 +90,10 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
         _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime)
         return
     if gpu_name:
-        from gspo.runtime.cuda import require_gpu
+        from gspo.runtime.cuda.choice import require_cuda, runtime_key
 
-        require_gpu(option="--gpu")
+        require_cuda(option="--gpu")
+        runtime = runtime_key()  # the GPU profile is keyed by the runtime that measured it
     elif device is None:
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
     from gspo.costmodel.calibrate import DEFAULT_CALIBRATION_PASSES, CalibrationConfig

@@ -261,8 +261,27 @@ def streams_option(fn):
     )(fn)
 
 
+def _set_cuda_runtime(ctx, param, value):
+    if value is not None:
+        from gspo.runtime.cuda.choice import set_cuda_runtime
+
+        set_cuda_runtime(value)
+    return value
+
+
+def cuda_runtime_option(fn):
+    """The ``--cuda-runtime auto|ort|torch`` option (applied as it is read)."""
+    return click.option(
+        "--cuda-runtime", type=click.Choice(["auto", "ort", "torch"]), default=None, expose_value=False,
+        callback=_set_cuda_runtime, is_eager=True,
+        help="The runtime on --device cuda: onnxruntime-gpu's CUDA provider (ort) or PyTorch on "
+             "cuda-python streams (torch) [default: auto, ort where its CUDA provider works, else torch; "
+             "or $GSPO_CUDA_RUNTIME].")(fn)
+
+
 def device_option(fn):
-    """The ``--device cpu|cuda`` option."""
+    """The ``--device cpu|cuda`` option, and ``--cuda-runtime``."""
+    fn = cuda_runtime_option(fn)
     return click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)(fn)
 
 

@@ -137,7 +137,10 @@ def _echo_outcome(r: Report, pinned: bool) -> None:
                    f"measured; spread {100 * r.timing_spread:.1f}%{rounds})")
     click.echo(f"estimate {r.estimated_before_ms:.3f} ms -> {r.estimated_after_ms:.3f} ms (cost model)")
     if r.device.get("device") == "cuda":
-        click.echo(f"measured on {r.device.get('name', 'the CUDA device')} (CUDA events, TF32 off)")
+        runtime = {"torch": "PyTorch", "ort": "onnxruntime-gpu"}.get(r.device.get("runtime"), "CUDA")
+        click.echo(f"measured on {r.device.get('name', 'the CUDA device')} with {runtime} (CUDA events, TF32 off)")
+        for f in r.device.get("cpu_fallback") or []:
+            click.echo(f"on the CPU (onnxruntime), not on the GPU: {f['op']} {f['node']!r}: {f['reason']}")
     if r.unchanged:
         pins = " with its input shapes pinned" if pinned else ""
         how = "as measured" if r.latency_before_ms is not None else "in the time budget"

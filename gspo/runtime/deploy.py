@@ -25,7 +25,7 @@ from gspo.errors import GspoError
 from gspo.ir import Value, load
 from gspo.ir.onnx_io import PLACEMENT_KEY, SCHEDULE_KEY, saved_metadata
 from gspo.ir.weights import np_dtype
-from gspo.runtime.executor import make_executor
+from gspo.runtime.executor import check_device, make_executor
 from gspo.runtime.session import SessionConfig, ort, session_options
 from gspo.runtime.settings import settings_from_metadata
 
@@ -74,14 +74,29 @@ class InferenceSession:
             capped at that many streams (1: one plain session, whatever was saved).
         input_shapes: static shapes for dynamic inputs of a scheduled model (its pieces are
             built for one shape; the defaults of ``gspo optimize`` otherwise).
+        device: ``"cpu"``, or ``"cuda"``: the model on its saved streams on the GPU, with the
+            CUDA runtime :mod:`gspo.runtime.cuda.choice` picks (``cuda_runtime``: ``"ort"``,
+            ``"torch"``; default ``--cuda-runtime``'s choice, ``$GSPO_CUDA_RUNTIME``, else auto).
     """
 
     def __init__(self, path: str | os.PathLike, sess_options: Any = None, providers: Sequence[str] | None = None,
-                 streams: int | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None):
+                 streams: int | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
+                 device: str = "cpu", cuda_runtime: str | None = None):
+        check_device(device)
         props = saved_metadata(path)
         schedule, placement = props.get(SCHEDULE_KEY, ""), props.get(PLACEMENT_KEY, "")
         self._executor = None
         self._session = None
+        if device == "cuda":
+            from gspo.runtime.cuda.choice import set_cuda_runtime
+
+            if cuda_runtime is not None:
+                set_cuda_runtime(cuda_runtime)
+            graph = load(path, input_shapes)
+            self._executor = make_executor(graph, streams, "cuda")
+            self._inputs = [_node_arg(v) for v in graph.inputs]
+            self._outputs = [_node_arg(v) for v in graph.outputs]
+            return
         if streams == 1 or (streams is None and not schedule and not placement):
             self._session = _plain_session(path, props, sess_options, list(providers or ["CPUExecutionProvider"]))
             self.run = self._session.run  # onnxruntime's own: nothing in between

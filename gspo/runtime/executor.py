@@ -82,17 +82,17 @@ def _cpu_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig
 
 def _cuda_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig, placement: Placement | None,
                    one_stream: bool) -> Executor:
-    from gspo.runtime.cuda import CudaExecutor
+    from gspo.runtime.cuda.choice import cuda_executor
 
     if placement is not None and not placement.is_default:
         raise GspoError("a placement (backend per op) runs on the cpu device; on cuda the whole model runs on the GPU")
-    return CudaExecutor(graph, schedule, one_stream=one_stream)
+    return cuda_executor(graph, schedule, one_stream=one_stream)
 
 
 def _require_cuda() -> None:
-    from gspo.runtime.cuda import require_gpu
+    from gspo.runtime.cuda.choice import require_cuda
 
-    require_gpu()
+    require_cuda()
 
 
 #: Each device's executor: what ``device_executor`` dispatches on.
@@ -113,7 +113,8 @@ def device_executor(graph: Graph, schedule: Schedule | None, device: str, one_st
                     config: SessionConfig = SessionConfig(), placement: Placement | None = None) -> Executor:
     """The executor of ``device`` running ``graph`` with exactly ``schedule`` (``None``: one session):
     :class:`CpuExecutor` on ``cpu`` (``config`` for its sessions, each piece on the backend
-    ``placement`` gives it), :class:`~gspo.runtime.cuda.CudaExecutor` on ``cuda``
+    ``placement`` gives it), on ``cuda`` the executor of the chosen CUDA runtime
+    (:func:`~gspo.runtime.cuda.choice.cuda_executor`: onnxruntime-gpu or torch)
     (``one_stream``: the schedule's pieces one after another on a single stream).
 
     Raises:

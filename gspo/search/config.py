@@ -34,6 +34,10 @@ class OptimizeConfig:
     """Settings of ``optimize`` (the CLI builds this from its options)."""
 
     device: str = "cpu"
+    #: The runtime on ``cuda``: "auto" (onnxruntime-gpu where its CUDA provider works, else
+    #: torch), "ort" or "torch" (:mod:`gspo.runtime.cuda.choice`); None: as ``--cuda-runtime``
+    #: or ``GSPO_CUDA_RUNTIME`` set it, else auto.
+    cuda_runtime: str | None = None
     profile: str | None = None
     force_profile: bool = False
     alpha: float = 1.05
@@ -108,14 +112,18 @@ class OptimizeConfig:
             raise GspoError(f"margins must be in [0, 1) (got {self.margin}, {self.final_margin})")
         if self.select not in ("measured", "estimated"):
             raise GspoError(f"--select must be measured or estimated (got {self.select!r})")
+        if self.cuda_runtime not in (None, "auto", "ort", "torch"):
+            raise GspoError(f"--cuda-runtime takes auto, ort or torch (got {self.cuda_runtime!r})")
         if self.device not in ("cpu", "cuda"):
             raise GspoError(f"unknown device {self.device!r}")
         if self.device == "cuda":
             if self.backends is not None:
                 raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
-            from gspo.runtime.cuda import require_gpu
+            from gspo.runtime.cuda.choice import require_cuda, set_cuda_runtime
 
-            require_gpu()
+            if self.cuda_runtime is not None:
+                set_cuda_runtime(self.cuda_runtime)
+            require_cuda()
 
     @property
     def tolerance(self) -> Tolerance:

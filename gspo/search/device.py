@@ -65,8 +65,10 @@ def search_profile(device: str, name: str | None, force: bool, directory: Path |
     """
     if device != "cuda":
         return load_profile(name or "cpu", device_description("cpu"), runtime_version(), force=force or name is None)
+    from gspo.runtime.cuda.choice import runtime_key
+
     where = name if name is not None else str(newest_gpu_profile(directory))
-    profile = load_profile(where, None, runtime_version(), force=force)
+    profile = load_profile(where, None, runtime_key(), force=force)
     if not profile.device.startswith("cuda:"):
         raise ProfileError(f"--profile {where}: made for {profile.device!r}, not a GPU; "
                            "--device cuda takes a profile from `gspo calibrate --gpu NAME`")
@@ -89,14 +91,21 @@ def option_executor(device: str) -> Callable | None:
     return verifying_executor
 
 
-def device_report(device: str) -> dict:
-    """The report's ``device`` block: which device measured, and the versions that matter."""
+def device_report(device: str, graph=None) -> dict:
+    """The report's ``device`` block: which device measured, and the versions that matter; on the
+    torch runtime, the ops of ``graph`` (the chosen one) run by onnxruntime's CPU provider instead,
+    and why (``cpu_fallback``)."""
     if device != "cuda":
         return {"device": "cpu", "name": device_description("cpu"), "onnxruntime": runtime_version()}
-    from gspo.runtime.cuda.trial import device_info
+    from gspo.runtime.cuda.choice import device_block
 
     try:
-        return device_info()
+        block = device_block()
+        if block.get("runtime") == "torch" and graph is not None:
+            from gspo.runtime.torchrt.convert import unsupported
+
+            block["cpu_fallback"] = [{"node": f.node, "op": f.op_type, "reason": f.reason} for f in unsupported(graph)]
+        return block
     except GspoError as e:  # the measurements stand; say what could not be read
         return {"device": "cuda", "error": str(e)}
 

@@ -218,7 +218,7 @@ def build_report(prepared, cfg, profile, parts, t_search, choice: FinalChoice, p
                            "rejected": o.rejected} for o in outcomes],
         confirmations=choice.confirmations, final_streams_skipped=streams_skipped, pieces_detail=pieces_detail,
         config={k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
-        inputs="given" if inputs_given else "random", device=device_report(cfg.device),
+        inputs="given" if inputs_given else "random", device=device_report(cfg.device, best.option.graph),
         settings=settings_report(best.option),
         placement={**placement_report,
                    "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}},

@@ -77,7 +77,7 @@ def test_a_missing_gpu_is_reported_before_the_schedule_is_chosen(monkeypatch):
         raise AssertionError("the schedule was chosen before the GPU was checked")
 
     monkeypatch.setattr(executor_mod, "choose_schedule", choose)
-    with pytest.raises(CudaError, match="^--device cuda: this onnxruntime .* has no CUDAExecutionProvider"):
+    with pytest.raises(CudaError, match="^--device cuda: no CUDA runtime works here \\(onnxruntime: this onnxruntime .* has no CUDAExecutionProvider"):
         make_executor(branchy(), None, "cuda")
 
 

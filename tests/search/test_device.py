@@ -214,7 +214,7 @@ def test_the_output_runs_and_benches_on_cuda(tmp_path, monkeypatch):
     done = gspo("optimize", model, "-o", out, "--device", "cuda", "--profile", gpu_profile(tmp_path / "p.json"),
                 "--report", report, "--time-budget", "60")
     assert done.exit_code == 0, done.output
-    assert "measured on Fake GPU 16GB (CUDA events, TF32 off)" in done.output
+    assert "measured on Fake GPU 16GB with onnxruntime-gpu (CUDA events, TF32 off)" in done.output
     assert json.loads(report.read_text())["device"]["name"] == "Fake GPU 16GB"
     before = len([e for e in log if e[0] == "run"])
     assert gspo("run", out, "--device", "cuda").exit_code == 0

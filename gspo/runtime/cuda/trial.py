@@ -8,22 +8,26 @@ executor's own CUDA-event timing (inputs uploaded once, no host copies counted).
 
 from __future__ import annotations
 
+import logging
+
 from gspo.errors import GspoError, first_line
 from gspo.ir import Graph
 from gspo.runtime.cuda import common
 from gspo.runtime.cuda.common import CudaConfig, check
-from gspo.runtime.cuda.executor import CudaExecutor
 from gspo.runtime.cuda.status import _cuda_python_version, device_name
+from gspo.runtime.protocols import Executor
 from gspo.streams import Placement, Schedule
 
 __all__ = ["VERIFY_CONFIG", "device_info", "verifying_executor"]
+
+log = logging.getLogger(__name__)
 
 #: Options are verified against the CPU and timed with TF32 off: the outputs stay fp32.
 VERIFY_CONFIG = CudaConfig(tf32=False)
 
 
 def verifying_executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
-                       settings=None) -> CudaExecutor:
+                       settings=None) -> Executor:
     """The CUDA executor an option of ``gspo optimize --device cuda`` is verified and timed on:
     ``schedule`` on CUDA streams (``None`` or one stream: one session), TF32 off. A session that
     onnxruntime puts on the CPU is refused (:class:`~gspo.runtime.cuda.CudaError`).
@@ -36,7 +40,13 @@ def verifying_executor(graph: Graph, schedule: Schedule | None, placement: Place
         raise GspoError("a placement (backend per op) runs on the cpu device; on cuda the whole model runs on the GPU")
     if settings is not None and not settings.is_default:
         raise GspoError("thread settings (gspo.settings) apply to the cpu backends, not to cuda")
-    return CudaExecutor(graph, schedule if schedule is not None and schedule.num_streams > 1 else None, VERIFY_CONFIG)
+    from gspo.runtime.cuda.choice import cuda_executor
+
+    ex = cuda_executor(graph, schedule if schedule is not None and schedule.num_streams > 1 else None,
+                       tf32=VERIFY_CONFIG.tf32)
+    for k, fallback in getattr(ex, "fallbacks", ()):
+        log.warning("on the CPU (onnxruntime) in segment %d of %s: %s", k, graph.name, fallback)
+    return ex
 
 
 def _version(value: int | None) -> str | None:
