@@ -221,6 +221,9 @@ def _choose_final(prepared: Prepared, options: list[Option], cfg, cost_fn, budge
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
         outcomes = trial.time(cfg.timing_runs, budget.timing_seconds(cap, 0.5))
+        if not any(o.label == "original" for o in outcomes):  # the trial's budget skipped it (it says so)
+            unmeasured = [Outcome(next((o for o in options if o.label == "original"), options[0]))]
+            return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
         if refused := baseline_refusal(outcomes, "original"):
             raise GspoError(f"the model as given cannot be measured on {cfg.device}: {refused}")
         if cfg.select == "estimated":
