@@ -1,211 +1,569 @@
-"""Check gspo's whole CUDA path on a machine with an NVIDIA GPU, in one command, into a JSON report.
+"""Check gspo on an NVIDIA GPU with the PyTorch runtime, in one command, into benchmarks/gpu/.
 
-    python benchmarks/gpu_check.py [-o gpu_check.json] [--device-id 0]
+    python benchmarks/gpu_check.py [-o benchmarks/gpu] [--dry-run] [--steps a,b] [--rehearse]
 
-Checks, each recorded with its numbers and a pass/fail:
-  1. the providers each session really uses (CUDAExecutionProvider first, for every piece);
-  2. outputs of the CPU, CUDA on one stream and CUDA on Nimble's streams equal within the stated
-     tolerance (gspo's verify criterion), TF32 off;
-  3. the multi-stream outputs over 100 repeats: the same each time (within the tolerance; whether
-     bit-identical is reported too);
-  4. per-piece timings from CUDA events, and the overlap of the streams from the event times;
-  5. ``gspo calibrate --gpu NAME --budget 4 --passes 1`` runs and writes a profile;
-  6. ``gspo bench`` of a branched zoo model at 1 stream, auto and Nimble's streams (capped at 4);
-  7. the ``cuda`` placement backend: its runner computes what the CPU does, and ``gspo optimize
-     --backends ort,cuda`` of that model (each piece and the whole model timed on the CPU and
-     on the GPU) writes a model that ``gspo run`` runs as placed;
-  8. ``gspo optimize --device cuda`` (with the profile of step 5) of each branched zoo model, joint
-     and as the ablations rules-only (``--no-streams``) and streams-only (``--no-rules``): what was
-     chosen (streams, rules), then one interleaved ``gspo bench --device cuda`` of the model and
-     the three outputs, each on one stream and on its saved schedule: the speedup over
-     onnxruntime's CUDA provider alone (the model as given, one session) and over one stream
-     (the same output without its schedule), the table of the paper's Figure 5.
-Exit 0 when all pass, 1 when one fails, 2 (one line) on a machine where CUDA cannot run.
+For the GPU machines gspo is checked on (PyTorch with CUDA, cuda-python, no onnxruntime-gpu, no
+network): nothing is installed but gspo itself (``pip install --no-deps -e .``). Steps, each
+recorded with its numbers and pass/fail, the report rewritten after every step (a run cut short
+keeps what it measured):
+
+  environment  the GPU, driver, torch/CUDA/cuDNN/cuda-python versions, the runtime chosen
+  convert      every zoo model (tiny, and the branched ones plus ResNet-50 and BERT at full size,
+               batch 1): which runtime ran each piece (torch on the GPU, or onnxruntime's CPU
+               provider for an op torch cannot run, with the reason), outputs against
+               onnxruntime's CPU provider with TF32 off (gspo's verify criterion)
+  streams      the branched models on Nimble's streams (at most 4): outputs against the CPU,
+               100 repeats (bit-identical or not, worst difference), per-piece CUDA-event
+               timings and the measured stream overlap
+  calibrate    a short ``gspo calibrate --gpu NAME`` on the torch runtime: the GPU profile
+  figure5      ``gspo optimize --device cuda`` of Inception-v3, NASNet-A Mobile and NasRNN (full
+               size, batch 1): joint, rules-only and streams-only, timed interleaved (CUDA
+               events, medians) against the model on one stream (plain PyTorch eager on the same
+               converted model) and against CUDA-graph replay: the paper's Figure 5 on this GPU
+  cost_model   the GPU profile's estimate against the measured time of each partition piece
+  cpu16        the same models on the machine's CPU cores: gspo's multi-stream CPU executor
+               (Nimble's streams) against onnxruntime at one session of all cores
+
+``--dry-run`` lists the steps with their estimated seconds (on an H100) and ends with ``total: N
+s``. ``--rehearse`` runs every step on torch's CPU device with tiny models and short budgets, to
+check this script before spending GPU time: its report says so and is never a GPU result.
+Exit 0 when every check passed, 1 when one failed (see the report), 2 (one line) where no CUDA
+runtime works.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
+import platform
+import statistics
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
-MODELS = ("inception_v3", "nasnet_mobile", "nasrnn")  # branched zoo models, tiny size
+HERE = Path(__file__).resolve().parent
+BRANCHED = ("inception_v3", "nasnet_mobile", "nasrnn")
+FULL = BRANCHED + ("resnet50", "bert")
+STREAMS = 4
 REPEATS = 100
-STREAMS = 4  # Nimble's streams capped as in the bench below
+TIME_BUDGET = 20.0  # seconds per gspo optimize (nine of them)
+RUNS = 30  # interleaved timed rounds
+#: Estimated seconds of each step on an H100 machine (16 cores), torch already imported.
+ESTIMATES = {"environment": 15, "convert": 50, "streams": 40, "calibrate": 50, "figure5": 200,
+             "cost_model": 20, "cpu16": 40}
+ABLATIONS = {"joint": {}, "rules_only": {"use_streams": False}, "streams_only": {"use_rules": False}}
 
 
-def environment(config) -> dict:
-    from importlib import metadata
+class Ctx:
+    """What the steps share: options, the report, the work folder."""
 
-    from gspo.runtime.cuda.common import check, import_cudart, import_ort
-
-    ort, cudart = import_ort(), import_cudart()
-    props = check(cudart.cudaGetDeviceProperties(config.device_id), "cudaGetDeviceProperties")
-    name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
-    versions = {}
-    for dist in ("onnxruntime-gpu", "cuda-python", "cuda-bindings", "numpy", "onnx"):
-        try:
-            versions[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            versions[dist] = None
-    return {"gpu": name.rstrip("\x00"), "compute_capability": f"{props.major}.{props.minor}",
-            "driver_cuda": check(cudart.cudaDriverGetVersion(), "cudaDriverGetVersion"),
-            "runtime_cuda": check(cudart.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion"),
-            "onnxruntime_build_cuda": getattr(ort, "cuda_version", None), "versions": versions}
+    def __init__(self, args, work: Path):
+        self.args, self.work, self.out = args, work, Path(args.output)
+        self.rehearse = args.rehearse
+        self.size_full = "tiny" if args.rehearse else "full"
+        self.budget = 4.0 if args.rehearse else args.time_budget
+        self.runs = 5 if args.rehearse else RUNS
+        self.report: dict = {"rehearsal": args.rehearse, "steps": {}}
+        self.profile: Path | None = None
+        self.optimized: dict = {}
 
 
-def check_model(name: str, config) -> dict:
-    """Providers, CPU vs CUDA equality, repeats, event timings and overlap for one zoo model."""
-    import numpy as np
-
-    from gspo.ir import serialize
-    from gspo.runtime import compare_outputs, make_session, random_inputs, run
-    from gspo.runtime.backends import load_runner
-    from gspo.runtime.cuda import CudaExecutor, stream_overlap
+# ------------------------------------------------------------------ helpers
+def tolerance():
     from gspo.runtime.verify import Tolerance
-    from gspo.streams import Schedule, assign_streams
+
+    return Tolerance()
+
+
+def compare(ref: dict, got: dict) -> dict:
+    """gspo's verify criterion between two output dicts: equivalent, worst abs and rel."""
+    from gspo.runtime import compare_outputs
+
+    tol = tolerance()
+    r = compare_outputs(ref, got, tol.rtol, tol.atol, tol.ntol)
+    return {"ok": bool(r.equivalent), "max_abs": max((d.max_abs for d in r.outputs), default=0.0),
+            "norm_rel": max((d.norm_rel for d in r.outputs), default=0.0)}
+
+
+def cpu_reference(graph, feeds) -> dict:
+    from gspo.runtime import make_session, run
+
+    return run(make_session(graph), feeds)
+
+
+def executor(graph, schedule=None, cuda_graph=False, one_stream=False):
+    from gspo.runtime.torchrt.executor import TorchConfig, TorchExecutor
+
+    device = "cpu" if REHEARSAL else "cuda"
+    return TorchExecutor(graph, schedule, TorchConfig(device=device, tf32=False, cuda_graph=cuda_graph),
+                         one_stream=one_stream)
+
+
+def timed(ex, feeds):
+    from gspo.runtime import timed_runner
+
+    return timed_runner(ex, feeds)
+
+
+def interleave(runners: list, runs: int, warmup: int = 5) -> dict:
+    """Medians (ms) of runners timed in rotating order, one process, CUDA events."""
+    from gspo.runtime import interleaved
+
+    timings = interleaved(runners, runs=runs, warmup=warmup)
+    return {t.label: {"median_ms": t.median * 1e3, "min_ms": t.min * 1e3,
+                      "spread": (statistics.quantiles(t.seconds, n=4)[2] - statistics.quantiles(t.seconds, n=4)[0])
+                      / t.median if len(t.seconds) >= 4 else None} for t in timings}
+
+
+REHEARSAL = False
+
+
+def _rehearsal_patches() -> list:
+    """--rehearse: the torch runtime on torch's CPU device stands in for the GPU (never reported
+    as a GPU result). Returns what to put back (this process's modules are patched)."""
+    import functools
+
+    from gspo.runtime.cuda import status as ort_status
+    from gspo.runtime.torchrt import executor as torch_executor
+    from gspo.runtime.torchrt import status as torch_status_mod
+
+    patches = [(torch_status_mod, "torch_status", lambda device_id=0: (True, "REHEARSAL on torch's CPU device")),
+               (torch_status_mod, "torch_versions",
+                lambda device_id=0: {"device": "cuda", "runtime": "torch", "name": "REHEARSAL (cpu)"}),
+               (ort_status, "gpu_status", lambda config=None: (False, "rehearsal")),
+               (torch_executor, "TorchConfig", functools.partial(torch_executor.TorchConfig, device="cpu"))]
+    undo = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, value in patches:
+        setattr(module, name, value)
+    return undo
+
+
+# ------------------------------------------------------------------ steps
+def step_environment(ctx: Ctx) -> dict:
+    import numpy as np
+    import onnxruntime
+    import torch
+
+    from gspo.runtime.cuda.choice import cuda_runtime, device_block, set_cuda_runtime
+
+    set_cuda_runtime("torch")
+    runtime = cuda_runtime()
+    block = device_block()
+    from gspo.runtime.torchrt.executor import set_tf32
+
+    set_tf32(False)
+    return {"ok": runtime == "torch", "runtime": runtime, "device": block, "python": platform.python_version(),
+            "cpu_cores": __import__("os").cpu_count(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
+            "torch": torch.__version__, "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+            "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+
+
+def _convert_row(name: str, size: str) -> dict:
+    from gspo.runtime import random_inputs
     from gspo.zoo import build
 
-    g = build(name, "tiny")
-    feeds = random_inputs(g)
-    tol = Tolerance()
+    g = build(name, size)
+    feeds = random_inputs(g, seed=0)
+    row: dict = {"model": name, "size": size, "nodes": len(g.nodes)}
+    ref = cpu_reference(g, feeds)
+    with executor(g) as ex:
+        row["runtime"] = ex.providers()
+        row["fallbacks"] = [str(f) for _, f in ex.fallbacks]
+        row["ops"] = sorted({n.op_type for n in g.nodes})
+        row["vs_cpu"] = compare(ref, ex.run(feeds))
+    row["ok"] = row["vs_cpu"]["ok"]
+    return row
 
-    def compare(ref, got):
-        return compare_outputs(ref, got, tol.rtol, tol.atol, tol.ntol)
 
-    cpu = run(make_session(g), feeds)
-    row: dict = {"model": name, "tolerance": {"rtol": tol.rtol, "atol": tol.atol, "ntol": tol.ntol}, "tf32": config.tf32}
-    with CudaExecutor(g, Schedule.single(g), config) as one, CudaExecutor(g, assign_streams(g, max_streams=STREAMS), config) as multi:
-        row["providers"] = {"one_stream": one.providers(), "multi_stream": multi.providers()}
-        row["providers_ok"] = all(p[0] == "CUDAExecutionProvider" for p in one.providers() + multi.providers())
-        got_one, got_multi = one.run(feeds), multi.run(feeds)
-        row["streams"], row["pieces"] = multi.num_streams, len(multi.plan.segments)
-        names = [v.name for v in g.outputs]
-        placed = dict(zip(names, load_runner("cuda", serialize(g)).run(names, feeds)))
-        diffs = {"cuda_one_vs_cpu": compare(cpu, got_one), "cuda_multi_vs_cpu": compare(cpu, got_multi),
-                 "cuda_backend_runner_vs_cpu": compare(cpu, placed)}
-        row["equal"] = {k: {"ok": v.equivalent, "max_abs": max(d.max_abs for d in v.outputs)} for k, v in diffs.items()}
-        values = multi.upload(feeds)
-        worst, identical = 0.0, True
-        for _ in range(REPEATS):
-            out = multi.run_device(values)
-            again = {k: out[k].numpy() for k in multi.outputs}
-            identical &= all(np.array_equal(again[k], got_multi[k]) for k in again)
-            same = compare(got_multi, again)
-            worst = max(worst, max(d.max_abs for d in same.outputs))
-            if not same.equivalent:
-                row["repeats_ok"] = False
-        row.setdefault("repeats_ok", True)
+def step_convert(ctx: Ctx) -> dict:
+    from gspo.zoo import MODELS
+
+    rows = [_convert_row(name, "tiny") for name in MODELS]
+    if not ctx.rehearse:
+        rows += [_convert_row(name, "full") for name in FULL]
+    on_cpu = sorted({f for r in rows for f in r["fallbacks"]})
+    return {"ok": all(r["ok"] for r in rows), "models": rows, "ops_on_cpu": on_cpu}
+
+
+def _streams_row(name: str, ctx: Ctx) -> dict:
+    import numpy as np
+
+    from gspo.runtime import random_inputs
+    from gspo.runtime.cuda.executor import stream_overlap
+    from gspo.streams import assign_streams
+    from gspo.zoo import build
+
+    g = build(name, ctx.size_full)
+    feeds = random_inputs(g, seed=0)
+    schedule = assign_streams(g, max_streams=STREAMS)
+    ref = cpu_reference(g, feeds)
+    row: dict = {"model": name, "streams": schedule.num_streams, "syncs": len(schedule.events)}
+    with executor(g, schedule) as ex:
+        row["segments"] = len(ex.plan.segments)
+        first = ex.run(feeds)
+        row["vs_cpu"] = compare(ref, first)
+        values = ex.upload(feeds)
+        identical, worst = True, 0.0
+        for _ in range(REPEATS if not ctx.rehearse else 5):
+            out = ex.run_device(values)
+            again = {k: out[k].float().cpu().numpy() if out[k].is_floating_point() else out[k].cpu().numpy()
+                     for k in ex.outputs}
+            identical &= all(np.array_equal(again[k], first[k]) for k in again)
+            worst = max(worst, compare(first, again)["max_abs"])
         row["repeats"] = {"runs": REPEATS, "bit_identical": identical, "max_abs_vs_first": worst}
-        for _ in range(10):  # warm-up (cuDNN picks its algorithms on the first runs)
-            multi.time_run(values)
-        total, pieces = multi.time_run(values)
-        row["event_timing"] = {"total_ms": total * 1e3, "overlap_ms": stream_overlap(pieces),
-                               "pieces": [vars(p) for p in pieces]}
+        if not ctx.rehearse:
+            for _ in range(5):
+                ex.time_run(values)
+            total, pieces = ex.time_run(values)
+            busy = sum(p.end_ms - p.start_ms for p in pieces)
+            row["event_timing"] = {"total_ms": total * 1e3, "overlap_ms": stream_overlap(pieces),
+                                   "busy_ms": busy, "pieces": [vars(p) for p in pieces]}
+    row["graphs"] = _graph_rows(g, schedule, feeds, ref, ctx)
+    row["ok"] = (row["vs_cpu"]["ok"] and worst <= tolerance().atol
+                 and all(v["ok"] for v in row["graphs"]["vs_cpu"].values()))
     return row
 
 
-def gspo_cli(*args: str, timeout: float = 900) -> dict:
+def _graph_rows(g, schedule, feeds, ref, ctx) -> dict:
+    """One stream and Nimble's streams, eager and replayed from a CUDA graph, timed interleaved."""
+    built = {"eager_one_stream": executor(g), "eager_streams": executor(g, schedule),
+             "graph_one_stream": executor(g, cuda_graph=True), "graph_streams": executor(g, schedule, cuda_graph=True)}
+    try:
+        out = {"vs_cpu": {label: compare(ref, ex.run(feeds)) for label, ex in built.items()},
+               "graph_refusal": {label: ex.graph_refusal for label, ex in built.items() if ex.graph_refusal}}
+        times = interleave([(label, timed(ex, feeds)) for label, ex in built.items()], ctx.runs)
+    finally:
+        for ex in built.values():
+            ex.close()
+    out["median_ms"] = {k: v["median_ms"] for k, v in times.items()}
+    out["spread"] = {k: v["spread"] for k, v in times.items()}
+    return out
+
+
+def step_streams(ctx: Ctx) -> dict:
+    rows = [_streams_row(name, ctx) for name in BRANCHED]
+    return {"ok": all(r["ok"] for r in rows), "models": rows}
+
+
+def step_calibrate(ctx: Ctx) -> dict:
+    from gspo.cli import cli
+
+    out = ctx.work / "gpu-check.json"
+    args = ["calibrate", "--gpu", "gpu-check", "--cuda-runtime", "torch", "--budget", "0.25" if ctx.rehearse else "0.6",
+            "--passes", "1", "-o", str(out), "--db", str(ctx.work / "calibration.sqlite")]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "gspo", *args], capture_output=True, text=True, timeout=timeout)
-    return {"args": list(args), "exit": done.returncode, "seconds": round(time.perf_counter() - start, 1),
-            "stdout": done.stdout[-4000:], "stderr": done.stderr[-2000:]}
+    try:
+        cli.main(args, standalone_mode=False)
+        error = None
+    except SystemExit as e:
+        error = None if not e.code else f"exit {e.code}"
+    seconds = time.perf_counter() - start
+    ok = out.exists() and error is None
+    result = {"ok": ok, "command": "gspo " + " ".join(args[:-4]), "seconds": round(seconds, 1), "error": error}
+    if ok:
+        ctx.profile = out
+        if not ctx.rehearse:
+            ctx.out.mkdir(parents=True, exist_ok=True)
+            (ctx.out / "gpu_check_profile.json").write_text(out.read_text())
+        data = json.loads(out.read_text())
+        result["profile"] = {k: data.get(k) for k in ("device", "runtime", "reference_s") if k in data}
+        result["profile_json"] = data
+    return result
 
 
-def check_cli(tmp: Path, device_id: int) -> dict:
-    if device_id:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(device_id)  # the CLI uses device 0
-    calib = gspo_cli("calibrate", "--gpu", "gpu-check", "--budget", "4", "--passes", "1",
-                     "-o", str(tmp / "gpu-check.json"), "--db", str(tmp / "calibration.sqlite"))
-    calib["profile_written"] = (tmp / "gpu-check.json").exists()
-    model = tmp / "nasnet_mobile.onnx"
-    zoo = gspo_cli("zoo", "nasnet_mobile", "-o", str(model))
-    bench = gspo_cli("bench", str(model), "--device", "cuda", "--streams", "1,auto,4", "--runs", "50", "--json")
-    if bench["exit"] == 0:
-        bench["result"] = json.loads(bench["stdout"])
-    placed, report = tmp / "placed.onnx", tmp / "placed.json"
-    optimize = gspo_cli("optimize", str(model), "-o", str(placed), "--backends", "ort,cuda", "--time-budget", "120",
-                        "--report", str(report))
-    if optimize["exit"] == 0:
-        optimize["placement"] = json.loads(report.read_text())["placement"]
-    run_placed = gspo_cli("run", str(placed))
-    return {"calibrate": calib, "zoo": zoo, "bench": bench, "optimize_placed": optimize, "run_placed": run_placed,
-            "ok": calib["exit"] == 0 and calib["profile_written"] and zoo["exit"] == 0 and bench["exit"] == 0
-            and optimize["exit"] == 0 and run_placed["exit"] == 0}
+def _optimize(ctx: Ctx, name: str, path: Path, kind: str) -> tuple[dict, object]:
+    import gspo
+
+    start = time.perf_counter()
+    res = gspo.optimize(str(path), device="cuda", cuda_runtime="torch", profile=str(ctx.profile),
+                        time_budget=ctx.budget, seed=0, **ABLATIONS[kind])
+    r = res.report
+    row = {"seconds": round(time.perf_counter() - start, 1), "chosen": r.chosen, "streams": r.streams,
+           "syncs": r.syncs, "rules": r.substitutions, "speedup_in_optimize": r.speedup, "verdict": r.verdict,
+           "max_rel_err": r.max_rel_err, "cpu_fallback": r.device.get("cpu_fallback")}
+    return row, res
 
 
-ABLATIONS = {"joint": (), "rules_only": ("--no-streams",), "streams_only": ("--no-rules",)}
+def _figure5_row(ctx: Ctx, name: str) -> dict:
+    from gspo.ir import save
+    from gspo.runtime import random_inputs
+    from gspo.zoo import build
 
-
-def optimize_model(tmp: Path, name: str, profile: Path) -> dict:
-    """Step 8 for one zoo model: the three optimizations, then one bench of all of them."""
-    model = tmp / f"{name}.onnx"
-    row: dict = {"model": name, "zoo": gspo_cli("zoo", name, "-o", str(model), "--force")}
-    outputs = {}
-    for kind, flags in ABLATIONS.items():
-        out, rep = tmp / f"{name}.{kind}.onnx", tmp / f"{name}.{kind}.json"
-        done = gspo_cli("optimize", str(model), "-o", str(out), "--device", "cuda", "--profile", str(profile),
-                        "--report", str(rep), "--time-budget", "120", "--force", *flags)
-        if done["exit"] == 0:
-            r = json.loads(rep.read_text())
-            done["chosen"] = {"option": r["chosen"], "streams": r["streams"], "syncs": r["syncs"],
-                              "rules": r["substitutions"], "speedup_in_optimize": r["speedup"],
-                              "device": r.get("device")}
-            outputs[kind] = out
-        row[kind] = done
-    bench = gspo_cli("bench", str(model), *(str(o) for o in outputs.values()), "--device", "cuda",
-                     "--streams", "1,auto", "--runs", "50", "--json")
-    row["bench"] = bench
-    if bench["exit"] == 0:
-        rows = json.loads(bench["stdout"])["rows"]  # per model: [1 stream], [saved schedule]
-        base = rows[0]["median_ms"]  # the model as given, one session: onnxruntime's CUDA provider alone
-        for k, kind in enumerate(outputs, start=1):
-            one, scheduled = rows[2 * k]["median_ms"], rows[2 * k + 1]["median_ms"]
-            row[kind]["speedup_over_ort_cuda"] = base / scheduled
-            row[kind]["speedup_over_one_stream"] = one / scheduled
-    row["ok"] = row["zoo"]["exit"] == 0 and len(outputs) == len(ABLATIONS) and bench["exit"] == 0
+    g = build(name, ctx.size_full)
+    path = ctx.work / f"{name}.onnx"
+    save(g, path)
+    row: dict = {"model": name}
+    results = {}
+    for kind in ABLATIONS:
+        try:
+            row[kind], results[kind] = _optimize(ctx, name, path, kind)
+        except Exception as e:  # one failed ablation is recorded, the others still run
+            row[kind] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+    feeds = random_inputs(g, seed=1)  # not the inputs optimize verified on
+    ref = cpu_reference(g, feeds)
+    built = {"eager_one_stream": executor(g), "cuda_graph": executor(g, cuda_graph=True)}
+    for kind, res in results.items():
+        built[f"{kind}_eager"] = executor(res.graph, res.schedule)
+        built[kind] = executor(res.graph, res.schedule, cuda_graph=True)
+    try:
+        row["vs_cpu"] = {label: compare(ref, ex.run(feeds)) for label, ex in built.items()}
+        row["graph_refusal"] = {label: ex.graph_refusal for label, ex in built.items() if ex.graph_refusal}
+        times = interleave([(label, timed(ex, feeds)) for label, ex in built.items()], ctx.runs)
+    finally:
+        for ex in built.values():
+            ex.close()
+    base, graph = times["eager_one_stream"]["median_ms"], times["cuda_graph"]["median_ms"]
+    row["median_ms"] = {k: v["median_ms"] for k, v in times.items()}
+    row["spread"] = {k: v["spread"] for k, v in times.items()}
+    row["speedup_over_eager"] = {k: base / v["median_ms"] for k, v in times.items()}
+    row["speedup_over_cuda_graph"] = {k: graph / v["median_ms"] for k, v in times.items()}
+    row["ok"] = len(results) == len(ABLATIONS) and all(v["ok"] for v in row["vs_cpu"].values())
+    ctx.optimized[name] = results
     return row
 
 
-def check_optimize(tmp: Path) -> dict:
-    """Step 8: ``gspo optimize --device cuda`` on the branched zoo models, with the ablations."""
-    profile = tmp / "gpu-check.json"
-    if not profile.exists():
-        return {"ok": False, "skipped": "no GPU profile: the calibration step failed"}
-    rows = [optimize_model(tmp, name, profile) for name in MODELS]
-    figure5 = {r["model"]: {k: r[k].get("speedup_over_ort_cuda") for k in ABLATIONS} for r in rows}
-    return {"models": rows, "figure5_speedup_over_ort_cuda": figure5, "ok": all(r["ok"] for r in rows)}
+def step_figure5(ctx: Ctx) -> dict:
+    if ctx.profile is None:
+        return {"ok": False, "skipped": "no GPU profile: the calibrate step failed or did not run"}
+    rows = []
+    for name in BRANCHED:
+        try:
+            rows.append(_figure5_row(ctx, name))
+        except Exception as e:
+            rows.append({"model": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                         "traceback": traceback.format_exc()[-3000:]})
+    return {"ok": all(r["ok"] for r in rows), "models": rows, "time_budget_s": ctx.budget, "runs": ctx.runs}
 
 
-def main() -> int:
+def step_cost_model(ctx: Ctx) -> dict:
+    if ctx.profile is None:
+        return {"ok": False, "skipped": "no GPU profile"}
+    from gspo.costmodel import CostModel, load_profile
+    from gspo.partition import partition
+    from gspo.runtime import median_seconds, random_inputs
+    from gspo.runtime.bench import Repeats
+    from gspo.zoo import build
+
+    model = CostModel(load_profile(str(ctx.profile), None, None, force=True))
+    rows = []
+    for name in BRANCHED:
+        g = build(name, ctx.size_full)
+        for k, piece in enumerate(partition(g).pieces[:12]):
+            feeds = random_inputs(piece.graph, seed=0)
+            with executor(piece.graph, cuda_graph=True) as ex:
+                measured = median_seconds(timed(ex, feeds), Repeats(min_runs=5, max_runs=20, target_s=0.05))
+            estimated = model.cost(piece.graph)
+            rows.append({"model": name, "piece": k, "nodes": len(piece.graph.nodes), "measured_ms": measured * 1e3,
+                         "estimated_ms": estimated * 1e3, "rel_err": abs(estimated - measured) / measured})
+    errs = sorted(r["rel_err"] for r in rows)
+    return {"ok": bool(rows), "pieces": rows, "mape": statistics.mean(errs) if errs else None,
+            "median_rel_err": statistics.median(errs) if errs else None, "spearman": _spearman(rows)}
+
+
+def _spearman(rows: list) -> float | None:
+    if len(rows) < 3:
+        return None
+
+    def ranks(xs):
+        order = sorted(range(len(xs)), key=lambda i: xs[i])
+        r = [0] * len(xs)
+        for pos, i in enumerate(order):
+            r[i] = pos
+        return r
+
+    a, b = ranks([r["measured_ms"] for r in rows]), ranks([r["estimated_ms"] for r in rows])
+    n = len(rows)
+    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(a, b)) / (n * (n * n - 1))
+
+
+def step_cpu16(ctx: Ctx) -> dict:
+    import os
+
+    from gspo.runtime import CpuExecutor, SessionConfig, random_inputs
+    from gspo.streams import assign_streams
+    from gspo.zoo import build
+
+    cores = os.cpu_count() or 1
+    rows = []
+    for name in BRANCHED:
+        g = build(name, ctx.size_full)
+        feeds = random_inputs(g, seed=0)
+        schedule = assign_streams(g, max_streams=STREAMS)
+        per_stream = max(1, cores // max(1, schedule.num_streams))
+        ref = CpuExecutor(g, None, SessionConfig(intra_op_threads=cores))
+        multi = CpuExecutor(g, schedule, SessionConfig(intra_op_threads=per_stream))
+        try:
+            same = compare(ref.run(feeds), multi.run(feeds))
+            times = interleave([(f"onnxruntime_{cores}_threads", timed(ref, feeds)),
+                                (f"gspo_{schedule.num_streams}_streams_x_{per_stream}_threads", timed(multi, feeds))],
+                               ctx.runs, warmup=3)
+        finally:
+            ref.close()
+            multi.close()
+        medians = {k: v["median_ms"] for k, v in times.items()}
+        a, b = medians.values()
+        rows.append({"model": name, "cores": cores, "streams": schedule.num_streams, "median_ms": medians,
+                     "speedup_over_onnxruntime": a / b, "vs_onnxruntime": same, "ok": same["ok"]})
+    return {"ok": all(r["ok"] for r in rows), "models": rows}
+
+
+STEPS = {"environment": step_environment, "convert": step_convert, "streams": step_streams,
+         "calibrate": step_calibrate, "figure5": step_figure5, "cost_model": step_cost_model, "cpu16": step_cpu16}
+
+
+# ------------------------------------------------------------------ report
+def markdown(report: dict) -> str:
+    """The report as tables (what the README and docs/gpu.md quote)."""
+    steps = report["steps"]
+    env = steps.get("environment", {})
+    dev = env.get("device", {})
+    lines = [f"# gspo on a GPU: {dev.get('name', '?')}" + (" (REHEARSAL on the CPU, not a GPU result)"
+                                                          if report.get("rehearsal") else ""), "",
+             f"Measured {report.get('date', '?')} with `{report.get('command', '')}`: torch {env.get('torch')}"
+             f" (CUDA {dev.get('torch_cuda')}, cuDNN {dev.get('cudnn')}), driver {dev.get('driver')}"
+             f" (CUDA {dev.get('driver_cuda')}), cuda-python {dev.get('cuda_python')}, runtime {env.get('runtime')},"
+             f" TF32 off, {env.get('cpu_cores')} CPU cores.", "",
+             "| step | ok | seconds |", "|---|---|---|"]
+    lines += [f"| {k} | {v.get('ok')} | {v.get('seconds')} |" for k, v in steps.items()]
+    conv = steps.get("convert", {})
+    if conv.get("models"):
+        lines += ["", "## Outputs against onnxruntime's CPU provider (TF32 off)", "",
+                  "| model | size | nodes | equivalent | max abs | ops on the CPU |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['size']} | {r['nodes']} | {r['vs_cpu']['ok']} | {r['vs_cpu']['max_abs']:.2e} "
+                  f"| {len(r['fallbacks'])} |" for r in conv["models"]]
+    st = steps.get("streams", {})
+    if st.get("models"):
+        lines += ["", f"## Nimble's streams (at most {STREAMS}): repeats and overlap", "",
+                  "| model | streams | segments | equivalent | 100 runs bit-identical | run ms | overlap ms |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in st["models"]:
+            ev = r.get("event_timing", {})
+            lines.append(f"| {r['model']} | {r['streams']} | {r['segments']} | {r['vs_cpu']['ok']} | "
+                         f"{r['repeats']['bit_identical']} | {ev.get('total_ms', float('nan')):.3f} | "
+                         f"{ev.get('overlap_ms', float('nan')):.3f} |")
+    if st.get("models") and all("graphs" in r for r in st["models"]):
+        labels = ["eager_one_stream", "eager_streams", "graph_one_stream", "graph_streams"]
+        lines += ["", "## Nimble's streams, eager and replayed from a CUDA graph: median ms", "",
+                  "| model | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+        lines += [f"| {r['model']} | " + " | ".join(f"{r['graphs']['median_ms'][k]:.3f}" for k in labels) + " |"
+                  for r in st["models"]]
+    f5 = steps.get("figure5", {})
+    if f5.get("models"):
+        labels = ["eager_one_stream", "cuda_graph", "rules_only", "streams_only", "joint"]
+        lines += ["", "## Figure 5 on this GPU: median ms (speedup over the model on one stream, CUDA-graph replay)",
+                  "", "gspo's outputs replayed from CUDA graphs as the torch runtime runs them; "
+                  "`eager_one_stream`: plain PyTorch eager on the same converted model.", "",
+                  "| model | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+        for r in f5["models"]:
+            if "median_ms" not in r:
+                lines.append(f"| {r['model']} | " + r.get("error", "failed") + " |")
+                continue
+            cells = [f"{r['median_ms'][k]:.3f} ({r['speedup_over_cuda_graph'][k]:.2f}x)" if k in r["median_ms"]
+                     else "-" for k in labels]
+            lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+        lines += ["", "| model | ablation | chosen | streams | rules | optimize s |", "|---|---|---|---|---|---|"]
+        for r in f5["models"]:
+            for kind in ABLATIONS:
+                o = r.get(kind, {})
+                lines.append(f"| {r['model']} | {kind} | {o.get('chosen', o.get('error', '-'))} | {o.get('streams', '-')} "
+                             f"| {sum((o.get('rules') or {}).values())} | {o.get('seconds', '-')} |")
+    cm = steps.get("cost_model", {})
+    if cm.get("pieces"):
+        lines += ["", f"## Cost model on GPU pieces: {len(cm['pieces'])} pieces, mean relative error "
+                      f"{100 * cm['mape']:.1f}%, median {100 * cm['median_rel_err']:.1f}%, Spearman {cm['spearman']}"]
+    c16 = steps.get("cpu16", {})
+    if c16.get("models"):
+        lines += ["", "## The CPU cores: gspo's multi-stream CPU executor against onnxruntime", "",
+                  "| model | cores | streams | median ms | speedup over onnxruntime |", "|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['cores']} | {r['streams']} | "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["median_ms"].items())
+                  + f" | {r['speedup_over_onnxruntime']:.3f} |" for r in c16["models"]]
+    return "\n".join(lines) + "\n"
+
+
+def write(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "rehearsal" if report.get("rehearsal") else "gpu_check"
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
+    (out / f"{stem}.md").write_text(markdown(report))
+
+
+def dry_run(steps: list[str]) -> int:
+    for name in steps:
+        print(f"{name:<12} ~{ESTIMATES[name]:>4} s  {STEPS[name].__doc__ or _summary(name)}")
+    print(f"total: {sum(ESTIMATES[s] for s in steps)} s")
+    return 0
+
+
+def _summary(name: str) -> str:
+    for line in __doc__.splitlines():
+        if line.strip().startswith(name + " "):
+            return line.strip()[len(name):].strip()
+    return ""
+
+
+def main(argv=None) -> int:
+    global REHEARSAL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-o", "--output", default="gpu_check.json")
-    parser.add_argument("--device-id", type=int, default=0)
-    args = parser.parse_args()
-    from gspo.runtime.cuda import CudaConfig, gpu_status
-
-    config = CudaConfig(device_id=args.device_id, tf32=False)
-    ok, why = gpu_status(config)
-    if not ok:
-        print(f"gpu_check: no usable CUDA GPU here: {why}", file=sys.stderr)
+    parser.add_argument("-o", "--output", default=str(HERE / "gpu"), help="folder of the report [benchmarks/gpu]")
+    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated steps [all]")
+    parser.add_argument("--time-budget", type=float, default=TIME_BUDGET, help="seconds per gspo optimize")
+    parser.add_argument("--dry-run", action="store_true", help="list the steps and their estimated seconds")
+    parser.add_argument("--rehearse", action="store_true", help="run on torch's CPU device (not a GPU result)")
+    args = parser.parse_args(argv)
+    steps = [s for s in args.steps.split(",") if s]
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        print(f"gpu_check: unknown step {unknown[0]!r} (steps: {', '.join(STEPS)})", file=sys.stderr)
         return 2
-    report: dict = {"status": why, "environment": environment(config), "models": []}
-    for name in MODELS:
-        report["models"].append(check_model(name, config))
+    if args.dry_run:
+        return dry_run(steps)
+    REHEARSAL = args.rehearse
+    undo = []
+    if REHEARSAL:
+        undo = _rehearsal_patches()
+    else:
+        from gspo.runtime.torchrt.status import torch_status
+
+        ok, why = torch_status()
+        if not ok:
+            print(f"gpu_check: the torch runtime cannot run on a GPU here: {why}", file=sys.stderr)
+            return 2
+    try:
+        return _run(args, steps, argv)
+    finally:
+        from gspo.runtime.cuda.choice import set_cuda_runtime
+
+        set_cuda_runtime(None)
+        for module, name, value in undo:
+            setattr(module, name, value)
+
+
+def _run(args, steps: list[str], argv) -> int:
+    out = Path(args.output)
     with tempfile.TemporaryDirectory() as d:
-        report["cli"] = check_cli(Path(d), args.device_id)
-        report["optimize_cuda"] = check_optimize(Path(d))
-    checks = [m[k] for m in report["models"] for k in ("providers_ok", "repeats_ok")]
-    checks += [e["ok"] for m in report["models"] for e in m["equal"].values()] + [report["cli"]["ok"], report["optimize_cuda"]["ok"]]
-    report["ok"] = all(checks)
-    Path(args.output).write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(f"gpu_check: {'all checks passed' if report['ok'] else 'a check FAILED'}; report in {args.output}")
-    return 0 if report["ok"] else 1
+        ctx = Ctx(args, Path(d))
+        ctx.report.update(date=time.strftime("%Y-%m-%d"), command="python benchmarks/gpu_check.py "
+                          + " ".join(argv if argv is not None else sys.argv[1:]), estimates=ESTIMATES)
+        started = time.perf_counter()
+        for name in steps:
+            t0 = time.perf_counter()
+            print(f"gpu_check: {name} (~{ESTIMATES[name]} s) ...", flush=True)
+            try:
+                result = STEPS[name](ctx)
+            except Exception as e:
+                result = {"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+            result["seconds"] = round(time.perf_counter() - t0, 1)
+            ctx.report["steps"][name] = result
+            ctx.report["seconds"] = round(time.perf_counter() - started, 1)
+            write(ctx.report, out)
+            print(f"gpu_check: {name}: {'ok' if result.get('ok') else 'FAILED'} in {result['seconds']} s", flush=True)
+    ctx.report["ok"] = all(s.get("ok") for s in ctx.report["steps"].values())
+    write(ctx.report, out)
+    print(f"gpu_check: {'all checks passed' if ctx.report['ok'] else 'a check FAILED'}; report in {out}")
+    return 0 if ctx.report["ok"] else 1
 
 
 if __name__ == "__main__":
