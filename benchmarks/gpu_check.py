@@ -23,6 +23,8 @@ keeps what it measured):
   cost_model   the GPU profile's estimate against the measured time of each partition piece
   cpu16        the same models on the machine's CPU cores: gspo's multi-stream CPU executor
                (Nimble's streams) against onnxruntime at one session of all cores
+  cli          ``gspo optimize``, ``gspo run`` and ``gspo bench`` with ``--device cuda
+               --cuda-runtime torch`` on NasRNN, and its output through ``gspo.InferenceSession``
 
 ``--dry-run`` lists the steps with their estimated seconds (on an H100) and ends with ``total: N
 s``. ``--rehearse`` runs every step on torch's CPU device with tiny models and short budgets, to
@@ -52,7 +54,7 @@ TIME_BUDGET = 20.0  # seconds per gspo optimize (nine of them)
 RUNS = 30  # interleaved timed rounds
 #: Estimated seconds of each step on an H100 machine (16 cores), torch already imported.
 ESTIMATES = {"environment": 15, "convert": 50, "streams": 40, "calibrate": 50, "figure5": 200,
-             "cost_model": 20, "cpu16": 40}
+             "cost_model": 20, "cpu16": 40, "cli": 40}
 ABLATIONS = {"joint": {}, "rules_only": {"use_streams": False}, "streams_only": {"use_rules": False}}
 
 
@@ -266,7 +268,7 @@ def step_calibrate(ctx: Ctx) -> dict:
         ctx.profile = out
         if not ctx.rehearse:
             ctx.out.mkdir(parents=True, exist_ok=True)
-            (ctx.out / "gpu_check_profile.json").write_text(out.read_text())
+            (ctx.out / f"{ctx.args.name}_profile.json").write_text(out.read_text())
         data = json.loads(out.read_text())
         result["profile"] = {k: data.get(k) for k in ("device", "runtime", "reference_s") if k in data}
         result["profile_json"] = data
@@ -409,8 +411,57 @@ def step_cpu16(ctx: Ctx) -> dict:
     return {"ok": all(r["ok"] for r in rows), "models": rows}
 
 
+def _cli(args: list[str]) -> dict:
+    """One gspo command, in this process (its patches, its CUDA context): exit code, output tail, seconds."""
+    from click.testing import CliRunner
+
+    from gspo.cli import cli
+
+    start = time.perf_counter()
+    done = CliRunner().invoke(cli, [str(a) for a in args])
+    row = {"command": "gspo " + " ".join(str(a) for a in args), "exit": done.exit_code,
+           "seconds": round(time.perf_counter() - start, 1), "output": done.output[-3000:]}
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        row["exception"] = f"{type(done.exception).__name__}: {done.exception}"
+    return row
+
+
+def step_cli(ctx: Ctx) -> dict:
+    """The commands and the deploy API on the GPU: optimize, run, bench, InferenceSession."""
+    if ctx.profile is None:
+        return {"ok": False, "skipped": "no GPU profile: the calibrate step failed or did not run"}
+    import numpy as np
+
+    from gspo.ir import save
+    from gspo.runtime import random_inputs
+    from gspo.runtime.deploy import InferenceSession
+    from gspo.zoo import build
+
+    g = build("nasrnn", ctx.size_full)
+    model, out, report = ctx.work / "nasrnn.onnx", ctx.work / "nasrnn_gspo.onnx", ctx.work / "report.json"
+    save(g, model)
+    cuda = ["--device", "cuda", "--cuda-runtime", "torch"]
+    rows = [_cli(["optimize", model, "-o", out, *cuda, "--profile", ctx.profile, "--time-budget", ctx.budget,
+                  "--report", report, "--force"])]
+    result: dict = {"commands": rows}
+    if rows[0]["exit"] == 0:
+        r = json.loads(report.read_text())
+        result["optimize"] = {k: r.get(k) for k in ("chosen", "streams", "syncs", "speedup", "verdict", "device")}
+        rows.append(_cli(["run", out, *cuda]))
+        rows.append(_cli(["bench", model, out, *cuda, "--streams", "1,auto", "--runs", "30", "--json"]))
+        feeds = random_inputs(g, seed=2)
+        ref = cpu_reference(g, feeds)
+        with InferenceSession(str(out), device="cuda", cuda_runtime="torch") as sess:
+            got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+            result["inference_session"] = {"streams": sess.num_streams, "vs_cpu": compare(ref, got),
+                                           "finite": bool(all(np.isfinite(v).all() for v in got.values()))}
+    result["ok"] = (all(r["exit"] == 0 for r in rows) and len(rows) == 3
+                    and result.get("inference_session", {}).get("vs_cpu", {}).get("ok", False))
+    return result
+
+
 STEPS = {"environment": step_environment, "convert": step_convert, "streams": step_streams,
-         "calibrate": step_calibrate, "figure5": step_figure5, "cost_model": step_cost_model, "cpu16": step_cpu16}
+         "calibrate": step_calibrate, "figure5": step_figure5, "cost_model": step_cost_model, "cpu16": step_cpu16, "cli": step_cli}
 
 
 # ------------------------------------------------------------------ report
@@ -473,6 +524,14 @@ def markdown(report: dict) -> str:
     if cm.get("pieces"):
         lines += ["", f"## Cost model on GPU pieces: {len(cm['pieces'])} pieces, mean relative error "
                       f"{100 * cm['mape']:.1f}%, median {100 * cm['median_rel_err']:.1f}%, Spearman {cm['spearman']}"]
+    cl = steps.get("cli", {})
+    if cl.get("commands"):
+        lines += ["", "## The commands on the GPU", "", "| command | exit | seconds |", "|---|---|---|"]
+        lines += [f"| `{r['command']}` | {r['exit']} | {r['seconds']} |" for r in cl["commands"]]
+        if "inference_session" in cl:
+            s = cl["inference_session"]
+            lines += ["", f"gspo.InferenceSession(device='cuda'): {s['streams']} streams, equivalent to onnxruntime's "
+                          f"CPU outputs: {s['vs_cpu']['ok']} (max abs {s['vs_cpu']['max_abs']:.2e})"]
     c16 = steps.get("cpu16", {})
     if c16.get("models"):
         lines += ["", "## The CPU cores: gspo's multi-stream CPU executor against onnxruntime", "",
@@ -485,7 +544,9 @@ def markdown(report: dict) -> str:
 
 def write(report: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    stem = "rehearsal" if report.get("rehearsal") else "gpu_check"
+    stem = ("rehearsal_" if report.get("rehearsal") else "") + report.get("name", "gpu_check")
+    if report.get("rehearsal") and stem == "rehearsal_gpu_check":
+        stem = "rehearsal"
     (out / f"{stem}.json").write_text(json.dumps(report, indent=1, default=str) + "\n")
     (out / f"{stem}.md").write_text(markdown(report))
 
@@ -511,6 +572,7 @@ def main(argv=None) -> int:
     parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated steps [all]")
     parser.add_argument("--time-budget", type=float, default=TIME_BUDGET, help="seconds per gspo optimize")
     parser.add_argument("--dry-run", action="store_true", help="list the steps and their estimated seconds")
+    parser.add_argument("--name", default="gpu_check", help="the report's file name, without extension [gpu_check]")
     parser.add_argument("--rehearse", action="store_true", help="run on torch's CPU device (not a GPU result)")
     args = parser.parse_args(argv)
     steps = [s for s in args.steps.split(",") if s]
@@ -545,7 +607,7 @@ def _run(args, steps: list[str], argv) -> int:
     out = Path(args.output)
     with tempfile.TemporaryDirectory() as d:
         ctx = Ctx(args, Path(d))
-        ctx.report.update(date=time.strftime("%Y-%m-%d"), command="python benchmarks/gpu_check.py "
+        ctx.report.update(name=args.name, date=time.strftime("%Y-%m-%d"), command="python benchmarks/gpu_check.py "
                           + " ".join(argv if argv is not None else sys.argv[1:]), estimates=ESTIMATES)
         started = time.perf_counter()
         for name in steps:

@@ -83,6 +83,7 @@ class TorchExecutor:
         if config.device == "cuda":
             torch.backends.cudnn.benchmark = True
         n = 1 if one_stream else max(1, self.plan.num_streams)
+        self._num_streams = n
         self._streams = [self._api.stream() for _ in range(n)]
         self._events = [self._api.event() for _ in range(self.plan.num_events)]
         self._joins = [self._api.event() for _ in range(2 * n)]
@@ -107,7 +108,7 @@ class TorchExecutor:
     @property
     def num_streams(self) -> int:
         """Number of streams the plan runs on."""
-        return len(self._streams)
+        return self._num_streams
 
     @property
     def fallbacks(self) -> list[tuple[int, Fallback]]:
