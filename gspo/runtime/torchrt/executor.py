@@ -16,6 +16,7 @@ and :attr:`TorchExecutor.graph_refusal` says why it runs eagerly instead.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -209,8 +210,10 @@ class TorchExecutor:
                 self._forked(dict(static))
                 self._synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, stream=self._streams[0]):
-                out = self._forked(dict(static))
+            with warnings.catch_warnings():  # a program of views only (Reshape, Transpose) launches no kernel
+                warnings.filterwarnings("ignore", message="The CUDA Graph is empty")
+                with torch.cuda.graph(graph, stream=self._streams[0]):
+                    out = self._forked(dict(static))
         except RuntimeError as e:
             self.graph_refusal = f"capture failed: {first_line(e)}"
             torch.cuda.synchronize(self.device)
