@@ -25,6 +25,7 @@ from gspo.runtime.cuda.common import (
     cuda_provider_options,
 )
 from gspo.runtime.runtimes import GPU_INSTALL, installed_runtimes, runtime_conflict
+from gspo.runtime.torchrt.status import cuda_python_version
 
 __all__ = ["backend_key", "device_name", "gpu_status", "require_cuda_provider", "require_gpu"]
 
@@ -64,17 +65,6 @@ def _cuda_python_problem() -> str | None:
     if not hasattr(utils, "get_cuda_native_handle"):
         return f"cuda-python is older than 12.9.1 (no cuda.bindings.utils.get_cuda_native_handle): {GPU_INSTALL}"
     return None
-
-
-def _cuda_python_version() -> str:
-    from importlib import metadata
-
-    for name in ("cuda-bindings", "cuda-python"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return ""
 
 
 def _preload(ort) -> None:
@@ -161,7 +151,7 @@ def gpu_status(config: CudaConfig = CudaConfig()) -> tuple[bool, str]:
         return False, str(e)
     problem = _runtime_problem(ort) or _cuda_python_problem()
     if problem is None:
-        problem = _version_problem(ort, _cuda_python_version())
+        problem = _version_problem(ort, cuda_python_version())
     if problem is None:
         _preload(ort)
         problem = _device_problem(config.device_id) or _probe_problem(ort, config)

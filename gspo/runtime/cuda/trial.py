@@ -14,8 +14,9 @@ from gspo.errors import GspoError, first_line
 from gspo.ir import Graph
 from gspo.runtime.cuda import common
 from gspo.runtime.cuda.common import CudaConfig, check
-from gspo.runtime.cuda.status import _cuda_python_version, device_name
+from gspo.runtime.cuda.status import device_name
 from gspo.runtime.protocols import Executor
+from gspo.runtime.torchrt.status import cuda_python_version
 from gspo.streams import Placement, Schedule
 
 __all__ = ["VERIFY_CONFIG", "device_info", "verifying_executor"]
@@ -72,7 +73,7 @@ def device_info(device_id: int = 0) -> dict:
     ort, cudart = common.import_ort(), common.import_cudart()
     info: dict = {"device": "cuda", "device_id": device_id, "onnxruntime_gpu": getattr(ort, "__version__", None),
                   "onnxruntime_build_cuda": getattr(ort, "cuda_version", None), "cudnn": _cudnn_version(ort),
-                  "cuda_python": _cuda_python_version() or None}
+                  "cuda_python": cuda_python_version() or None}
     try:
         info["name"] = device_name(device_id)
         info["driver_cuda"] = _version(check(cudart.cudaDriverGetVersion(), "cudaDriverGetVersion"))

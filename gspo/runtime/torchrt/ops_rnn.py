@@ -92,6 +92,14 @@ def _lstm(c: Call, x):
     return _outputs([torch.stack(ys[d]) for d in range(dirs)], hs, cs)
 
 
+def _masked(m, new_h, h):
+    """A step's state and output where ``sequence_lens`` mask ``m`` (None: none) ends a batch row:
+    past its end the state is kept and the output is zero."""
+    if m is None:
+        return new_h, new_h
+    return torch.where(m, new_h, h), torch.where(m, new_h, torch.zeros_like(new_h))
+
+
 @op("GRU", check=_rnn_check)
 def _gru(c: Call, x):
     t, xw, r, rb, hidden = _prepare(c, x, 3)
@@ -113,12 +121,7 @@ def _gru(c: Call, x):
                 n = torch.tanh(xh + rg * (h @ rh.t() + bh))
             else:
                 n = torch.tanh(xh + (rg * h) @ rh.t() + bh)
-            new_h = (1 - z) * n + z * h
-            m = _mask(lens, s)
-            if m is not None:
-                new_h = torch.where(m, new_h, h)
-            ys[d][s] = new_h if m is None else torch.where(m, new_h, torch.zeros_like(new_h))
-            h = new_h
+            h, ys[d][s] = _masked(_mask(lens, s), (1 - z) * n + z * h, h)
         hs.append(h)
     return _outputs([torch.stack(ys[d]) for d in range(dirs)], hs, None)
 
@@ -134,11 +137,6 @@ def _rnn(c: Call, x):
     for d in range(dirs):
         h = h0[d]
         for s in _steps(seq, direction == "reverse" or d == 1):
-            new_h = torch.tanh(xw[d, s] + h @ r[d].t() + (0 if rb is None else rb[d]))
-            m = _mask(lens, s)
-            if m is not None:
-                new_h = torch.where(m, new_h, h)
-            ys[d][s] = new_h if m is None else torch.where(m, new_h, torch.zeros_like(new_h))
-            h = new_h
+            h, ys[d][s] = _masked(_mask(lens, s), torch.tanh(xw[d, s] + h @ r[d].t() + (0 if rb is None else rb[d])), h)
         hs.append(h)
     return _outputs([torch.stack(ys[d]) for d in range(dirs)], hs, None)
