@@ -19,7 +19,7 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import VerifyResult, compare_outputs, interleaved, make_executor, timed_runner
-from gspo.runtime.verify import OutputDiff, Tolerance, output_steps
+from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
 
 __all__ = ["Bench", "WARMUP"]
 
@@ -73,8 +73,7 @@ class Bench:
             got = self.executors[label].run(f)
             for d in compare_outputs(want, got, tolerance.rtol, tolerance.atol, tolerance.ntol,
                                      self.steps[reference]).outputs:
-                old = worst.get(d.name)
-                if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):
+                if worse(worst.get(d.name), d, by="norm_rel"):
                     worst[d.name] = d
         diffs = tuple(worst.values())
         return VerifyResult(all(d.ok for d in diffs), diffs)

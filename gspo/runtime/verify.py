@@ -14,7 +14,13 @@ that scale: integer kernels round the last requantization each their own way (on
 OpenVINO's put a QDQ ResNet-50's logits one step apart), so one step is allowed there and more
 is refused. Integer and bool outputs must be equal; NaN and infinities must sit at the same
 places (infinities with the same sign). Half-precision outputs are held to half-precision
-tolerances.
+tolerances. An output of another element type (float16 or float64 where the reference gives
+float32, int32 for int64) or shape is a different model, whatever its values.
+
+A comparison must compare something: a floating-point output with no finite value in either
+model (all NaN or infinite, at the same places) compared nothing and is not a pass, and inputs
+with no finite value in any of them are refused before anything runs (all-NaN ``--inputs``
+made two models with different weights "equivalent").
 
 An output that is not a tensor (a sequence, a map such as ZipMap's class probabilities, an
 optional) must have the same structure: sequences of the same length, maps with the same keys,
@@ -36,7 +42,7 @@ from gspo.runtime.session import SessionConfig, make_session, run
 from gspo.runtime.spill import SpilledArray
 
 __all__ = ["DEFAULT_RTOL", "DEFAULT_ATOL", "DEFAULT_NTOL", "OutputDiff", "Tolerance", "VerifyResult",
-           "compare_outputs", "output_steps", "verify"]
+           "check_finite_inputs", "check_has_outputs", "compare_outputs", "output_steps", "verify", "worse"]
 
 DEFAULT_RTOL = 1e-3
 DEFAULT_ATOL = 1e-4
@@ -100,6 +106,8 @@ class OutputDiff:
     ok: bool
     norm_rel: float = 0.0
     reason: str = ""
+    #: False when the output held no finite value in either model: nothing was compared.
+    compared: bool = True
 
 
 @dataclass(frozen=True)
@@ -168,9 +176,16 @@ def _special_places(name: str, a: np.ndarray, b: np.ndarray) -> tuple[OutputDiff
     return None, scale, any_finite
 
 
+def _nothing_compared(name: str) -> OutputDiff:
+    return OutputDiff(name, 0.0, 0.0, False, 0.0, "no finite value in either model (NaN or infinite at the same "
+                                                  "places): compared nothing", compared=False)
+
+
 def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff:
     if a.shape != b.shape:
         return _fail(name, f"shape {list(b.shape)} instead of {list(a.shape)}")
+    if a.dtype != b.dtype:
+        return _fail(name, f"type {b.dtype.name} instead of {a.dtype.name}")
     if a.dtype.kind not in "fc":
         same = _equal(a, b)
         return OutputDiff(name, 0.0, 0.0, True) if same else _fail(name, "values differ")
@@ -179,7 +194,7 @@ def _diff(name: str, a: np.ndarray, b: np.ndarray, tol: Tolerance) -> OutputDiff
     if failed is not None:
         return failed
     if not any_finite:
-        return OutputDiff(name, 0.0, 0.0, True)
+        return _nothing_compared(name) if a.size else OutputDiff(name, 0.0, 0.0, True)
     max_abs = max_rel = 0.0
     ok = True
     for ca, cb in _chunks(a, b):
@@ -242,6 +257,55 @@ def compare_outputs(
     return VerifyResult(all(d.ok for d in diffs), diffs)
 
 
+def _holds_finite(x: np.ndarray) -> bool:
+    """Whether ``x`` has an element that is a value to compare: any element of a non-float
+    array, a finite one of a floating-point array (a chunk at a time)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "fc":
+        return x.size > 0
+    flat = x.reshape(-1)
+    return any(bool(np.isfinite(flat[i:i + _CHUNK]).any()) for i in range(0, flat.size, _CHUNK))
+
+
+def check_finite_inputs(feeds: Mapping[str, np.ndarray], what: str = "the inputs") -> None:
+    """Refuse inputs none of which holds a finite value (all NaN or infinite): every floating
+    output computed from them is NaN or infinite, and comparing them compares nothing.
+
+    Raises:
+        GspoError: one line naming the inputs.
+    """
+    arrays = {k: v for k, v in feeds.items() if np.asarray(v).size}
+    if not arrays or any(_holds_finite(v) for v in arrays.values()):
+        return
+    names = ", ".join(repr(k) for k in list(arrays)[:3]) + (", ..." if len(arrays) > 3 else "")
+    raise GspoError(f"{what} hold no finite value ({names} {'has' if len(arrays) == 1 else 'have'} no finite value: "
+                    "all NaN or infinite): nothing would be compared; give inputs with finite values")
+
+
+def check_has_outputs(graph: Graph, what: str = "the model") -> None:
+    """Refuse a graph with no outputs (it computes nothing; onnxruntime's own message about it
+    is a page of C++)."""
+    if not graph.outputs:
+        raise GspoError(f"{what} has no outputs: it computes nothing")
+
+
+def worse(old: OutputDiff | None, d: OutputDiff, by: str = "max_abs") -> bool:
+    """Whether ``d`` (one input set's verdict on an output) replaces ``old`` (the worst so far):
+    a difference beats a pass, a pass with something compared beats one that compared nothing,
+    and among equals the larger difference (``by``: ``max_abs`` or ``norm_rel``) wins."""
+    if old is None:
+        return True
+    rank_old, rank_new = _rank(old), _rank(d)
+    return rank_new > rank_old or (rank_new == rank_old and getattr(d, by) > getattr(old, by))
+
+
+def _rank(d: OutputDiff) -> int:
+    """3: differs; 2: matches; 1: compared nothing."""
+    if not d.compared:
+        return 1
+    return 2 if d.ok else 3
+
+
 def verify(
     reference: Graph,
     candidate: Graph,
@@ -255,13 +319,19 @@ def verify(
 ) -> VerifyResult:
     """Run both graphs with onnxruntime on the same inputs and compare every output.
 
-    With ``inputs`` given they are used once; otherwise ``runs`` sets of random inputs are drawn
-    from seeds ``seed, seed+1, ...``, one at a time, and the worst error per output is reported.
+    With ``inputs`` given they are used once (refused when none holds a finite value: see
+    :func:`check_finite_inputs`); otherwise ``runs`` sets of random inputs are drawn from seeds
+    ``seed, seed+1, ...``, one at a time, and the worst error per output is reported (an output
+    that compared nothing in one set and matched in another matched).
     """
+    check_has_outputs(reference, "the first model")
+    check_has_outputs(candidate, "the second model")
     ref_in = {v.name: (v.dtype, v.shape) for v in reference.inputs}
     cand_in = {v.name: (v.dtype, v.shape) for v in candidate.inputs}
     if ref_in != cand_in:
         raise GspoError("the models have different inputs (names, types or shapes)")
+    if inputs is not None:
+        check_finite_inputs(inputs)
     s_ref, s_cand = make_session(reference, config), make_session(candidate, config)
     # One input set at a time: only it and the two models' outputs on it are held.
     feeds_sets = iter([inputs]) if inputs is not None else (random_inputs(reference, seed + i) for i in range(runs))
@@ -271,8 +341,7 @@ def verify(
         res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol, steps)
         del feeds  # let the set go before the next one is drawn
         for d in res.outputs:
-            old = worst.get(d.name)
-            if old is None or (not d.ok and old.ok) or (d.ok == old.ok and d.max_abs > old.max_abs):
+            if worse(worst.get(d.name), d):
                 worst[d.name] = d
     diffs = tuple(worst.values())
     return VerifyResult(all(d.ok for d in diffs), diffs)

@@ -33,7 +33,7 @@ from gspo.runtime import (
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
-from gspo.runtime.verify import OutputDiff, Tolerance, output_steps
+from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
 from gspo.search.budget import Budget, BuildRates, build_depth, build_ops, weight_bytes
 from gspo.streams import Placement, Schedule
 
@@ -266,8 +266,7 @@ class Trial:
                 t = self.tolerance
                 res = compare_outputs(want, ex.run(feeds), t.rtol, t.atol, t.ntol, self.steps)
                 for d in res.outputs:  # per output, the worst over the input sets
-                    old = worst.get(d.name)
-                    if old is None or (old.ok and (not d.ok or d.norm_rel > old.norm_rel)):
+                    if worse(worst.get(d.name), d, by="norm_rel"):
                         worst[d.name] = d
         except GspoError as e:
             self.rejected.append(Outcome(option, rejected=f"onnxruntime failed to run it: {e}"))
