@@ -85,10 +85,12 @@ def _macs(node: Node, ins: list[Value | None], outs: tuple[Value, ...]) -> int:
     if op == "ConvTranspose" and ins[1] is not None and ins[1].is_static:
         w = ins[1].shape
         return numel(ins[0]) * int(np.prod(w[1:]))
-    if op == "MatMul" and all(v is not None and v.is_static for v in ins[:2]):
-        k = ins[0].shape[-1]
-        return numel(outs[0]) * k
-    if op == "Gemm" and ins[0] is not None and ins[0].is_static:
+    # The shapes below are what gspo holds, which may be wrong for ops onnx cannot infer (a
+    # rank-0 shape reached a MatMul): a shape that cannot be the op's counts no MACs.
+    if op == "MatMul" and len(ins) >= 2 and all(v is not None and v.is_static for v in ins[:2]) \
+            and len(ins[0].shape) >= 1:
+        return numel(outs[0]) * ins[0].shape[-1]  # A[..., k] @ B[..., k, n] (k = len(A) for a vector)
+    if op == "Gemm" and ins and ins[0] is not None and ins[0].is_static and len(ins[0].shape) == 2:
         k = ins[0].shape[0] if node.attr("transA", 0) else ins[0].shape[1]
         return numel(outs[0]) * k
     return 0

@@ -40,10 +40,12 @@ def unknown_values(graph: Graph) -> list[str]:
 
 
 def _value(name: str, type_name: str, shape) -> Value | None:
-    """The IR value of what onnxruntime reports, when it is a tensor of static shape."""
+    """The IR value of what onnxruntime reports, when it is a tensor of static shape. Its ``[]``
+    is not taken: onnxruntime reports it for a scalar and for a value whose shape it does not
+    know alike (the output of ``ai.onnx.ml``'s Scaler), which :func:`_run_for_types` settles."""
     m = _TENSOR.fullmatch(type_name or "")
     dtype = dtype_named(m.group(1)) if m else 0
-    if not dtype or shape is None or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not dtype or not shape or not all(isinstance(d, int) and d >= 0 for d in shape):
         return None
     return Value(name, dtype, tuple(shape))
 
