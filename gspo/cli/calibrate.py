@@ -113,6 +113,8 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     save_profile(profile, out, overwrite=force or not output)
     click.echo(f"wrote {out} ({profile.meta['ops']} ops, {profile.meta['branches']} multi-branch subgraphs, "
                f"{_time.perf_counter() - start:.0f} s; database {db})")
+    if not gpu_name and out.resolve() == (user_profiles_dir() / "cpu.json").resolve():
+        click.echo("gspo optimize ranks with it by default on this machine (before the profile shipped with gspo)")
 
 
 # -------------------------------------------------------------------- convert

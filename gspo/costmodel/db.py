@@ -5,6 +5,11 @@ measurement: an interrupted run loses at most the measurement in flight, and two
 on one database neither corrupt it nor lose measurements (``INSERT OR IGNORE`` keeps the first
 of two measurements of the same signature).
 
+Rows are validated as rows, not only as a schema: a row that is not JSON, not an object, or
+whose fields have the wrong types or values (``{"seconds": "abc"}``, ``{}``, ``[1, 2]``, a
+negative or non-finite time) is treated as missing, with a warning, and the next measurement of
+its signature replaces it (:func:`valid_row`).
+
 Where the database is only a cache (optimize's placement timings, in the user's cache folder),
 :class:`CalibrationCache` wraps it: a database that is corrupt, of another schema, locked by
 another process for more than :data:`LOCK_WAIT_S`, or that cannot be written is a one-line
@@ -15,12 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import sqlite3
 from pathlib import Path
 
 from gspo.errors import GspoError
 
-__all__ = ["CalibrationDB", "CalibrationCache", "CacheError", "LOCK_WAIT_S"]
+__all__ = ["CalibrationDB", "CalibrationCache", "CacheError", "LOCK_WAIT_S", "valid_row"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,50 @@ CREATE TABLE IF NOT EXISTS measurements (
     PRIMARY KEY (device, runtime, signature)
 )
 """
+
+
+def _seconds(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def _positive(v) -> bool:
+    return _seconds(v) and v > 0
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+_TIMED = ({"seconds": _seconds},)
+#: Per kind, the fields a row must have (one of the alternatives), each with its check.
+_REQUIRED = {
+    "placement": ({"refused": _text}, {"seconds": _seconds}, {"fixed_s": _seconds, "bandwidth": _positive}),
+    "fixed": ({"call": _seconds, "sync": _seconds}, {"seconds": _seconds}, {"block": _count}),
+    "op": _TIMED, "chain": _TIMED, "branches": _TIMED, "piece": _TIMED,
+}
+#: Fields a row may have beside those, each with its check (others are let be).
+_OPTIONAL = {"seconds": _seconds, "one_session": _seconds, "segments_in_order": _seconds, "reference": _seconds,
+             "streams": _count, "passes": _count, "refused": _text, "fixed_s": _seconds, "bandwidth": _positive,
+             "call": _seconds, "sync": _seconds, "block": _count}
+
+
+def valid_row(kind: str, row) -> bool:
+    """Whether ``row`` is a measurement of ``kind`` as its readers use it: a JSON object with
+    the fields of one of the kind's forms, every known field of the right type and range."""
+    if not isinstance(row, dict) or not all(isinstance(k, str) for k in row):
+        return False
+    if not all(check(row[k]) for k, check in _OPTIONAL.items() if k in row):
+        return False
+    forms = _REQUIRED.get(kind)
+    return forms is None or any(all(k in row and check(row[k]) for k, check in form.items()) for form in forms)
+
+
+def _shown(text: str) -> str:
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class CacheError(GspoError):
@@ -92,6 +142,7 @@ class CalibrationDB:
         self.path = Path(path)
         self.device, self.runtime = device, runtime
         self._conn = None
+        self._warned: set[str] = set()
         self._conn = self._call(_connect, self.path, timeout)
 
     def _call(self, fn, *args):
@@ -105,31 +156,65 @@ class CalibrationDB:
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self._call(lambda: self._conn.execute(sql, args).fetchall())
 
+    def _row(self, signature: str, kind: str, text: str) -> dict | None:
+        """The stored row, or ``None`` (with a warning, once) when it is not a valid one."""
+        try:
+            row = json.loads(text)
+        except (ValueError, RecursionError):
+            row = None
+        if valid_row(kind, row):
+            return row
+        if signature not in self._warned:
+            self._warned.add(signature)
+            log.warning("calibration database %s: the row of %s is not a valid measurement (%s); measuring it again",
+                        self.path, _shown(signature), _shown(" ".join(text.split())))
+        return None
+
     def get(self, signature: str) -> dict | None:
-        """The measurement stored under ``signature`` (``None``: not measured yet)."""
-        rows = self._query("SELECT data FROM measurements WHERE device=? AND runtime=? AND signature=?",
+        """The measurement stored under ``signature`` (``None``: not measured yet, or stored as
+        something that is not a valid measurement)."""
+        rows = self._query("SELECT kind, data FROM measurements WHERE device=? AND runtime=? AND signature=?",
                            (self.device, self.runtime, signature))
-        return self._call(json.loads, rows[0][0]) if rows else None
+        return self._row(signature, rows[0][0], rows[0][1]) if rows else None
 
     def put(self, signature: str, kind: str, data: dict) -> None:
-        """Store ``data`` under ``signature`` unless something is stored there already."""
+        """Store ``data`` under ``signature`` unless a valid measurement is stored there already
+        (one that is not valid is replaced; ``data`` that is not one is not stored)."""
+        if not valid_row(kind, data):
+            log.info("calibration database %s: not storing %s (not a valid measurement)", self.path, _shown(signature))
+            return
         self._call(self._insert, (self.device, self.runtime, signature, kind, json.dumps(data, sort_keys=True)))
 
     def _insert(self, row: tuple) -> None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.execute("INSERT OR IGNORE INTO measurements VALUES (?, ?, ?, ?, ?)", row)
+            found = self._conn.execute("SELECT kind, data FROM measurements WHERE device=? AND runtime=? AND "
+                                       "signature=?", row[:3]).fetchall()
+            if not found:
+                self._conn.execute("INSERT INTO measurements VALUES (?, ?, ?, ?, ?)", row)
+            elif not self._parses(found[0][0], found[0][1]):
+                self._conn.execute("UPDATE measurements SET kind=?, data=? WHERE device=? AND runtime=? AND "
+                                   "signature=?", (row[3], row[4], *row[:3]))
             self._conn.execute("COMMIT")
         except BaseException:
             self._conn.execute("ROLLBACK")
             raise
 
+    @staticmethod
+    def _parses(kind: str, text: str) -> bool:
+        try:
+            return valid_row(kind, json.loads(text))
+        except (ValueError, RecursionError):
+            return False
+
     def all(self, kind: str) -> list[tuple[str, dict]]:
-        """Every ``(signature, data)`` of ``kind``, in signature order."""
+        """Every valid ``(signature, data)`` of ``kind``, in signature order (rows that are not
+        valid measurements are left out, with a warning)."""
         rows = self._query(
             "SELECT signature, data FROM measurements WHERE device=? AND runtime=? AND kind=? ORDER BY signature",
             (self.device, self.runtime, kind))
-        return [(sig, self._call(json.loads, d)) for sig, d in rows]
+        found = [(sig, self._row(sig, kind, d)) for sig, d in rows]
+        return [(sig, d) for sig, d in found if d is not None]
 
     def count(self) -> int:
         """How many measurements the database holds for this device and runtime."""

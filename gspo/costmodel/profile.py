@@ -6,28 +6,36 @@ import json
 import logging
 import os
 import platform
+import warnings
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
 from gspo import __version__
 from gspo.cache import user_profiles_dir
 from gspo.costmodel.poly import Poly
-from gspo.errors import GspoError
+from gspo.errors import GspoError, first_line
 from gspo.outputs import atomic_write
 
 __all__ = ["Profile", "ProfileError", "device_description", "load_profile", "save_profile", "find_profile",
-           "SCHEMA", "SCHEMA_VERSION", "PROFILE_DIRS"]
+           "SCHEMA", "SCHEMA_VERSION", "PROFILE_DIRS", "SHIPPED_DIR"]
 
 log = logging.getLogger(__name__)
 SCHEMA = "gspo-profile"
 #: 2: convolution fits take a fifth feature (``slow_depthwise``); version-1 profiles must be recalibrated.
 SCHEMA_VERSION = 2
-#: Where ``--profile NAME`` looks: the profiles shipped in the package, then the user cache.
-PROFILE_DIRS = (
-    Path(str(resources.files("gspo") / "profiles")),
-    user_profiles_dir(),
-)
+#: The two folders profiles are found in: the profiles shipped in the package, and the user cache
+#: (``--profile NAME`` looks in the user cache first: see :func:`find_profile`).
+SHIPPED_DIR = Path(str(resources.files("gspo") / "profiles"))
+PROFILE_DIRS = (SHIPPED_DIR, user_profiles_dir())
+#: Bounds on a profile's numbers that no calibration comes near: any number's magnitude (a fit's
+#: coefficients and points included), a cost in seconds, a family's factor. A profile past them
+#: is refused in one line (1e300s made numpy warn of overflows at every estimate).
+MAX_MAGNITUDE = 1e30
+MAX_COST_S = 3600.0
+MAX_FAMILY_SCALE = 1e6
 
 
 class ProfileError(GspoError):
@@ -124,12 +132,54 @@ class Profile:
         from gspo.costmodel.schema import Fields, check_estimates, read_fields
 
         profile = cls(**read_fields(Fields(label), d))
-        check_estimates(profile, label)
+        with warnings.catch_warnings(), np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+            warnings.simplefilter("error", RuntimeWarning)
+            try:
+                check_estimates(profile, label)
+            except (FloatingPointError, RuntimeWarning, ZeroDivisionError) as e:
+                raise ProfileError(f"{label}: not a usable profile: its estimates fail ({type(e).__name__}: "
+                                   f"{first_line(e, 120)})") from None
+        _check_bounds(d, label)
         return profile
+
+
+def _numbers(x, where: str):
+    """Every number in the JSON ``x``, with the path of its field."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{where}[{i}]")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield where, x
+
+
+def _check_bounds(d: dict, label: str) -> None:
+    """Refuse numbers no calibration gives (see :data:`MAX_MAGNITUDE`), naming the field."""
+    def refuse(where: str, what: str):
+        raise ProfileError(f"{label}: not a usable profile: field {where!r} is {what}")
+
+    for where, v in _numbers({k: v for k, v in d.items() if k not in ("meta", "version")}, ""):
+        if abs(v) > MAX_MAGNITUDE:
+            refuse(where, f"{v:g}, beyond any calibration's numbers (at most {MAX_MAGNITUDE:g})")
+    for key in ("call_cost", "segment_cost", "sync_cost", "segment_byte_cost", "op_overhead", "reference_s",
+                "launch_cost", "reorder_cost"):
+        if d.get(key, 0) > MAX_COST_S:
+            refuse(key, f"{d[key]:g} s, more than an hour")
+    for family, factor in (d.get("family_scale") or {}).items():
+        if factor > MAX_FAMILY_SCALE:
+            refuse(f"family_scale.{family}", f"{factor:g}, more than {MAX_FAMILY_SCALE:g}")
 
 
 #: A profile file larger than this is not one (the shipped profile is under 50 KB).
 MAX_PROFILE_BYTES = 64 * 2**20
+
+
+def _shown(path: Path) -> str:
+    """``path`` for a message (a path of thousands of characters shown by its ends)."""
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:100]}...{text[-80:]}"
 
 
 def _read_json(path: Path):
@@ -141,7 +191,7 @@ def _read_json(path: Path):
             raise ProfileError(f"{path}: not a gspo profile (over {MAX_PROFILE_BYTES // 2**20} MB)")
         text = path.read_bytes().decode("utf-8")
     except OSError as e:
-        raise ProfileError(f"{path}: cannot read the profile ({e.strerror or e})") from None
+        raise ProfileError(f"{_shown(path)}: cannot read the profile ({e.strerror or e})") from None
     except UnicodeDecodeError:
         raise ProfileError(f"{path}: not a gspo profile (not UTF-8 text)") from None
     try:
@@ -157,16 +207,40 @@ def save_profile(profile: Profile, path: str | os.PathLike, overwrite: bool = Tr
     return atomic_write(path, json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n", overwrite=overwrite)
 
 
-def find_profile(name_or_path: str) -> Path:
-    """A path as given, or ``NAME`` looked up as ``NAME.json`` in :data:`PROFILE_DIRS`."""
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except OSError:  # a name too long for the file system, ...
+        return False
+
+
+def _declared_device(path: Path) -> str | None:
+    """The device a profile file says it was made on (``None``: unreadable)."""
+    try:
+        data = json.loads(path.read_bytes()[:MAX_PROFILE_BYTES].decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data.get("device") if isinstance(data, dict) and isinstance(data.get("device"), str) else None
+
+
+def find_profile(name_or_path: str, device: str | None = None) -> Path:
+    """A path as given, or ``NAME`` looked up as ``NAME.json`` in the user cache (what
+    ``gspo calibrate`` writes), then among the profiles shipped with gspo: the first made on
+    ``device`` when given, else the first found (the user's own calibration before the shipped
+    profile made on another machine).
+
+    Raises:
+        ProfileError: no such profile.
+    """
     p = Path(name_or_path)
-    if p.suffix == ".json" or p.exists() or os.sep in name_or_path:
+    if p.suffix == ".json" or os.sep in name_or_path or _exists(p):
         return p
-    for d in PROFILE_DIRS:
-        candidate = d / f"{name_or_path}.json"
-        if candidate.exists():
-            return candidate
-    raise ProfileError(f"no profile named {name_or_path!r} (looked in {', '.join(str(d) for d in PROFILE_DIRS)})")
+    found = [c for c in (user_profiles_dir() / f"{name_or_path}.json", SHIPPED_DIR / f"{name_or_path}.json")
+             if _exists(c)]
+    if not found:
+        shown = name_or_path if len(name_or_path) <= 60 else name_or_path[:57] + "..."
+        raise ProfileError(f"no profile named {shown!r} (looked in {user_profiles_dir()}, {SHIPPED_DIR})")
+    return next((c for c in found if device is not None and _declared_device(c) == device), found[0])
 
 
 def load_profile(name_or_path: str, device: str | None = None, runtime: str | None = None, force: bool = False) -> Profile:
@@ -176,8 +250,9 @@ def load_profile(name_or_path: str, device: str | None = None, runtime: str | No
     Raises:
         ProfileError: missing, unreadable, corrupt, foreign, or mismatched without ``force``.
     """
-    path = find_profile(name_or_path)
+    path = find_profile(name_or_path, device)
     profile = Profile.from_json(_read_json(path), str(path))
+    log.info("using the profile %s (made on %s)", path, profile.device)
     for what, mine, theirs in (("device", device, profile.device), ("onnxruntime version", runtime, profile.runtime)):
         if mine is not None and mine != theirs:
             message = f"{path}: the profile was made for {what} {theirs!r}, this is {mine!r}"

@@ -12,7 +12,8 @@ from gspo.costmodel.profile import PROFILE_DIRS, find_profile, load_profile
 PACKAGE = Path(gspo.__file__).resolve().parent
 
 
-def test_the_default_profile_is_found_inside_the_package():
+def test_the_default_profile_is_found_inside_the_package(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no user calibration (it would be found first)
     assert PROFILE_DIRS[0].resolve() == PACKAGE / "profiles"
     assert find_profile("cpu").resolve() == PACKAGE / "profiles" / "cpu.json"
     assert load_profile("cpu", force=True).families
