@@ -39,6 +39,7 @@ from gspo.runtime.backends import (
     backend_versions,
     check_backends,
 )
+from gspo.runtime.verify import check_finite_inputs
 from gspo.search.budget import (
     Budget,
     Shares,
@@ -48,7 +49,15 @@ from gspo.search.budget import (
     streams_seconds,
     weight_bytes,
 )
-from gspo.search.config import OptimizeConfig, OptimizeError, OptimizeResult, Prepared
+from gspo.search.config import (
+    OptimizeConfig,
+    OptimizeError,
+    OptimizeResult,
+    Prepared,
+    check_model_and_inputs,
+    check_options,
+    refuse_no_outputs,
+)
 from gspo.search.device import (
     baseline_refusal,
     device_streams,
@@ -335,10 +344,10 @@ def by_promise(options: list[Option]) -> list[Option]:
 def resolved(cfg: OptimizeConfig, cores: int | None = None) -> OptimizeConfig:
     """``cfg`` with what it leaves to gspo chosen for this machine, as every stage reads it: the
     stream cap (``max_streams``: :func:`~gspo.search.device.device_streams`) and the search's
-    processes (``jobs``: one per core)."""
+    processes (``jobs``: one per core, and never more than the cores)."""
     cores = cores or os.cpu_count() or 1
     return dataclasses.replace(cfg, max_streams=cfg.max_streams or device_streams(cfg.device, cores),
-                               jobs=cfg.jobs or cores)
+                               jobs=min(cfg.jobs or cores, cores))
 
 
 def _whole_model(prepared: Prepared, parts: Partition | None, chosen: list[Option], boundary, cfg: OptimizeConfig,
@@ -374,6 +383,9 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, cost_fn, budget: Budget, pr
     parts = partition(prepared.work, cfg.threshold, rules=cfg.rules)
     seconds, share = budget.search_seconds(len(parts.pieces), cfg.jobs), budget.search_share()
     searched = search_pieces(parts.pieces, cost_fn, cfg, seconds, progress, share.deadline)
+    for r in searched:
+        if r.lost:  # its search process died or overstayed: the piece is kept as given
+            budget.skip("search", f"searching piece {r.index}", r.lost)
     cut = sum(1 for r in searched if r.out_of_time)
     if cut:
         budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
@@ -407,13 +419,19 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
         OptimizeError: the optimized model's outputs differ from the original's.
         GspoError: bad input (model, profile, options), or a model onnxruntime cannot run.
     """
-    given = OptimizeConfig(**options)
-    given.validate()
+    given = check_options(options)
+    check_model_and_inputs(model, inputs)
     cfg = resolved(given)
     budget = Budget(cfg.time_budget, SHARES)
     profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
-    prepared = prepare(model, input_shapes, inputs, cfg, budget)
+    try:
+        prepared = prepare(model, input_shapes, inputs, cfg, budget)
+    except GspoError:
+        refuse_no_outputs(model)  # onnxruntime's own words on a model with no outputs are a page of C++
+        raise
+    if inputs is not None:
+        check_finite_inputs(prepared.feeds[0], "--inputs")  # all NaN: every comparison would compare nothing
     backends = check_backends(cfg.backends if cfg.backends is not None else available_backends())
     if cfg.device == "cpu":
         budget.reserve_final(final_seconds(prepared, backends, budget))
