@@ -13,7 +13,11 @@ a node times one model at a time. A node lost mid-job makes Ray run the task aga
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 
 from gspo.errors import GspoError, first_line
 from gspo.regress.job import ERROR, Job, Result, run_job
@@ -57,14 +61,35 @@ def _ray():
     return ray
 
 
+@contextmanager
+def _quiet_stderr():
+    """Ray's C++ core writes its connection retries to file descriptor 2 whatever Python's
+    logging says (20 lines before the one-line error): held in a temporary file while
+    connecting, and dropped."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            os.dup2(sink.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def _connect(ray, address: str | None) -> bool:
-    """Connect to the cluster at ``address`` (unless already connected); whether we connected."""
+    """Connect to the cluster at ``address`` (unless already connected), Ray's own logging kept
+    quiet (Python's at ERROR, the workers' not forwarded, the core's retries not shown);
+    whether we connected."""
     if ray.is_initialized():
         return False
     if not address:
         raise GspoError("--engine ray needs --address (e.g. auto, or ray://HOST:10001)")
     try:
-        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        with _quiet_stderr():
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
     except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError...
         raise GspoError(f"cannot connect to the Ray cluster at {address}: {first_line(e)}") from None
     return True

@@ -22,7 +22,8 @@ from gspo.errors import GspoError, read_json
 from gspo.outputs import atomic_write, check_outputs
 from gspo.regress.modelset import ModelSet, load_modelset
 
-__all__ = ["EstimateRow", "TOLERANCE", "check_baseline_output", "read_baseline", "run_estimate", "write_baseline"]
+__all__ = ["EstimateRow", "TOLERANCE", "check_baseline_output", "known_baseline", "read_baseline", "run_estimate",
+           "write_baseline"]
 
 TOLERANCE = 0.02
 VERSION = 1
@@ -73,6 +74,20 @@ def read_baseline(path: str | os.PathLike) -> dict:
                                                  for v in subs.values()):
             raise GspoError(f"{p}: corrupt baseline (model {name!r}: substitutions must map rule names to counts)")
     return data
+
+
+def known_baseline(path: str | os.PathLike) -> dict:
+    """The baseline at ``path`` (:func:`read_baseline`), or an empty one where there is none yet.
+
+    Raises:
+        GspoError: it cannot be read or is not a baseline (one line).
+    """
+    p = Path(path)
+    try:
+        there = p.exists()
+    except OSError as e:  # a name too long for the file system, ...
+        raise GspoError(f"{p}: cannot read the baseline ({e.strerror or e})") from None
+    return read_baseline(p) if there else {"models": {}}
 
 
 def check_baseline_output(path: str | os.PathLike, mset: ModelSet, force: bool) -> None:

@@ -8,6 +8,7 @@ the candidates when recording, and returns a :class:`GateRun` for the outputs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from gspo.errors import GspoError
 from gspo.regress import store
 from gspo.regress.engines import ENGINES
 from gspo.regress.job import RECORDED, Job, Result, exit_code
-from gspo.regress.modelset import ModelSet, ModelSpec, load_modelset
+from gspo.regress.modelset import ModelSet, ModelSpec, describe_path, load_modelset
 
 __all__ = ["GateRun", "run_gate"]
 
@@ -56,22 +57,73 @@ def _source_bytes(spec: ModelSpec) -> bytes:
         raise GspoError(f"model {spec.name!r}: {spec.path}: cannot read ({e.strerror or e})") from None
 
 
-def _job_factory(spec: ModelSpec, against: Path | None, reuse: bool, measure: bool, keep: bool) -> Callable[[], Job]:
+def _external_files(spec: ModelSpec, data: bytes) -> dict[str, Path]:
+    """The files the model keeps weights in, by their location beside it (``weights/w.bin``);
+    a location outside the model's folder, or a file that is not there, is left out (loading
+    the model then refuses it, naming the user's file)."""
+    if spec.path is None or b"location" not in data:  # no external data (a quick look, no parse)
+        return {}
+    import onnx
+    from onnx import external_data_helper as edh
+
+    try:
+        model = onnx.load_from_string(data)
+    except Exception:  # not ONNX: loading it says so
+        return {}
+    root = os.path.realpath(spec.path.parent)
+    found = {}
+    for t in edh._get_all_tensors(model):
+        loc = {e.key: e.value for e in t.external_data}.get("location", "") if edh.uses_external_data(t) else ""
+        target = os.path.realpath(os.path.join(root, loc)) if loc and not os.path.isabs(loc) else ""
+        if target and os.path.commonpath([root, target]) == root and os.path.isfile(target):
+            found[loc] = Path(target)
+    return found
+
+
+def _digest(files: dict[str, Path | bytes]) -> str:
+    """One sha256 of the external files' locations and contents ("" when there are none)."""
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    for loc in sorted(files):
+        h.update(loc.encode() + b"\0")
+        f = files[loc]
+        if isinstance(f, bytes):
+            h.update(f)
+            continue
+        with open(f, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def _job_factory(spec: ModelSpec, against: Path | None, reuse: bool, measure: bool, keep: bool,
+                 ship: bool = False) -> Callable[[], Job]:
+    """What makes ``spec``'s job: its model's bytes with the files of its external weights, copied
+    from the user's folder when the job runs here, carried as bytes when ``ship`` (a cluster)."""
     def make() -> Job:
         from gspo.runtime.inputs import read_npz
 
         baseline = store.read_artifact(against, spec.name) if against is not None else None
         cached = (baseline.model, baseline.report, baseline.meta["key"]) if baseline is not None and reuse else None
-        return Job(spec, _source_bytes(spec), read_npz(str(spec.inputs)) if spec.inputs else None,
-                   baseline.model if baseline is not None else None, cached, measure, keep)
+        source = _source_bytes(spec)
+        external: dict[str, Path | bytes] = dict(_external_files(spec, source))
+        if ship:
+            external = {loc: f.read_bytes() for loc, f in external.items()}
+        origin = str(spec.path) if spec.path is not None else f"zoo model {spec.zoo!r}"
+        return Job(spec, source, read_npz(str(spec.inputs)) if spec.inputs else None,
+                   baseline.model if baseline is not None else None, cached, measure, keep,
+                   external={k: v if isinstance(v, bytes) else str(v) for k, v in external.items()},
+                   weights_sha256=_digest(external), origin=origin)
     return make
 
 
 def _check_files(mset: ModelSet) -> None:
     for spec in mset.models:
         for f in spec.files():
-            if not f.is_file():
-                raise GspoError(f"model {spec.name!r}: {f}: no such file")
+            problem = describe_path(f)
+            if problem:
+                raise GspoError(f"model {spec.name!r}: {f}: {problem}")
 
 
 def _store(record: Path, mset: ModelSet, results: list[Result], versions: dict, force: bool) -> None:
@@ -119,8 +171,8 @@ def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = No
         store.check_store(record, [s.name for s in mset.models], inputs, force)
     versions = store.versions()
     began = time.perf_counter()
-    factories = [_job_factory(s, Path(against) if against else None, reuse, against is not None, record is not None)
-                 for s in mset.models]
+    factories = [_job_factory(s, Path(against) if against else None, reuse, against is not None, record is not None,
+                              ship=engine != "local") for s in mset.models]
     results = ENGINES[engine](factories, [s.name for s in mset.models], progress, address=address)
     if record is not None:
         _store(Path(record), mset, results, versions, force)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import platform
+import shutil
 import tempfile
 import time
 import traceback
@@ -20,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gspo.errors import GspoError, first_line
+from gspo.errors import GspoError
 from gspo.regress.modelset import ModelSpec
 from gspo.regress.stats import UNDECIDED, Decision, decide, noise, noise_limit
 
@@ -50,6 +51,13 @@ class Job:
     cached: tuple[bytes, dict, str] | None = None
     measure: bool = True
     keep_candidate: bool = False
+    #: The files of the model's external weights, by their location beside it: their bytes (a
+    #: job sent to a cluster), or the path of the user's file (copied beside the model's copy).
+    external: dict[str, str | bytes] = field(default_factory=dict)
+    #: One sha256 of those files (part of the source's identity: new weights are a new model).
+    weights_sha256: str = ""
+    #: The user's model file (or ``zoo model 'name'``): what messages name instead of the copy.
+    origin: str = ""
 
 
 @dataclass
@@ -108,8 +116,11 @@ def _optimize(job: Job, source_path: Path) -> tuple[bytes, dict]:
     if job.spec.exclude_rules:
         options["rules"] = tuple(r for r in DEFAULT_RULES if r.name not in job.spec.exclude_rules)
     result = optimize(source_path, input_shapes=job.spec.input_shapes or None, inputs=job.inputs, **options)
-    out = source_path.with_name("candidate.onnx")
+    out = source_path.parent.parent / "candidate.onnx"
     result.save(out, overwrite=True)
+    if out.with_name(out.name + ".data").exists():
+        raise GspoError("the optimized model keeps its weights in a .data file (over 1.8 GB): the gate cannot "
+                        "store it as one artifact")
     return out.read_bytes(), result.report.to_json()
 
 
@@ -221,6 +232,8 @@ def _identify(job: Job, result: Result) -> None:
     from gspo.regress.store import cache_key, machine, sha256, versions
 
     result.source_sha256 = sha256(job.source)
+    if job.weights_sha256:  # the model with its external weights
+        result.source_sha256 = sha256(f"{result.source_sha256}+{job.weights_sha256}".encode())
     result.versions, result.machine = versions(), machine()
     inputs_sha = None
     if job.inputs is not None:
@@ -230,39 +243,77 @@ def _identify(job: Job, result: Result) -> None:
                            job.spec.exclude_rules, result.versions)
 
 
+def _place_source(job: Job, tmp: Path) -> Path:
+    """The source model written into ``tmp/source/`` under the user's file name, with its
+    external weights beside it as they lie beside the user's (bytes written, or the user's file
+    copied: onnx's checker refuses external data reached through a symbolic link out of the
+    model's folder or a file of several hard links)."""
+    folder = tmp / "source"
+    folder.mkdir()
+    name = Path(job.origin).name if job.spec.path is not None and job.origin else f"{job.spec.name}.onnx"
+    source_path = folder / name
+    source_path.write_bytes(job.source)
+    for loc, data in job.external.items():
+        target = folder / loc
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(data, bytes):
+            target.write_bytes(data)
+        else:
+            shutil.copyfile(data, target)
+    return source_path
+
+
+def _in_user_terms(message: str, job: Job, source_path: Path | None) -> str:
+    """``message`` (its first line) naming the user's file where it names the copy of it."""
+    lines = message.strip().splitlines()
+    text = lines[0] if lines else ""
+    if source_path is not None and job.origin:
+        text = text.replace(str(source_path), job.origin)
+        if job.spec.path is not None:
+            text = text.replace(str(source_path.parent), str(job.spec.path.parent))
+    return text[:300]
+
+
 def run_job(job: Job) -> Result:
     """Run one model's job; every failure becomes the result's verdict (never an exception)."""
-    from gspo.ir import load
     from gspo.search import OptimizeError
 
     result = Result(job.spec.name, ERROR, threshold=job.spec.threshold, node=platform.node())
     began = time.perf_counter()
+    source_path = None
     try:
         with tempfile.TemporaryDirectory(prefix="gspo-regress-") as tmp:
-            source_path = Path(tmp) / "source.onnx"
-            source_path.write_bytes(job.source)
-            _identify(job, result)
-            if job.cached is not None and job.cached[2] == result.key:
-                candidate, result.report, _ = job.cached
-                result.reused = True
-            else:
-                candidate, result.report = _optimize(job, source_path)
-            result.seconds["optimize"] = time.perf_counter() - began
-            if job.keep_candidate:
-                result.candidate = candidate
-            if not job.measure:
-                result.verdict = RECORDED
-            else:
-                _measure(job, load(source_path, job.spec.input_shapes or None), candidate, result)
+            source_path = _place_source(job, Path(tmp))
+            _run(job, source_path, result, began)
     except OptimizeError as e:
-        result.verdict, result.reason = NOT_EQUIVALENT, f"optimize refused its result: {first_line(e)}"
+        result.verdict = NOT_EQUIVALENT
+        result.reason = f"optimize refused its result: {_in_user_terms(str(e), job, source_path)}"
     except GspoError as e:
-        result.verdict, result.reason = ERROR, first_line(e)
+        result.verdict, result.reason = ERROR, _in_user_terms(str(e), job, source_path)
     except MemoryError:
         result.verdict, result.reason = ERROR, "out of memory"
     except Exception as e:  # a bug in gspo: the model is ERROR (exit 2), never ok
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        result.verdict, result.reason = ERROR, (f"internal error ({type(e).__name__}: {first_line(e)} at "
+        result.verdict, result.reason = ERROR, (f"internal error ({type(e).__name__}: "
+                                                f"{_in_user_terms(str(e), job, source_path)} at "
                                                 f"{Path(tb.filename).name}:{tb.lineno})")
     result.seconds["total"] = time.perf_counter() - began
     return result
+
+
+def _run(job: Job, source_path: Path, result: Result, began: float) -> None:
+    from gspo.ir import load
+
+    _identify(job, result)
+    if job.cached is not None and job.cached[2] == result.key:
+        candidate, result.report, _ = job.cached
+        result.reused = True
+    else:
+        candidate, result.report = _optimize(job, source_path)
+    result.seconds["optimize"] = time.perf_counter() - began
+    if job.keep_candidate:
+        result.candidate = candidate
+    if not job.measure:
+        result.verdict = RECORDED
+    else:
+        _measure(job, load(source_path, job.spec.input_shapes or None), candidate, result)

@@ -22,13 +22,15 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gspo.errors import GspoError, read_json
 from gspo.regress.stats import THRESHOLD
+from gspo.search.config import MAX_SECONDS, MAX_SEED
 
-__all__ = ["ModelSet", "ModelSpec", "load_modelset", "ROUNDS", "VERSION"]
+__all__ = ["ModelSet", "ModelSpec", "describe_path", "load_modelset", "ROUNDS", "VERSION"]
 
 VERSION = 1
 #: Interleaved rounds per comparison before the one extension (which doubles them).
@@ -48,7 +50,7 @@ def _int(low: int | None = None, high: int | None = None, null: bool = False):
     return check
 
 
-def _number(low: float, low_open: bool = False, null: bool = False):
+def _number(low: float, low_open: bool = False, null: bool = False, high: float | None = None):
     def check(v):
         if v is None and null:
             return None
@@ -56,6 +58,8 @@ def _number(low: float, low_open: bool = False, null: bool = False):
             return "a finite number" + (" or null" if null else "")
         if v < low or (low_open and v == low):
             return f"a number {'>' if low_open else '>='} {low:g}"
+        if high is not None and v > high:
+            return f"a number <= {high:g}"
         return None
     return check
 
@@ -73,11 +77,12 @@ def _names(v):
     return None if ok else "a list of names"
 
 
-#: The optimize options a model set may give, each with its check (``None``: valid, else what it must be).
+#: The optimize options a model set may give, each with its check (``None``: valid, else what it
+#: must be): the command line's bounds (a seed numpy takes, a time budget of at most a week).
 OPTIONS = {
-    "budget": _int(0), "seed": _int(), "jobs": _int(0), "use_streams": _bool, "use_rules": _bool,
+    "budget": _int(0), "seed": _int(0, MAX_SEED), "jobs": _int(0), "use_streams": _bool, "use_rules": _bool,
     "threshold": _int(2), "alpha": _number(1), "max_streams": _int(1, null=True),
-    "time_budget": _number(0, low_open=True, null=True), "select": _choice("measured", "estimated"),
+    "time_budget": _number(0, low_open=True, null=True, high=MAX_SECONDS), "select": _choice("measured", "estimated"),
     "backends": _names, "timing_runs": _int(5), "keep": _int(1),
 }
 GATE = {"threshold": _number(0, low_open=True), "rounds": _int(6)}
@@ -119,7 +124,34 @@ class ModelSet:
         return [self.path] + [f for m in self.models for f in m.files()]
 
 
+#: A model set file larger than this is not one (a set of a thousand models is under 1 MB).
+MAX_SET_BYTES = 64 * 2**20
+
+
+def describe_path(path: Path) -> str | None:
+    """Why ``path`` is not a file to read (a folder, a device, absent), or ``None`` when it is one."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as e:
+        return f"cannot read ({e.strerror or e})"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a device, FIFO or socket)"
+    return None
+
+
 def _read(path: Path) -> dict:
+    problem = describe_path(path)
+    if problem == "is a folder, not a file":
+        raise GspoError(f"{path}: is a folder, not a model set file")
+    if problem:
+        raise GspoError(f"{path}: {problem}" + (", not a model set file" if "regular" in problem else ""))
+    if path.stat().st_size > MAX_SET_BYTES:
+        raise GspoError(f"{path}: too large for a model set ({path.stat().st_size} bytes; at most "
+                        f"{MAX_SET_BYTES // 2**20} MB)")
     data = read_json(path, "model set")
     if not isinstance(data, dict) or data.get("version") != VERSION:
         raise GspoError(f"{path}: not a gspo model set (expected a JSON object with \"version\": {VERSION})")
@@ -177,8 +209,9 @@ def _source(where: str, base: Path, m: dict) -> dict:
             raise GspoError(f"{where}: unknown zoo model {m['zoo']!r} (known: {', '.join(MODELS)})")
         if m.get("size", "tiny") not in SIZES:
             raise GspoError(f"{where}: size must be one of {', '.join(SIZES)}")
-        if _int()(m.get("seed", 0)):
-            raise GspoError(f"{where}: seed must be an integer")
+        problem = _int(0, MAX_SEED)(m.get("seed", 0))
+        if problem:
+            raise GspoError(f"{where}: seed must be {problem} (got {json.dumps(m.get('seed'))})")
         return {"zoo": m["zoo"], "size": m.get("size", "tiny"), "zoo_seed": m.get("seed", 0)}
     if not isinstance(m["path"], str):
         raise GspoError(f"{where}: path must be a string")

@@ -97,10 +97,20 @@ def _json(path: Path, what: str) -> dict:
     return data
 
 
+def _kind(p: Path) -> str:
+    """"dir", "file" (anything else that is there) or "" (absent); a path the file system cannot
+    even look up (a name past 255 bytes, a path past 4095) is a one-line error naming it."""
+    try:
+        return "dir" if p.is_dir() else "file" if p.exists() else ""
+    except OSError as e:
+        text = str(p) if len(str(p)) <= 200 else f"{str(p)[:100]}...{str(p)[-80:]}"
+        raise GspoError(f"{text}: cannot be used ({e.strerror or e})") from None
+
+
 def read_index(root: str | os.PathLike) -> dict:
     """The store's index (a GspoError when ``root`` is not a gspo artifact store)."""
     p = Path(root)
-    if not p.is_dir():
+    if _kind(p) != "dir":
         raise GspoError(f"{p}: no such artifact folder (make one with gspo regress SET --record {p})")
     index = _json(p / INDEX, "artifact index") if (p / INDEX).exists() else None
     if index is None or index.get("format") != FORMAT:
@@ -128,7 +138,7 @@ def read_artifact(root: str | os.PathLike, name: str) -> Artifact | None:
 def check_store(root: str | os.PathLike, names: list[str], inputs: list, force: bool) -> None:
     """Refuse, before any work, a store that would overwrite an input or (without ``force``) an artifact."""
     p = Path(root)
-    if p.exists() and not p.is_dir():
+    if _kind(p) == "file":
         raise GspoError(f"{p}: --record needs a folder (this is a file)")
     outputs = {f"--record {INDEX}": p / INDEX}
     for name in names:
