@@ -1,19 +1,24 @@
-"""The pieces searched in a process pool (forked: each worker gets the work before the fork)."""
+"""The pieces searched in processes of their own (forked: each gets the work as it forks), at
+most ``jobs`` at a time; a process that dies or overstays loses only its own piece's search."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import multiprocessing
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 
 from gspo.ir import Graph
-from gspo.search.backtrack import Candidate, SearchConfig, search
+from gspo.search.backtrack import Candidate, SearchConfig, joint_cost, search
 from gspo.streams import Schedule
 
-__all__ = ["Found", "PieceSearch", "search_pieces"]
+__all__ = ["Found", "PieceSearch", "search_pieces", "GRACE_S"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,9 @@ class PieceSearch:
     seconds: float
     invalid_reasons: tuple[tuple[str, int], ...]
     out_of_time: bool
+    #: Why the piece's search was lost (its process died or overstayed; the piece is kept as
+    #: given, and :attr:`invalid_reasons` says so too); ``None``: it was searched.
+    lost: str | None = None
 
     @property
     def unmodified_cost(self) -> float:
@@ -71,51 +79,157 @@ class _Work:
     cost_fn: Callable
     search: SearchConfig
     deadline: float | None  # a time.perf_counter() value (the same clock in the forked workers)
+    search_fn: Callable = search
 
 
-_work: _Work | None = None  # a forked worker's work, set by its initializer
+#: Seconds a search process may run past the search's deadline before it is ended (a search
+#: stops between two matches; one match or its cost estimate can take a while on a large piece).
+GRACE_S = 5.0
+#: Seconds between two looks at the search processes while none reports.
+_POLL_S = 0.5
 
 
-def _remember(work: _Work) -> None:
-    """A search process leaves interrupts to the parent (which ends the pool), dies silently
-    when the pool ends it, and keeps the work it was forked with."""
-    global _work
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _work = work
-
-
-def _search_piece(index: int, work: _Work | None = None) -> PieceSearch:
-    work = work or _work
+def _search_piece(index: int, work: _Work) -> PieceSearch:
     scfg = work.search
     if work.deadline is not None:  # a piece started late gets what is left of the search's share
         left = max(0.0, work.deadline - time.perf_counter())
         scfg = dataclasses.replace(scfg, time_budget=left if scfg.time_budget is None else min(scfg.time_budget, left))
-    result = search(work.pieces[index].graph, work.cost_fn, scfg)
+    result = work.search_fn(work.pieces[index].graph, work.cost_fn, scfg)
     return PieceSearch(index, tuple(Found.of(c) for c in (result.start, *result.candidates)), result.expanded,
                        result.generated, result.seconds, result.invalid_reasons, result.out_of_time)
 
 
-def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: float | None = None) -> list[PieceSearch]:
-    """Search every piece (in a process pool when ``cfg.jobs`` > 1; streams capped at
-    ``cfg.max_streams``: ``cfg`` is resolved, :func:`~gspo.search.optimize.resolved`); results in
-    piece order. Each search takes ``per_piece_time`` seconds at most, and ends by ``deadline`` (a
-    :func:`time.perf_counter` value; the same clock in the forked workers)."""
-    jobs = cfg.jobs
+def _as_given(index: int, work: _Work, why: str) -> PieceSearch:
+    """The piece ``index`` as given, its search lost for the reason ``why``."""
+    graph = work.pieces[index].graph
+    cost, schedule, _ = joint_cost(graph, work.cost_fn, work.search)
+    log.warning("piece %d is kept as given: %s", index, why)
+    return PieceSearch(index, (Found.of(Candidate(graph, schedule, cost, ())),), 0, 0, 0.0,
+                       ((f"the search was lost: {why}", 1),), False, lost=why)
+
+
+def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: float | None = None,
+                  search_fn: Callable = search) -> list[PieceSearch]:
+    """Search every piece (each in a process of its own, ``cfg.jobs`` at a time, when
+    ``cfg.jobs`` > 1; streams capped at ``cfg.max_streams``: ``cfg`` is resolved,
+    :func:`~gspo.search.optimize.resolved`); results in piece order. Each search takes
+    ``per_piece_time`` seconds at most, and ends by ``deadline`` (a :func:`time.perf_counter`
+    value; the same clock in the forked processes). ``search_fn`` searches one piece (the
+    signature of :func:`~gspo.search.backtrack.search`).
+
+    A search process that dies (killed, or by the out-of-memory killer) or runs :data:`GRACE_S`
+    past ``deadline`` loses its piece's search: the piece is kept as given and its
+    :attr:`PieceSearch.lost` says why; an exception in a search is raised here."""
     scfg = SearchConfig(alpha=cfg.alpha, budget=cfg.budget, time_budget=per_piece_time, max_streams=cfg.max_streams,
                         use_rules=cfg.use_rules, use_streams=cfg.use_streams, keep=cfg.keep, rules=cfg.rules)
-    work = _Work(pieces, cost_fn, scfg, deadline)
-    results: list[PieceSearch | None] = [None] * len(pieces)
-    if jobs <= 1 or len(pieces) <= 1:
+    work = _Work(pieces, cost_fn, scfg, deadline, search_fn)
+    if cfg.jobs <= 1 or len(pieces) <= 1:
+        results = []
         for i in range(len(pieces)):
-            results[i] = _search_piece(i, work)
+            results.append(_search_piece(i, work))
             if progress:
                 progress(i + 1, len(pieces))
         return results
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, initializer=_remember, initargs=(work,)) as pool:
-        for done, r in enumerate(pool.imap_unordered(_search_piece, range(len(pieces))), 1):
-            results[r.index] = r
-            if progress:
-                progress(done, len(pieces))
-    return results
+    return _Forked(work, cfg.jobs, progress).run()
+
+
+def _child(index: int, work: _Work, conn) -> None:
+    """A search process: leaves interrupts to the parent (which ends it), dies silently when
+    ended, and sends back its piece's search or the exception that ended it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        message = ("ok", _search_piece(index, work))
+    except Exception as e:  # raised in the parent
+        message = ("error", e)
+    try:
+        conn.send(message)
+    except Exception as e:  # what does not pickle is sent as its text
+        failed = message[1] if message[0] == "error" else e
+        conn.send(("error", RuntimeError(f"{type(failed).__name__}: {failed}")))
+    conn.close()
+
+
+def _death(exitcode: int | None) -> str:
+    """Why a search process ended without sending its result."""
+    if exitcode is not None and exitcode < 0:
+        name = signal.Signals(-exitcode).name if -exitcode in signal.valid_signals() else f"signal {-exitcode}"
+        hint = " (killed from outside, perhaps by the out-of-memory killer)" if -exitcode == signal.SIGKILL else ""
+        return f"its search process died of {name}{hint}"
+    return f"its search process exited with status {exitcode} without a result"
+
+
+class _Forked:
+    """Each piece searched in a forked process of its own (it gets the work as it forks), at
+    most ``jobs`` at a time; a process that dies (its pipe closes) or runs :data:`GRACE_S` past
+    its time (the search's deadline, or its own ``time_budget``) is noticed and its piece kept
+    as given."""
+
+    def __init__(self, work: _Work, jobs: int, progress):
+        self.work, self.jobs, self.progress = work, jobs, progress
+        self.ctx = multiprocessing.get_context("fork")
+        self.results: list[PieceSearch | None] = [None] * len(work.pieces)
+        self.running: dict[int, tuple] = {}  # piece -> (process, the end its result arrives at, when to end it)
+        self.done = 0
+
+    def run(self) -> list[PieceSearch]:
+        todo = list(range(len(self.work.pieces)))
+        try:
+            while todo or self.running:
+                while todo and len(self.running) < self.jobs:
+                    self._start(todo.pop(0))
+                ready = wait([conn for _, conn, _ in self.running.values()], timeout=_POLL_S)
+                for index in [i for i, (_, conn, _) in self.running.items() if conn in ready]:
+                    self._collect(index)
+                self._watch()
+        finally:
+            for index in list(self.running):
+                self._end(index)
+        return self.results
+
+    def _limit(self) -> float | None:
+        """When a search started now is ended: :data:`GRACE_S` after its time, or after now when
+        that has passed (``None``: never)."""
+        now, given = time.perf_counter(), self.work.search.time_budget
+        ends = [t for t in (self.work.deadline, None if given is None else now + given) if t is not None]
+        return max(min(ends), now) + GRACE_S if ends else None
+
+    def _start(self, index: int) -> None:
+        receive, send = self.ctx.Pipe(duplex=False)
+        process = self.ctx.Process(target=_child, args=(index, self.work, send), daemon=True,
+                                   name=f"gspo-search-{index}")
+        process.start()
+        send.close()  # the child's end only: its death closes the pipe
+        self.running[index] = (process, receive, self._limit())
+
+    def _collect(self, index: int) -> None:
+        process, conn, _ = self.running[index]
+        try:
+            status, value = conn.recv()
+        except (EOFError, OSError):
+            process.join(timeout=5)
+            status, value = "lost", _death(process.exitcode)
+        self._end(index)
+        if status == "error":
+            raise value
+        self._finish(index, value if status == "ok" else _as_given(index, self.work, value))
+
+    def _watch(self) -> None:
+        """End the searches that ran :data:`GRACE_S` past their time."""
+        now = time.perf_counter()
+        for index in [i for i, (_, _, limit) in self.running.items() if limit is not None and now >= limit]:
+            self._end(index)
+            self._finish(index, _as_given(index, self.work, f"its search ran {GRACE_S:g} s past its time and was ended"))
+
+    def _finish(self, index: int, result: PieceSearch) -> None:
+        self.results[index] = result
+        self.done += 1
+        if self.progress:
+            self.progress(self.done, len(self.results))
+
+    def _end(self, index: int) -> None:
+        process, conn, _ = self.running.pop(index)
+        if process.is_alive():
+            process.kill()
+        process.join()
+        conn.close()
