@@ -1,0 +1,84 @@
+"""OpenVINO's compile of nested control flow grows exponentially with the nesting and cannot be
+interrupted (25 nested Ifs compiled for over 200 s): a model nested deeper than
+MAX_OPENVINO_NESTING is not given to OpenVINO, and the reason says so."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+from gspo.errors import GspoError
+from gspo.ir.onnx_io import from_model
+
+pytest.importorskip("openvino")
+
+from gspo.runtime.backends import MAX_OPENVINO_NESTING, control_flow_depth, load_runner  # noqa: E402
+
+
+def nested_if(depth: int, n: int = 4) -> onnx.ModelProto:
+    """``depth`` Ifs nested in one another's then-branches (each else-branch a Neg of x): y = x +
+    1 + 2 + ... when c, else -x. The model grows linearly with the depth."""
+    def leaf(level: int) -> onnx.GraphProto:
+        out = f"y{level}e"
+        return h.make_graph([h.make_node("Neg", ["x"], [out])], f"{out}_g", [], [h.make_tensor_value_info(out, T.FLOAT, [n])])
+
+    def branch(level: int) -> onnx.GraphProto:
+        out = f"y{level}t"
+        k = h.make_node("Constant", [], [f"{out}_k"], value=h.make_tensor(f"{out}_kv", T.FLOAT, [1], [float(level)]))
+        if level == depth:
+            nodes = [k, h.make_node("Add", ["x", f"{out}_k"], [out])]
+        else:
+            nodes = [k, h.make_node("If", ["c"], [f"{out}_in"], then_branch=branch(level + 1), else_branch=leaf(level + 1)),
+                     h.make_node("Add", [f"{out}_in", f"{out}_k"], [out])]
+        return h.make_graph(nodes, f"{out}_g", [], [h.make_tensor_value_info(out, T.FLOAT, [n])])
+
+    top = h.make_node("If", ["c"], ["y"], then_branch=branch(1), else_branch=leaf(1))
+    g = h.make_graph([top], "nested", [h.make_tensor_value_info("x", T.FLOAT, [n]),
+                                       h.make_tensor_value_info("c", T.BOOL, [])],
+                     [h.make_tensor_value_info("y", T.FLOAT, [n])])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_the_nesting_is_counted_in_graphs_and_in_bytes():
+    for depth in (1, 3, 12):
+        m = nested_if(depth)
+        assert control_flow_depth(m.SerializeToString()) == depth
+        assert control_flow_depth(from_model(m)) == depth
+    plain = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"])], "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                                      [h.make_tensor_value_info("y", T.FLOAT, [2])]))
+    assert control_flow_depth(plain.SerializeToString()) == 0
+
+
+@pytest.mark.parametrize("as_bytes", [False, True])
+def test_twelve_nested_ifs_are_not_offered_to_openvino_and_the_reason_says_nesting(as_bytes):
+    assert MAX_OPENVINO_NESTING < 12
+    m = nested_if(12)
+    model = m.SerializeToString() if as_bytes else from_model(m)
+    began = time.perf_counter()
+    with pytest.raises(GspoError, match=f"nested 12 deep.*beyond {MAX_OPENVINO_NESTING}"):
+        load_runner("openvino", model)
+    assert time.perf_counter() - began < 5
+
+
+def test_shallow_control_flow_still_runs_on_openvino():
+    runner = load_runner("openvino", nested_if(3).SerializeToString())
+    x = np.arange(4, dtype=np.float32)
+    y, = runner.run(["y"], {"x": x, "c": np.array(True)})
+    np.testing.assert_allclose(y, x + 6)
+
+
+def test_optimize_reports_why_openvino_was_not_offered_the_model():
+    from gspo.search import optimize
+
+    r = optimize(from_model(nested_if(12)), backends=("ort", "openvino"), time_budget=60, jobs=1, timing_runs=5,
+                 budget=2)
+    reasons = [o["reason"] if isinstance(o, dict) and "reason" in o else str(o) for o in r.report["rejected"]]
+    assert any("nested 12 deep" in why for why in reasons), r.report["rejected"]
