@@ -89,10 +89,21 @@ class CpuExecutor:
             return  # the pieces run on the calling thread
         self._jobs = [queue.Queue() for _ in self.plan.streams]
         self._done: queue.Queue = queue.Queue()
-        for s in range(self.plan.num_streams):
-            t = threading.Thread(target=self._worker, args=(s,), daemon=True, name=f"gspo-stream-{s}")
-            t.start()
-            self._workers.append(t)
+        self._start_workers()
+
+    def _start_workers(self) -> None:
+        """One thread per stream; when the system refuses one, those started are stopped and
+        the refusal is one line."""
+        try:
+            for s in range(self.plan.num_streams):
+                t = threading.Thread(target=self._worker, args=(s,), daemon=True, name=f"gspo-stream-{s}")
+                t.start()
+                self._workers.append(t)
+        except RuntimeError as e:  # "can't start new thread"
+            started = len(self._workers)
+            self.close()
+            raise BackendError(f"cannot start the {self.plan.num_streams} stream threads the schedule asks for "
+                               f"({started} started): {first_line(e)}") from None
 
     @property
     def num_streams(self) -> int:

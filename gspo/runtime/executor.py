@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
+from gspo.runtime.backends import BACKENDS
 from gspo.runtime.cpu import CpuExecutor
 from gspo.runtime.protocols import Executor
 from gspo.runtime.session import SessionConfig
@@ -19,6 +20,7 @@ from gspo.streams import (
     assign_streams,
     check_schedule,
 )
+from gspo.streams.schedule import check_bounds
 
 __all__ = ["DEVICES", "check_device", "parse_streams", "saved_schedule", "saved_placement", "choose_schedule",
            "make_executor", "device_executor"]
@@ -38,11 +40,14 @@ def parse_streams(text: str | int) -> int | None:
 
 
 def saved_schedule(graph: Graph) -> Schedule | None:
-    """The schedule stored in the model's metadata, checked against the graph (or ``None``)."""
+    """The schedule stored in the model's metadata, checked against the graph (first against
+    the bounds it gives, :func:`~gspo.streams.schedule.check_bounds`) before anything is
+    built or started from it (or ``None``)."""
     if not graph.extras.schedule:
         return None
     try:
         schedule = Schedule.from_json(graph.extras.schedule)
+        check_bounds(graph, schedule)
         check_schedule(graph, schedule)
     except ScheduleError as e:
         raise ScheduleError(f"the schedule saved in the model is invalid: {e}") from None
@@ -50,12 +55,13 @@ def saved_schedule(graph: Graph) -> Schedule | None:
 
 
 def saved_placement(graph: Graph) -> Placement | None:
-    """The placement (backend per op) stored in the model's metadata, checked (or ``None``)."""
+    """The placement (backend per op) stored in the model's metadata, checked against the
+    graph and the backends gspo knows before anything is built from it (or ``None``)."""
     if not graph.extras.placement:
         return None
     try:
         placement = Placement.from_json(graph.extras.placement)
-        placement.check(graph)
+        placement.check(graph, BACKENDS)
     except PlacementError as e:
         raise PlacementError(f"the placement saved in the model is invalid: {e}") from None
     return placement

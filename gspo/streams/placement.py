@@ -70,13 +70,22 @@ class Placement:
         """The non-default backends this placement needs."""
         return tuple(b for b, ops in self.backends if ops)
 
-    def check(self, graph: Graph) -> None:
-        """Raise :class:`PlacementError` unless every op named is an op of ``graph``."""
+    def check(self, graph: Graph, backends: Iterable[str] | None = None) -> None:
+        """Raise :class:`PlacementError` unless every op named is an op of ``graph``, placed
+        once, on a backend among ``backends`` (when given)."""
+        if backends is not None:
+            allowed = set(backends)
+            unknown_backend = next((b for b, _ in self.backends if b not in allowed), None)
+            if unknown_backend is not None:
+                raise PlacementError(f"the placement names backend {unknown_backend!r} (known: {', '.join(backends)})")
         known = {node_id(n) for n in graph.nodes}
-        for _, ops in self.backends:
-            unknown = [op for op in ops if op not in known]
-            if unknown:
-                raise PlacementError(f"the placement names {unknown[0]!r}, which is not an op of the model")
+        seen: set[str] = set()
+        for op in (op for _, ops in self.backends for op in ops):
+            if op not in known:
+                raise PlacementError(f"the placement names {op!r}, which is not an op of the model")
+            if op in seen:
+                raise PlacementError(f"the placement places {op!r} twice")
+            seen.add(op)
 
     def to_json(self) -> dict:
         """The placement as the JSON saved in the model's metadata."""

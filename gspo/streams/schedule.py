@@ -17,12 +17,18 @@ __all__ = [
     "ScheduleError",
     "node_id",
     "check_schedule",
+    "check_bounds",
+    "MAX_SAVED_STREAMS",
     "apply_schedule",
     "segment_runs",
     "SCHEMA_VERSION",
 ]
 
 SCHEMA_VERSION = 1
+#: The most streams a schedule read from a model's metadata may have: each is a thread on the
+#: CPU (a CUDA stream on the GPU). ``gspo optimize`` saves at most one per core by default
+#: (``--max-streams`` raises that); 100,000 tampered ones started ~22,000 threads before failing.
+MAX_SAVED_STREAMS = 256
 
 
 class ScheduleError(GspoError):
@@ -97,6 +103,24 @@ def happens_before(graph: Graph, schedule: Schedule) -> nx.DiGraph:
         hb.add_edges_from(zip(ops, ops[1:]))
     hb.add_edges_from(schedule.events)
     return hb
+
+
+def check_bounds(graph: Graph, schedule: Schedule, cap: int = MAX_SAVED_STREAMS) -> None:
+    """Raise :class:`ScheduleError` when ``schedule`` is beyond what ``graph`` can use, before
+    anything is built from it (cheap: counts only): an empty stream, more streams than ops or
+    than ``cap``, or more events than one per op and stream (an op named twice or unknown is
+    :func:`check_schedule`'s to say)."""
+    ops, n = len(graph.nodes), schedule.num_streams
+    empty = sum(1 for s in schedule.streams if not s)
+    if empty:
+        raise ScheduleError(f"the schedule has {n} streams, {empty} of them empty (each stream runs at least one op)")
+    if n > ops:
+        raise ScheduleError(f"the schedule has {n} streams for a model of {ops} ops")
+    if n > cap:
+        raise ScheduleError(f"the schedule has {n} streams; gspo runs at most {cap} (one thread each)")
+    if len(schedule.events) > ops * n:
+        raise ScheduleError(f"the schedule has {len(schedule.events)} events; {ops} ops on {n} streams need "
+                            f"at most {ops * n}")
 
 
 def check_schedule(graph: Graph, schedule: Schedule) -> None:
