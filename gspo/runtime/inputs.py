@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -17,7 +18,8 @@ from gspo.runtime.npz import declared, read_npz
 from gspo.runtime.session import SessionConfig, make_session, run
 
 __all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory",
-           "input_bytes", "human_bytes", "read_npz", "check_inputs", "load_inputs", "capture_values"]
+           "input_bytes", "output_bytes", "making_seconds", "input_set_count", "check_seed", "human_bytes", "read_npz",
+           "check_inputs", "load_inputs", "capture_values"]
 
 
 #: Elements drawn at a time: random data is drawn as float64 / int64 and cast a chunk at a
@@ -65,6 +67,37 @@ def input_bytes(graph: Graph) -> int:
     return sum(math.prod(v.shape) * np_dtype(v.dtype).itemsize for v in graph.inputs if v.is_static)
 
 
+def output_bytes(graph: Graph) -> int:
+    """Bytes one run's outputs of ``graph`` take, those of static shape and known type (a
+    lower bound: the others are not counted)."""
+    total = 0
+    for v in graph.outputs:
+        if v.is_tensor and v.is_static:
+            try:
+                total += math.prod(v.shape) * np_dtype(v.dtype).itemsize
+            except (KeyError, TypeError, ValueError):  # an element type numpy has no size for
+                continue
+    return total
+
+
+_rate: list[float] = []  # bytes per second of random data drawn here, once measured
+
+
+def making_seconds(graph: Graph) -> float:
+    """Seconds that drawing one set of :func:`random_inputs` of ``graph`` is expected to take:
+    its bytes at the rate a 4 MB draw of float32 normals takes here (the best of two; a large
+    draw is slower per byte, so this errs short). Nothing of the inputs' size is allocated."""
+    if not _rate:
+        rng = np.random.default_rng(0)
+        best = math.inf
+        for _ in range(2):
+            began = time.perf_counter()
+            _filled((4 * _CHUNK,), np.dtype(np.float32), rng.standard_normal)
+            best = min(best, time.perf_counter() - began)
+        _rate.append(4 * _CHUNK * 4 / max(best, 1e-6))
+    return input_bytes(graph) / _rate[0]
+
+
 def _filled(shape: Sequence[int], dtype: np.dtype, draw: Callable[[int], np.ndarray]) -> np.ndarray:
     """An array of ``shape`` and ``dtype`` filled with ``draw(n)`` a chunk at a time (the same
     values as one draw of the whole size: the generator's stream does not depend on chunking)."""
@@ -76,6 +109,13 @@ def _filled(shape: Sequence[int], dtype: np.dtype, draw: Callable[[int], np.ndar
 
 
 _STRING = 8  # TensorProto.STRING
+
+
+def check_seed(seed) -> None:
+    """Raise :class:`GspoError` (one line) unless ``seed`` is an integer of at least 0 (what
+    numpy's generators take)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise GspoError(f"the seed must be a non-negative integer (got {seed!r})")
 
 
 def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, int]] | None = None) -> dict[str, np.ndarray]:
@@ -90,6 +130,7 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
         GspoError: an input has no static shape, a type random data cannot be made for, or the
             inputs do not fit in memory.
     """
+    check_seed(seed)
     rng = np.random.default_rng(seed)
     ranges = input_ranges(graph) if ranges is None else ranges
     for v in graph.inputs:
@@ -124,11 +165,16 @@ def random_inputs(graph: Graph, seed: int = 0, ranges: Mapping[str, tuple[int, i
 LARGE_INPUT_SET = 64 * 10**6
 
 
+def input_set_count(graph: Graph, runs: int) -> int:
+    """How many sets :func:`random_input_sets` draws for ``runs``: one when a set takes more
+    than :data:`LARGE_INPUT_SET` bytes."""
+    return runs if input_bytes(graph) <= LARGE_INPUT_SET else min(runs, 1)
+
+
 def random_input_sets(graph: Graph, seed: int, runs: int) -> list[dict[str, np.ndarray]]:
     """``runs`` sets of :func:`random_inputs` (seeds ``seed, seed+1, ...``); one set when a set
     takes more than :data:`LARGE_INPUT_SET` bytes."""
-    count = runs if input_bytes(graph) <= LARGE_INPUT_SET else min(runs, 1)
-    return [random_inputs(graph, seed + i) for i in range(count)]
+    return [random_inputs(graph, seed + i) for i in range(input_set_count(graph, runs))]
 
 
 def _check_spec(name: str, dtype: np.dtype, shape: Sequence[int], v, label: str) -> None:

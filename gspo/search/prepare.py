@@ -4,6 +4,7 @@ valid inputs drawn, and the front end's graph checked against the model, within 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from pathlib import Path
@@ -12,9 +13,21 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.frontend import describe_defaults
 from gspo.ir.onnx_io import from_model, load_bytes, read_model_file, to_model, uses_external_data
+from gspo.ir.weights import np_dtype
 from gspo.runtime import make_session, run
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.runtime.inputs import check_inputs, human_bytes, input_bytes, random_input_sets
+from gspo.runtime.inputs import (
+    LARGE_INPUT_SET,
+    check_inputs,
+    check_seed,
+    human_bytes,
+    input_bytes,
+    input_set_count,
+    making_seconds,
+    output_bytes,
+    random_input_sets,
+    require_memory,
+)
 from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
 from gspo.runtime.types import complete_types
@@ -58,10 +71,54 @@ def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None
     return _typed(load_bytes(data, input_shapes, plain=True, **where))
 
 
+#: Bytes per second that one run of a model at least moves (its inputs read, its outputs
+#: written): a memory-bound model's best case, so that the estimate of one run errs short.
+RUN_RATE = 10e9
+#: What an input array costs beyond its data (numpy's header, the set's dict entry: 344 bytes
+#: a set of one array measured), and a set of random inputs beyond drawing its data (32 us
+#: measured), each erring short.
+ARRAY_OVERHEAD = 300
+SET_SECONDS = 1e-5
+
+
+def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
+    """Refuse, before anything of their size is allocated, random input sets (``runs`` of them,
+    one when large) larger than :data:`~gspo.runtime.inputs.LARGE_INPUT_SET` in all when they
+    and one run's outputs do not fit in the memory available, or when making them and one run
+    on them cannot end before the budget's deadline (a Relu over [60000, 60000] took 61.9 s and
+    13.9 GB at --time-budget 30, and then skipped everything).
+
+    Raises:
+        GspoError: one line naming the largest input, the sizes or seconds, and what to do.
+    """
+    count, size = input_set_count(graph, runs), input_bytes(graph)
+    total = count * (size + ARRAY_OVERHEAD * len(graph.inputs))
+    if total <= LARGE_INPUT_SET or not graph.inputs:
+        return
+    largest = max(graph.inputs, key=lambda v: math.prod(v.shape) if v.is_static else 0)
+    sets = "" if count == 1 else f"{count} sets of "
+    what = (f"{sets}the random inputs ({human_bytes(size)}; the largest: {largest.name!r} "
+            f"{np_dtype(largest.dtype)}{list(largest.shape)})")
+    pin = "pin smaller dynamic dimensions with --input-shape, or pass --inputs" if graph.extras.defaulted else ""
+    need = total + output_bytes(graph)
+    require_memory(need, f"{what} and the outputs of one run on them", pin)
+    if not budget.limited:
+        return
+    seconds = count * (making_seconds(graph) + SET_SECONDS) + (size + output_bytes(graph)) / RUN_RATE
+    left = budget.remaining()
+    if seconds > left:
+        raise GspoError(f"{what} and one run of the model on them are estimated at {seconds:.1f} s here, more than "
+                        f"the {left:.1f} s left of --time-budget; raise --time-budget{', or ' + pin if pin else ''}")
+
+
 def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -> Prepared:
-    """Load, draw inputs, and check the front end's graph against the model as given."""
+    """Load, size the random inputs against the budget and the memory (:func:`_check_sizes`),
+    draw them, and check the front end's graph against the model as given."""
     began = time.perf_counter()
+    check_seed(cfg.seed)  # the random inputs' and the dynamic dimensions' checks' seed
     original, data, where = _original(model, input_shapes)
+    if inputs is None:
+        _check_sizes(original, cfg.verify_runs, budget)
     work = _plain(model, original, data, where, input_shapes, cfg, budget, time.perf_counter() - began)
     if input_shapes or uses_external_data(original):
         data = None  # not the result as it is: the output is written from the graph
