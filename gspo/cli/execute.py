@@ -44,12 +44,10 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     """
     import time
 
-    import numpy as np
-
     from gspo.runtime import load_inputs, make_executor, parse_streams, random_inputs
 
     n = parse_streams(streams)
-    check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force)
+    check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force, models=[model])
     graph = load_model(model, input_shapes)
     others = [v.name for v in graph.outputs if v.type_proto]
     if output and others:
@@ -75,12 +73,22 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
     for name, arr in outputs.items():
         click.echo(f"  {name}: {_describe(arr)}")
     if output:
-        with replacing(output, force) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
-            np.savez(f, **outputs)
-        click.echo(f"wrote {output}")
+        _write_outputs(output, outputs, force)
     if timeline:
         _plot_timeline(trace, executor, timeline, force)
         click.echo(f"wrote {timeline}")
+
+
+def _write_outputs(path, outputs: dict, force: bool) -> None:
+    """``gspo run -o``: the outputs as an .npz, each under a safe entry name (said when it differs)."""
+    from gspo.runtime.npz import write_npz
+
+    with replacing(path, force) as tmp, open(tmp, "wb") as f:  # a file object: savez adds no ".npz"
+        renamed = write_npz(f, outputs)
+    for name, entry in renamed.items():
+        click.echo(f"note: output {name!r} is saved as {entry!r} in {path} (an archive entry holds no '/', "
+                   "'\\' or '..': they are percent-encoded; urllib.parse.unquote gives the name back)")
+    click.echo(f"wrote {path}")
 
 
 def _describe(value) -> str:

@@ -50,7 +50,7 @@ def zoo(name, list_, size, output, seed, force):
         return
     if not output:
         raise GspoError("give the output file with -o FILE")
-    check_outputs({"-o": output}, (), force)
+    check_outputs({"-o": output}, (), force, model_outputs=["-o"])
     if size == "full":
         click.echo(f"building {name} ({size}) ...", err=True)
     graph = build(name, size, seed)
@@ -307,7 +307,7 @@ def convert(model, output, input_shapes, inputs_file, force):
     from gspo import ir
     from gspo.runtime import load_inputs
 
-    check_outputs({"-o": output}, (model, inputs_file), force)
+    check_outputs({"-o": output}, (model, inputs_file), force, models=[model], model_outputs=["-o"])
     graph = load_model(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else None
     data = ir.serialize(graph)

@@ -88,7 +88,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     from gspo.search import OptimizeError, optimize
     from gspo.search.dynamic import DECLARED
 
-    check_outputs({"-o": output, "--report": report}, (model, inputs_file), force)
+    check_outputs({"-o": output, "--report": report}, (model, inputs_file), force, models=[model], model_outputs=["-o"])
     if no_streams and no_rules:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
     shapes = ir.parse_input_shapes(input_shapes)

@@ -25,10 +25,15 @@ def _echo_progress(total: int, work: str):
     return show
 
 
+def _models(mset) -> list[Path]:
+    """The set's model files (their external data is read too: no output may go over it)."""
+    return [m.path for m in mset.models if m.path is not None]
+
+
 def _estimate(modelset, baseline, update, tolerance, json_file, force) -> int:
     from gspo.regress.estimate import (
         check_baseline_output,
-        read_baseline,
+        known_baseline,
         run_estimate,
         write_baseline,
     )
@@ -36,10 +41,10 @@ def _estimate(modelset, baseline, update, tolerance, json_file, force) -> int:
 
     mset = load_modelset(modelset)
     base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
-    check_outputs({"--json": json_file}, mset.files() + [base_path], force)
+    check_outputs({"--json": json_file}, mset.files() + [base_path], force, models=_models(mset))
     if update:
         check_baseline_output(base_path, mset, force)
-    known = None if update else (read_baseline(base_path) if base_path.exists() else {"models": {}})
+    known = None if update else known_baseline(base_path)
     rows = run_estimate(mset, known, tolerance, progress_printer("regress"))
     failed = [r for r in rows if r.status == "NOT EQUIVALENT" or (not update and r.status != "ok")]
     if update:
@@ -77,7 +82,7 @@ def _measured(modelset, against, record, force, reuse, engine, address, threshol
     read = mset.files()
     if against:
         read += [Path(against) / INDEX] + [p for s in mset.models for p in artifact_paths(against, s.name).values()]
-    check_outputs(outputs, read, force)
+    check_outputs(outputs, read, force, models=_models(mset))
     if outputs["--plot"] and not against:
         raise GspoError("--plot shows ratios to a baseline: it needs --against DIR")
     run = run_gate(modelset, against, record, force, reuse, engine, address, threshold, rounds,

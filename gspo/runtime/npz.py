@@ -18,7 +18,7 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.errors import first_line as _first_line
 
-__all__ = ["NpzMember", "NpzInputs", "read_npz", "declared"]
+__all__ = ["NpzMember", "NpzInputs", "read_npz", "declared", "entry_name", "write_npz"]
 
 _NPY_MAGIC = b"\x93NUMPY"
 _SUFFIX = ".npy"
@@ -144,3 +144,28 @@ def declared(feeds: Mapping[str, np.ndarray]) -> Mapping[str, tuple[tuple[int, .
     if isinstance(feeds, NpzInputs):
         return {k: (m.shape, m.dtype) for k, m in feeds.members.items()}
     return None
+
+
+#: What an archive entry may not hold, percent-encoded ('%' first, so that the name comes back).
+_ENTRY_ESCAPES = (("%", "%25"), ("/", "%2F"), ("\\", "%5C"), ("\0", "%00"), ("..", "%2E%2E"))
+
+
+def entry_name(name: str) -> str:
+    """The ``.npz`` entry (without ``.npy``) that holds the array named ``name``: the name with
+    ``%``, ``/``, ``\\``, NUL and ``..`` percent-encoded, so that no entry names a path
+    (``urllib.parse.unquote`` gives the name back); a plain name is its own entry."""
+    for raw, escaped in _ENTRY_ESCAPES:
+        name = name.replace(raw, escaped)
+    return name
+
+
+def write_npz(f: IO[bytes], arrays: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """Write ``arrays`` to the open file ``f`` as an ``.npz``, each under :func:`entry_name`;
+    returns the names whose entry differs from them (name -> entry)."""
+    entries = {name: entry_name(name) for name in arrays}
+    # as numpy.savez writes it, without its keyword arguments (an output may be named "file")
+    with zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, array in arrays.items():
+            with zf.open(entries[name] + _SUFFIX, "w", force_zip64=True) as out:
+                np.lib.format.write_array(out, np.asanyarray(array), allow_pickle=True)  # as savez: strings
+    return {name: e for name, e in entries.items() if e != name}
