@@ -87,6 +87,8 @@ class _Work:
 GRACE_S = 5.0
 #: Seconds between two looks at the search processes while none reports.
 _POLL_S = 0.5
+#: The signals held back while a search process forks.
+_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 def _search_piece(index: int, work: _Work) -> PieceSearch:
@@ -138,6 +140,7 @@ def _child(index: int, work: _Work, conn) -> None:
     ended, and sends back its piece's search or the exception that ended it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _INTERRUPTS)  # blocked by the parent around the fork
     try:
         message = ("ok", _search_piece(index, work))
     except Exception as e:  # raised in the parent
@@ -198,7 +201,14 @@ class _Forked:
         receive, send = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=_child, args=(index, self.work, send), daemon=True,
                                    name=f"gspo-search-{index}")
-        process.start()
+        # SIGINT and SIGTERM wait while the process forks: a handler's exception raised inside the
+        # fork hooks (logging's lock release) is swallowed by Python, and a SIGTERM was lost so
+        # (optimize ran on to the end); pending, they are taken here once the fork is done
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _INTERRUPTS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         send.close()  # the child's end only: its death closes the pipe
         self.running[index] = (process, receive, self._limit())
 
