@@ -21,11 +21,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from gspo.errors import GspoError
 from gspo.ir import Value, load
 from gspo.ir.onnx_io import PLACEMENT_KEY, SCHEDULE_KEY, saved_metadata
 from gspo.ir.weights import np_dtype
 from gspo.runtime.executor import check_device, make_executor
+from gspo.runtime.inputs import check_inputs
 from gspo.runtime.session import SessionConfig, ort, session_options
 from gspo.runtime.settings import settings_from_metadata
 
@@ -92,7 +95,7 @@ class InferenceSession:
 
             if cuda_runtime is not None:
                 set_cuda_runtime(cuda_runtime)
-            graph = load(path, input_shapes)
+            graph = self._graph = load(path, input_shapes)
             self._executor = make_executor(graph, streams, "cuda")
             self._inputs = [_node_arg(v) for v in graph.inputs]
             self._outputs = [_node_arg(v) for v in graph.outputs]
@@ -101,7 +104,7 @@ class InferenceSession:
             self._session = _plain_session(path, props, sess_options, list(providers or ["CPUExecutionProvider"]))
             self.run = self._session.run  # onnxruntime's own: nothing in between
             return
-        graph = load(path, input_shapes)
+        graph = self._graph = load(path, input_shapes)
         threads = getattr(sess_options, "intra_op_num_threads", 0) or 0
         self._executor = make_executor(graph, streams, "cpu", SessionConfig(intra_op_threads=threads))
         self._inputs = [_node_arg(v) for v in graph.inputs]
@@ -118,7 +121,10 @@ class InferenceSession:
         unknown = [n for n in names if n not in {o.name for o in self._outputs}]
         if unknown:
             raise GspoError(f"{unknown[0]!r} is not an output of the model")
-        values = self._executor.run(input_feed)
+        # as onnxruntime's own session would: a missing or unknown input name, another dtype or
+        # shape is one line (OpenVINO converted other dtypes silently; a missing one was 'x')
+        feeds = check_inputs({k: np.asarray(v) for k, v in input_feed.items()}, self._graph, "the inputs")
+        values = self._executor.run(feeds)
         return [values[n] for n in names]
 
     def get_inputs(self) -> list:

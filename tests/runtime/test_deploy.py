@@ -72,3 +72,20 @@ def test_the_thread_setting_saved_by_optimize_is_applied_unless_options_are_give
     plain = ir.save(branchy(), tmp_path / "plain.onnx")
     assert gspo.InferenceSession(plain)._session.get_session_options().intra_op_num_threads == 0
     np.testing.assert_allclose(sess.run(None, _feeds(sess))[0], gspo.InferenceSession(plain).run(None, _feeds(sess))[0])
+
+
+def test_a_scheduled_model_checks_its_inputs_as_onnxruntime_does(tmp_path):
+    g = branchy()
+    path = str(ir.save(g, tmp_path / "sched.onnx", schedule=assign_streams(g, max_streams=2).to_json()))
+    x = random_array((1, 4, 8, 8))
+    with gspo.InferenceSession(path) as sess:
+        assert sess.num_streams == 2
+        sess.run(None, {"x": x})
+        with pytest.raises(GspoError, match=r"missing: \['x'\]"):
+            sess.run(None, {})
+        with pytest.raises(GspoError, match=r"unknown: \['y'\]"):
+            sess.run(None, {"x": x, "y": x})
+        with pytest.raises(GspoError, match="float64"):  # OpenVINO converted it silently; onnxruntime refuses
+            sess.run(None, {"x": x.astype(np.float64)})
+        with pytest.raises(GspoError, match="x"):
+            sess.run(None, {"x": x[:, :, :4]})
