@@ -4,10 +4,11 @@ MAX_OPENVINO_NESTING is not given to OpenVINO, and the reason says so."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
+from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -20,31 +21,16 @@ pytest.importorskip("openvino")
 from gspo.runtime.backends import MAX_OPENVINO_NESTING, control_flow_depth, load_runner  # noqa: E402
 
 
-def nested_if(depth: int, n: int = 4) -> onnx.ModelProto:
-    """``depth`` Ifs nested in one another's then-branches (each else-branch a Neg of x): y = x +
-    1 + 2 + ... when c, else -x. The model grows linearly with the depth."""
-    def leaf(level: int) -> onnx.GraphProto:
-        out = f"y{level}e"
-        return h.make_graph([h.make_node("Neg", ["x"], [out])], f"{out}_g", [], [h.make_tensor_value_info(out, T.FLOAT, [n])])
+def _edges():
+    """benchmarks/edges.py, whose nested-If model the compile figures were measured on."""
+    spec = importlib.util.spec_from_file_location("edges", Path(__file__).resolve().parents[2] / "benchmarks" / "edges.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def branch(level: int) -> onnx.GraphProto:
-        out = f"y{level}t"
-        k = h.make_node("Constant", [], [f"{out}_k"], value=h.make_tensor(f"{out}_kv", T.FLOAT, [1], [float(level)]))
-        if level == depth:
-            nodes = [k, h.make_node("Add", ["x", f"{out}_k"], [out])]
-        else:
-            nodes = [k, h.make_node("If", ["c"], [f"{out}_in"], then_branch=branch(level + 1), else_branch=leaf(level + 1)),
-                     h.make_node("Add", [f"{out}_in", f"{out}_k"], [out])]
-        return h.make_graph(nodes, f"{out}_g", [], [h.make_tensor_value_info(out, T.FLOAT, [n])])
 
-    top = h.make_node("If", ["c"], ["y"], then_branch=branch(1), else_branch=leaf(1))
-    g = h.make_graph([top], "nested", [h.make_tensor_value_info("x", T.FLOAT, [n]),
-                                       h.make_tensor_value_info("c", T.BOOL, [])],
-                     [h.make_tensor_value_info("y", T.FLOAT, [n])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    onnx.checker.check_model(m)
-    return m
+#: ``depth`` Ifs nested in one another's then-branches (each else-branch a Neg of x).
+nested_if = _edges().nested_if
 
 
 def test_the_nesting_is_counted_in_graphs_and_in_bytes():
