@@ -378,16 +378,13 @@ def external_data_files(model: str | os.PathLike) -> list[Path]:
     path = Path(model)
     if _special(path) or not path.is_file():
         return []
-    import onnx
-    from onnx import external_data_helper as edh
+    from gspo.ir.external import (  # gspo.ir writes through this module
+        external_locations,
+        read_header,
+    )
 
-    try:
-        proto = onnx.load(os.fspath(path), load_external_data=False)
-    except Exception:  # not a model: loading it says so, in its own words
-        return []
-    locations = {e.value for t in edh._get_all_tensors(proto) if edh.uses_external_data(t)
-                 for e in t.external_data if e.key == "location" and e.value}
-    return [path.parent / loc for loc in sorted(locations)]
+    proto = read_header(path)  # None: not a model (loading it says so, in its own words)
+    return [] if proto is None else [path.parent / loc for loc in external_locations(proto)]
 
 
 def _read_files(inputs: Iterable, models: Iterable, wanted: bool) -> list[tuple[Path, str]]:

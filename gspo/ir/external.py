@@ -12,16 +12,37 @@ from onnx import TensorProto, helper
 from gspo.errors import ModelLoadError
 from gspo.outputs import replacing_together
 
-__all__ = ["check_external_data", "without_external_data", "tensor_bytes", "inline_tensor", "write_data",
-           "save_external"]
+__all__ = ["check_external_data", "external_locations", "read_header", "without_external_data", "tensor_bytes",
+           "inline_tensor", "write_data", "save_external"]
+
+
+def read_header(model: str | os.PathLike | bytes) -> onnx.ModelProto | None:
+    """The model at a path, or serialized, without reading its external weights (``None``: not
+    a model onnx can read; loading it says why in its own words)."""
+    try:
+        if isinstance(model, bytes):
+            return onnx.load_from_string(model)
+        return onnx.load(os.fspath(model), load_external_data=False)
+    except Exception:
+        return None
+
+
+def _external_tensors(model: onnx.ModelProto) -> list[TensorProto]:
+    from onnx import external_data_helper as edh
+
+    return [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
+
+
+def external_locations(model: onnx.ModelProto) -> list[str]:
+    """The files (relative locations, as the tensors name them) ``model`` keeps weights in."""
+    return sorted({e.value for t in _external_tensors(model) for e in t.external_data
+                   if e.key == "location" and e.value})
 
 
 def check_external_data(model: onnx.ModelProto, base_dir: str | None, label: str) -> bool:
     """Whether the model keeps weights in files beside it, after checking that each lies in
     the model's directory and holds the bytes its tensor claims (the files are not read)."""
-    from onnx import external_data_helper as edh
-
-    tensors = [t for t in edh._get_all_tensors(model) if edh.uses_external_data(t)]
+    tensors = _external_tensors(model)
     if not tensors:
         return False
     if base_dir is None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+
+import numpy as np
 import onnx
-from onnx import AttributeProto, TensorProto, helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
-from gspo.ir.graph import Attr, Node, Value
+from gspo.ir.graph import Attr, Graph, Node, Value
 
-__all__ = ["STREAM_KEY", "attr_from_proto", "attr_to_proto", "is_understood", "node_from_proto", "node_to_proto",
-           "set_stream", "stream_of", "subgraph_reads", "type_of", "unique_name", "value_info", "value_of"]
+__all__ = ["STREAM_KEY", "attr_from_proto", "attr_to_proto", "control_flow_depth", "is_understood", "node_attrs",
+           "node_from_proto", "node_to_proto", "set_stream", "stream_of", "subgraph_reads", "tensor_value", "type_of",
+           "unique_name", "value_info", "value_of"]
 
 #: The key of a node's stream id in ``NodeProto.metadata_props``.
 STREAM_KEY = "gspo.stream"
@@ -188,3 +192,51 @@ def node_to_proto(n: Node, labels: set[str]) -> onnx.NodeProto:
         proto.attribute.extend(attr_to_proto(a) for a in n.attrs)
     set_stream(proto, n.stream)
     return proto
+
+
+def tensor_value(data: bytes) -> np.ndarray:
+    """The array of a TENSOR attribute's value (a serialized ``TensorProto``, as :class:`Attr` holds it)."""
+    return numpy_helper.to_array(TensorProto.FromString(data))
+
+
+@functools.lru_cache(maxsize=1024)
+def _opaque_attrs(proto: bytes) -> tuple[Attr, ...]:
+    return tuple(attr_from_proto(a) for a in onnx.NodeProto.FromString(proto).attribute)
+
+
+def node_attrs(node: Node) -> tuple[Attr, ...]:
+    """A node's attributes; an opaque node's (kept as its serialized proto) read from its bytes."""
+    return _opaque_attrs(node.opaque) if node.is_opaque else node.attrs
+
+
+_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
+#: A NodeProto's op_type (field 4) of each control-flow op, as serialized: a model without any
+#: of them is not parsed again to count its nesting.
+_CONTROL_FLOW_TAGS = (b'"\x02If', b'"\x04Loop', b'"\x04Scan')
+
+
+def _nesting(nodes) -> int:
+    """The deepest control-flow nesting of NodeProtos ``nodes`` (counted without recursion)."""
+    deepest = 0
+    todo = [(n, 0) for n in nodes]
+    while todo:
+        node, above = todo.pop()
+        level = above + (node.op_type in _CONTROL_FLOW)
+        deepest = max(deepest, level)
+        for a in node.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                todo.extend((n, level) for n in g.node)
+    return deepest
+
+
+def control_flow_depth(model: bytes | Graph) -> int | None:
+    """How deep control flow (If, Loop, Scan) is nested in ``model``, a graph or a serialized
+    model (0: none; ``None``: nested too deep for protobuf to parse)."""
+    if isinstance(model, Graph):
+        return max((_nesting([onnx.NodeProto.FromString(n.opaque)]) for n in model.nodes if n.is_opaque), default=0)
+    if not any(tag in model for tag in _CONTROL_FLOW_TAGS):
+        return 0
+    try:
+        return _nesting(onnx.ModelProto.FromString(model).graph.node)
+    except Exception:
+        return None

@@ -23,10 +23,9 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from gspo.ir.graph import Graph, Node
+from gspo.ir.protos import tensor_value
 from gspo.ir.weights import np_dtype
 
 __all__ = ["DEFAULT_INT_RANGE", "input_ranges"]
@@ -98,7 +97,7 @@ def _constant(graph: Graph, name: str) -> int | None:
         if node.attr("value_int") is not None:
             values = np.array(node.attr("value_int"))
         elif node.attr("value") is not None:
-            values = numpy_helper.to_array(onnx.TensorProto.FromString(node.attr("value")))
+            values = tensor_value(node.attr("value"))
     if values is None or values.size != 1 or values.dtype.kind not in "iu":
         return None
     return int(values.reshape(-1)[0])

@@ -63,18 +63,15 @@ def _external_files(spec: ModelSpec, data: bytes) -> dict[str, Path]:
     the model then refuses it, naming the user's file)."""
     if spec.path is None or b"location" not in data:  # no external data (a quick look, no parse)
         return {}
-    import onnx
-    from onnx import external_data_helper as edh
+    from gspo.ir.external import external_locations, read_header
 
-    try:
-        model = onnx.load_from_string(data)
-    except Exception:  # not ONNX: loading it says so
+    model = read_header(data)
+    if model is None:  # not ONNX: loading it says so
         return {}
     root = os.path.realpath(spec.path.parent)
     found = {}
-    for t in edh._get_all_tensors(model):
-        loc = {e.key: e.value for e in t.external_data}.get("location", "") if edh.uses_external_data(t) else ""
-        target = os.path.realpath(os.path.join(root, loc)) if loc and not os.path.isabs(loc) else ""
+    for loc in external_locations(model):
+        target = os.path.realpath(os.path.join(root, loc)) if not os.path.isabs(loc) else ""
         if target and os.path.commonpath([root, target]) == root and os.path.isfile(target):
             found[loc] = Path(target)
     return found

@@ -25,12 +25,13 @@ import numpy as np
 
 from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
+from gspo.ir.protos import control_flow_depth
 from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
 from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
-           "backend_versions", "MAX_OPENVINO_NESTING", "control_flow_depth"]
+           "backend_versions", "MAX_OPENVINO_NESTING"]
 
 #: Every backend gspo knows, in the order they are preferred on a tie.
 BACKENDS = ("ort", "openvino", "cuda")
@@ -183,43 +184,11 @@ def _openvino_core():
 #: 2.5 s, 20 9.4 s, 25 over 300 s; in issue 42's model 14 levels 6 s, 18 levels 21.8 s, 25 over
 #: 200 s; benchmarks/edges.md). At 10 levels the slower of the two is about 1-2 s.
 MAX_OPENVINO_NESTING = 10
-_CONTROL_FLOW = frozenset({"If", "Loop", "Scan"})
-#: A NodeProto's op_type (field 4) of each control-flow op, as serialized: a model without any
-#: of them is not parsed again to count its nesting.
-_CONTROL_FLOW_TAGS = (b'"\x02If', b'"\x04Loop', b'"\x04Scan')
-
-
-def _nesting(nodes) -> int:
-    """The deepest control-flow nesting of NodeProtos ``nodes`` (counted without recursion)."""
-    deepest = 0
-    todo = [(n, 0) for n in nodes]
-    while todo:
-        node, above = todo.pop()
-        level = above + (node.op_type in _CONTROL_FLOW)
-        deepest = max(deepest, level)
-        for a in node.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                todo.extend((n, level) for n in g.node)
-    return deepest
-
-
-def control_flow_depth(model: bytes | Graph) -> int:
-    """How deep control flow (If, Loop, Scan) is nested in ``model`` (0: none)."""
-    import onnx
-
-    if isinstance(model, Graph):
-        return max((_nesting([onnx.NodeProto.FromString(n.opaque)]) for n in model.nodes if n.is_opaque), default=0)
-    if not any(tag in model for tag in _CONTROL_FLOW_TAGS):
-        return 0
-    try:
-        return _nesting(onnx.ModelProto.FromString(model).graph.node)
-    except Exception:  # too deep for protobuf to parse: deeper than anything OpenVINO is given
-        return MAX_OPENVINO_NESTING + 1
-
-
 def _refuse_nesting(model: bytes | Graph) -> None:
     """Raise :class:`BackendError` when ``model`` nests control flow beyond :data:`MAX_OPENVINO_NESTING`."""
     depth = control_flow_depth(model)
+    if depth is None:  # too deep for protobuf to parse: deeper than anything OpenVINO is given
+        depth = MAX_OPENVINO_NESTING + 1
     if depth > MAX_OPENVINO_NESTING:
         raise BackendError(f"OpenVINO is not given the model: its control flow (If/Loop/Scan) is nested {depth} deep, "
                            f"beyond {MAX_OPENVINO_NESTING}, where OpenVINO's compile grows exponentially and cannot "

@@ -194,11 +194,10 @@ def refuse_no_outputs(model) -> None:
     if isinstance(model, Graph):
         check_has_outputs(model)
         return
-    try:
-        import onnx
+    from gspo.ir.external import read_header
 
-        proto = onnx.load(os.fspath(model), load_external_data=False)
-    except Exception:  # unreadable: the error already raised says why
+    proto = read_header(model)
+    if proto is None:  # unreadable: the error already raised says why
         return
     if not proto.graph.output:
         raise GspoError(f"{model}: the model has no outputs: it computes nothing")

@@ -18,7 +18,8 @@ from gspo.ir.onnx_io import from_model
 
 pytest.importorskip("openvino")
 
-from gspo.runtime.backends import MAX_OPENVINO_NESTING, control_flow_depth, load_runner  # noqa: E402
+from gspo.ir.protos import control_flow_depth  # noqa: E402
+from gspo.runtime.backends import MAX_OPENVINO_NESTING, load_runner  # noqa: E402
 
 
 def _edges():

@@ -13,17 +13,15 @@ executor then runs that piece on onnxruntime's CPU provider and says why.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import AttributeProto, TensorProto, numpy_helper
+from onnx import AttributeProto, TensorProto
 
-from gspo.ir import Attr, Node
-from gspo.ir.protos import attr_from_proto
+from gspo.ir import Node
+from gspo.ir.protos import node_attrs, tensor_value
 
 __all__ = ["OPS", "Call", "Unsupported", "lookup", "numpy_dtype_of", "op", "torch_dtype"]
 
@@ -68,24 +66,12 @@ def _decode(a) -> Any:
     if a.type == AttributeProto.STRINGS:
         return [v.decode() if isinstance(v, bytes) else str(v) for v in a.value]
     if a.type == AttributeProto.TENSOR:
-        t = onnx.TensorProto()
-        t.ParseFromString(a.value)
-        return numpy_helper.to_array(t)
+        return tensor_value(a.value)
     if a.type in (AttributeProto.INTS, AttributeProto.FLOATS):
         return list(a.value)
     if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS, AttributeProto.SPARSE_TENSOR):
         raise Unsupported(f"attribute {a.name} holds a subgraph or a sparse tensor")
     return a.value
-
-
-@functools.lru_cache(maxsize=1024)
-def _opaque_attrs(proto: bytes) -> tuple[Attr, ...]:
-    return tuple(attr_from_proto(a) for a in onnx.NodeProto.FromString(proto).attribute)
-
-
-def _attrs_of(node: Node) -> tuple[Attr, ...]:
-    """A node's attributes; an opaque node's (one gspo keeps as bytes) read from its proto."""
-    return _opaque_attrs(node.opaque) if node.is_opaque else node.attrs
 
 
 _SUBGRAPHS = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
@@ -106,7 +92,7 @@ class Call:
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` decoded (STRING -> str, INTS -> list[int], TENSOR -> array), or ``default``."""
-        for a in _attrs_of(self.node):
+        for a in node_attrs(self.node):
             if a.name == name:
                 return _decode(a)
         return default
@@ -156,7 +142,7 @@ def lookup(call: Call) -> OpFn:
     entry = OPS.get((domain, node.op_type))
     # gspo keeps a node it does not interpret as bytes (opaque): one the table has an entry for
     # (onnxruntime's fused ops) runs, with its attributes read from the bytes; not a subgraph
-    if node.is_opaque and (entry is None or node.implicit_inputs or any(a.type in _SUBGRAPHS for a in _attrs_of(node))):
+    if node.is_opaque and (entry is None or node.implicit_inputs or any(a.type in _SUBGRAPHS for a in node_attrs(node))):
         raise Unsupported(f"{node.op_type} holds a subgraph or is outside gspo's op set (run by onnxruntime)")
     if entry is None:
         where = f"{domain}." if domain else ""
