@@ -112,11 +112,10 @@ def timed(ex, feeds):
 def interleave(runners: list, runs: int, warmup: int = 5) -> dict:
     """Medians (ms) of runners timed in rotating order, one process, CUDA events."""
     from gspo.runtime import interleaved
+    from gspo.search.trial import spread
 
     timings = interleaved(runners, runs=runs, warmup=warmup)
-    return {t.label: {"median_ms": t.median * 1e3, "min_ms": t.min * 1e3,
-                      "spread": (statistics.quantiles(t.seconds, n=4)[2] - statistics.quantiles(t.seconds, n=4)[0])
-                      / t.median if len(t.seconds) >= 4 else None} for t in timings}
+    return {t.label: {"median_ms": t.median * 1e3, "min_ms": t.min * 1e3, "spread": spread(t)} for t in timings}
 
 
 REHEARSAL = False
@@ -365,19 +364,12 @@ def step_cost_model(ctx: Ctx) -> dict:
 
 
 def _spearman(rows: list) -> float | None:
+    """Spearman's rank correlation of the estimates with the measured times (as calibrate --evaluate)."""
     if len(rows) < 3:
         return None
+    from scipy.stats import spearmanr
 
-    def ranks(xs):
-        order = sorted(range(len(xs)), key=lambda i: xs[i])
-        r = [0] * len(xs)
-        for pos, i in enumerate(order):
-            r[i] = pos
-        return r
-
-    a, b = ranks([r["measured_ms"] for r in rows]), ranks([r["estimated_ms"] for r in rows])
-    n = len(rows)
-    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(a, b)) / (n * (n * n - 1))
+    return float(spearmanr([r["estimated_ms"] for r in rows], [r["measured_ms"] for r in rows]).statistic)
 
 
 def step_cpu16(ctx: Ctx) -> dict:
