@@ -23,7 +23,7 @@ from onnx import AttributeProto, TensorProto
 from gspo.ir import Node
 from gspo.ir.protos import node_attrs, tensor_value
 
-__all__ = ["OPS", "Call", "Unsupported", "lookup", "numpy_dtype_of", "op", "torch_dtype"]
+__all__ = ["OPS", "Call", "Unsupported", "lookup", "op", "torch_dtype"]
 
 import torch  # noqa: E402  (the runtime's own import: gspo imports this module only when torch is asked for)
 
@@ -53,11 +53,6 @@ def torch_dtype(elem_type: int) -> torch.dtype:
         return _DTYPES[elem_type]
     except KeyError:
         raise Unsupported(f"element type {TensorProto.DataType.Name(elem_type)} has no torch dtype here") from None
-
-
-def numpy_dtype_of(t: torch.Tensor) -> np.dtype:
-    """The numpy dtype a torch tensor converts to (bfloat16 has none: it is read as float32)."""
-    return np.dtype(np.float32) if t.dtype == torch.bfloat16 else torch.empty(0, dtype=t.dtype).numpy().dtype
 
 
 def _decode(a) -> Any:
