@@ -134,19 +134,66 @@ def info(model, input_shapes, as_json):
 
 
 # --------------------------------------------------------------------- verify
+def _verify_inputs(ctx, param, value):
+    """``--inputs``: an .npz; with ``--max-error`` (read first: it is eager) also a folder of them."""
+    if value is None:
+        return None
+    return click.Path(dir_okay=ctx.params.get("spec") is not None).convert(value, param, ctx)
+
+
+def _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes) -> None:
+    """``verify --max-error``: judge MODEL_B against MODEL_A by the budget; exit 1 when broken."""
+    from gspo import ir
+    from gspo.precision.accuracy import ErrorBudget, judge
+    from gspo.precision.samples import load_samples, random_data_warning
+    from gspo.runtime.inputs import random_input_sets
+
+    ctx = click.get_current_context()
+    given = [f"--{n}" for n in ("rtol", "atol", "ntol")
+             if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
+    if given:
+        raise GspoError(f"{', '.join(given)}: the fp32 tolerances do not apply with --max-error (the budget judges)")
+    budget = ErrorBudget.parse(spec)
+    a, b = load_model(model_a, input_shapes), load_model(model_b, input_shapes)
+    budget.check_graph(a)
+    if inputs_file:
+        samples = load_samples(inputs_file, a, "--inputs")
+    else:
+        click.echo("warning: " + random_data_warning("the inputs", "your own with --inputs (an .npz, or a folder "
+                                                                   "of them, one sample each)"), err=True)
+        samples = random_input_sets(a, seed, runs)
+    with explaining((a, b), seed if not inputs_file else None):
+        accuracy = judge(model_a, model_b, budget, samples, ir.parse_input_shapes(input_shapes) or None)
+    for line in accuracy.lines():
+        click.echo(line)
+    if accuracy.holds:
+        click.echo(f"within the budget ({budget}) on {accuracy.samples} sample{'s' if accuracy.samples > 1 else ''}")
+        return
+    click.echo(f"NOT within the budget ({budget}):")
+    for line in accuracy.broken:
+        click.echo(f"  {line}")
+    sys.exit(1)
+
+
 @cli.command()
 @click.argument("model_a", type=click.Path())
 @click.argument("model_b", type=click.Path())
+@click.option("--max-error", "spec", metavar="SPEC", is_eager=True,
+              help="Judge MODEL_B by this accuracy budget instead of the fp32 tolerances: comma-separated "
+                   "[OUTPUT:]METRIC=VALUE, METRIC one of nmse, rel_l2, maxrel (at most), cosine, top1 ... top100 "
+                   "(at least). With it, --inputs may be a folder of .npz files, one sample each.")
 @click.option("--rtol", type=Number(0), default=1e-3, show_default=True, help="Tolerance relative to each element.")
 @click.option("--atol", type=Number(0), default=1e-4, show_default=True, help="Absolute tolerance.")
 @click.option("--ntol", type=Number(0), default=1e-5, show_default=True,
               help="Tolerance relative to the output's largest magnitude (rounding grows with scale).")
 @click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Random input sets.")
-@inputs_option
+@click.option("--inputs", "inputs_file", metavar="FEEDS.npz", callback=_verify_inputs,
+              help="Run on these inputs (an .npz with one array per graph input) instead of random ones; "
+                   "with --max-error also a folder of such .npz files, one sample each.")
 @input_shape_option
 @handle_errors
-def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_shapes):
+def verify(model_a, model_b, spec, rtol, atol, ntol, seed, runs, inputs_file, input_shapes):
     """Check that two models compute the same outputs (exit 0) or not (exit 1).
 
     Both run with onnxruntime on the same inputs (random ones valid for the model: integer
@@ -155,14 +202,27 @@ def verify(model_a, model_b, rtol, atol, ntol, seed, runs, inputs_file, input_sh
     largest magnitude; integer and bool outputs must be equal, NaN and infinities at the same
     places. "rel to max" is max|b - a| / max|a|.
 
+    With --max-error SPEC, MODEL_B (reduced precision, say) is judged against MODEL_A by an
+    accuracy budget instead: both run with gspo.InferenceSession (as saved: schedule and
+    placement followed), each output's metrics over all the samples are printed, and the exit
+    code is 0 within the budget, 1 otherwise. nmse is sum|b - a|^2 / sum|a|^2, rel_l2 its
+    square root, maxrel max|b - a| / max|a|, cosine the lowest cosine similarity of a sample,
+    topK the fraction of rows (all axes but the last) whose reference top class is among
+    MODEL_B's top K. A limit without OUTPUT: applies to every floating-point output; integer
+    outputs take only top1 (equal elements) and must otherwise be equal.
+
     \b
     Example:
         gspo verify model.onnx optimized.onnx --runs 5
         gspo verify model.onnx optimized.onnx --inputs feeds.npz
+        gspo verify model.onnx int8.onnx --max-error nmse=1e-3,top1=0.99 --inputs samples/
     """
     from gspo.runtime import load_inputs
     from gspo.runtime import verify as run_verify
 
+    if spec is not None:
+        _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes)
+        return
     a, b = load_model(model_a, input_shapes), load_model(model_b, input_shapes)
     feeds = load_inputs(inputs_file, a) if inputs_file else None
     with explaining((a, b), seed if feeds is None else None):
