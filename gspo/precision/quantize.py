@@ -1,0 +1,455 @@
+"""int8 quantization with onnxruntime's quantizers: static QDQ from precomputed ranges, dynamic.
+
+Callers speak in gspo node ids (:func:`gspo.streams.schedule.node_id`); onnxruntime's quantizers
+speak in ``NodeProto`` names, so every node is given a unique name before they see the model.
+Ranges are computed here, streamed (:func:`activation_ranges`): onnxruntime's own
+``MinMaxCalibrater`` keeps every intermediate output of every sample in memory at once.
+
+Static quantization is what ``onnxruntime.quantization.quantize_static`` does with its defaults
+for x86 CPUs with VNNI: the QDQ format, activations QUInt8 asymmetric, weights QInt8 symmetric
+(per channel by default here), the op types of its QLinear and QDQ registries, no pre-processing.
+Everything happens in memory; onnxruntime itself writes (and removes) a temporary file only to
+re-run shape inference: in the dynamic quantizer after it turns Gemm into MatMul, and after it
+converts a model below opset 10 to opset 11.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import math
+from collections.abc import Collection, Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from gspo.errors import GspoError, first_line
+from gspo.ir import Graph, Node, load_bytes, to_model
+from gspo.ir.features import nbytes
+from gspo.ir.graph import fresh_name
+from gspo.ir.protos import unique_name, value_info
+from gspo.ir.weights import np_dtype
+from gspo.runtime.inputs import human_bytes, require_memory
+from gspo.runtime.session import SessionConfig, make_session, run
+
+# after gspo.runtime.session, which says in one line when onnxruntime is missing or installed twice
+from onnxruntime.quantization.calibrate import CalibrationMethod, TensorData, TensorsData  # isort: skip
+from onnxruntime.quantization.onnx_quantizer import ONNXQuantizer  # isort: skip
+from onnxruntime.quantization.qdq_quantizer import QDQQuantizer  # isort: skip
+from onnxruntime.quantization.quant_utils import (  # isort: skip
+    QuantizationMode,
+    QuantType,
+    add_infer_metadata,
+    get_opset_version,
+    update_opset_version,
+)
+from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry  # isort: skip
+
+__all__ = ["STATIC_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable", "dynamic_quantizable", "calibrated_tensors",
+           "activation_ranges", "quantize_static", "quantize_dynamic"]
+
+#: The op types ``quantize_static`` quantizes by default (its QLinear and QDQ registries): their
+#: float inputs and outputs are the tensors calibrated.
+STATIC_OP_TYPES = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
+#: The op types dynamic quantization is asked for (onnxruntime turns Gemm into MatMul first).
+DYNAMIC_OP_TYPES = ("MatMul",)
+#: A serialized ONNX model (protobuf) must stay under this many bytes.
+PROTOBUF_LIMIT = 2**31
+
+_FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16)
+#: Ops that ``QDQQuantizer`` gives Q/DQ only when their data input already has them (its
+#: ``QDQDirect8BitOp``, ``QDQRemovableActivation``, ``QDQGather``, ``QDQWhere``), with the
+#: opset they need (MaxPool before 12 and Resize before 11 are left alone).
+_FOLLOWERS = {"Relu": 0, "Clip": 0, "Reshape": 0, "Transpose": 0, "Squeeze": 0, "Unsqueeze": 0, "Flatten": 0,
+              "AveragePool": 0, "Slice": 0, "TopK": 0, "MaxPool": 12, "Resize": 11, "Gather": 0,
+              "GatherElements": 0, "Where": 0}
+#: Activations ``QDQQuantizer`` removes, their output's Q/DQ clamping in their place.
+_REMOVABLE = ("Relu", "Clip")
+_INFER_KEY = "onnx.infer"  # the metadata that tells onnxruntime shapes were inferred already
+
+
+def _node_id(node: Node) -> str | None:
+    """The node's id as :func:`gspo.streams.schedule.node_id` gives it (its first named output),
+    ``None`` when it has none."""
+    return next((v.name for v in node.outputs if v.name), None)
+
+
+def _is_float(graph: Graph, name: str) -> bool:
+    v = graph.values.get(name) if name else None
+    return v is not None and v.is_tensor and v.dtype in _FLOATS
+
+
+def _follows(graph: Graph, node: Node, marked: set[str]) -> bool:
+    """Whether ``QDQQuantizer`` quantizes a follower op, given the tensors marked before it."""
+    ins = node.inputs
+    if node.op_type == "Where":
+        return len(ins) > 2 and ins[1] in marked and ins[2] in marked
+    if node.op_type in ("Gather", "GatherElements") and ins and graph.is_weight(ins[0]):
+        return _is_float(graph, ins[0])
+    return bool(ins) and ins[0] in marked
+
+
+def quantizable(graph: Graph) -> dict[str, str]:
+    """Node id -> op type of the nodes static QDQ quantization puts Q/DQ around (in graph order).
+
+    This follows ``QDQQuantizer`` with ``quantize_static``'s default op types: Conv, MatMul,
+    Gemm, Add, Mul, Concat, Softmax, the normalizations ... with a float input are quantized;
+    Relu, Clip, Reshape, Transpose, MaxPool, Resize ... only when their data input was already
+    (they pass quantized values through).
+    """
+    marked: set[str] = set()
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        nid = _node_id(n)
+        if n.op_type not in STATIC_OP_TYPES or nid is None:
+            continue
+        if n.op_type in _FOLLOWERS:
+            if graph.opset < _FOLLOWERS[n.op_type] or not _follows(graph, n, marked):
+                continue
+        elif not any(_is_float(graph, i) for i in n.inputs):
+            continue
+        else:
+            marked.update(i for i in n.inputs if _is_float(graph, i))
+        marked.update(v.name for v in n.outputs if _is_float(graph, v.name))
+        out[nid] = n.op_type
+    return out
+
+
+def calibrated_tensors(graph: Graph) -> list[str]:
+    """The tensors ``quantize_static`` calibrates (in graph order): the float inputs and outputs,
+    weights excepted, of every node of :data:`STATIC_OP_TYPES`."""
+    out: dict[str, None] = {}
+    for n in graph.nodes:
+        if n.op_type in STATIC_OP_TYPES:
+            for name in n.inputs + n.output_names:
+                if _is_float(graph, name) and not graph.is_weight(name):
+                    out.setdefault(name)
+    return list(out)
+
+
+def _groups(graph: Graph, names: Sequence[str], chunk_bytes: int) -> list[list[str]]:
+    """``names`` cut into runs whose known sizes add up to at most ``chunk_bytes`` (a tensor of
+    unknown size, or one larger than that, alone)."""
+    groups: list[list[str]] = []
+    size = 0
+    for name in names:
+        v = graph.values[name]
+        b = nbytes(v) if v.is_static else None
+        if b is None or not groups or size + b > chunk_bytes or size < 0:
+            groups.append([name])
+            size = -1 if b is None else b
+        else:
+            groups[-1].append(name)
+            size += b
+    return groups
+
+
+def _upstream(graph: Graph, names: Sequence[str]) -> Graph:
+    """``graph`` computing only ``names`` (its outputs): the nodes they depend on, the weights
+    those read, every graph input kept (the same feeds run it)."""
+    needed = set(names)
+    kept: list[Node] = []
+    for n in reversed(graph.nodes):
+        if any(v.name in needed for v in n.outputs):
+            kept.append(n)
+            needed.update(n.reads())
+    return dataclasses.replace(graph, nodes=tuple(reversed(kept)), outputs=tuple(graph.values[n] for n in names),
+                               weights={w: graph.weights[w] for w in graph.weights if w in needed})
+
+
+def _fold(ranges: dict[str, list], name: str, array: np.ndarray) -> None:
+    if array.size:  # an empty tensor says nothing of the range
+        lo, hi = np.min(array), np.max(array)
+        old = ranges.get(name)
+        ranges[name] = [lo, hi] if old is None else [np.minimum(old[0], lo), np.maximum(old[1], hi)]
+
+
+def activation_ranges(graph: Graph, samples: Iterable[Mapping[str, np.ndarray]],
+                      chunk_bytes: int = 256 << 20) -> dict[str, tuple[float, float]]:
+    """Min and max, over ``samples``, of every tensor :func:`quantize_static` needs a range for
+    (:func:`calibrated_tensors`), computed without holding all activations at once.
+
+    The tensors are cut into groups of at most about ``chunk_bytes`` (sizes from the graph's
+    shapes; a tensor of unknown size is a group of its own). Each group gets one onnxruntime
+    session computing only that group, run on every sample before the next group's is built:
+    memory stays about one inference of the model plus ``chunk_bytes``. Graph inputs are read
+    from the samples. ``samples`` is iterated once per group (an iterator is kept in a list).
+
+    Raises:
+        GspoError: no samples, a sample without an input, a group larger than the memory
+            available, or onnxruntime fails.
+    """
+    sets = samples if isinstance(samples, Sequence) else list(samples)
+    if not sets:
+        raise GspoError("no calibration samples to compute activation ranges on")
+    inputs = {v.name for v in graph.inputs}
+    names = calibrated_tensors(graph)
+    ranges: dict[str, list] = {}
+    for feeds in sets:
+        for name in names:
+            if name in inputs:
+                if name not in feeds:
+                    raise GspoError(f"a calibration sample has no value for input {name!r}")
+                _fold(ranges, name, np.asarray(feeds[name]))
+    for group in _groups(graph, [n for n in names if n not in inputs], max(int(chunk_bytes), 1)):
+        size = sum(nbytes(graph.values[n]) for n in group)
+        require_memory(size, f"the {len(group)} activation(s) computed at a time for calibration",
+                       "lower the chunk size")
+        session = make_session(_upstream(graph, group), SessionConfig())
+        for feeds in sets:
+            values = run(session, feeds)
+            for name in group:
+                _fold(ranges, name, values[name])
+            del values  # large outputs are reused buffers: released before the next run
+        del session
+    return {n: (float(ranges[n][0]), float(ranges[n][1])) if n in ranges else (0.0, 0.0) for n in names}
+
+
+def _weight_bytes(graph: Graph) -> int:
+    return sum(w.size * np_dtype(w.dtype).itemsize for w in graph.weights.values())
+
+
+def _check_size(graph: Graph) -> None:
+    """Refuse, before any weight is computed, a model protobuf cannot hold in one piece."""
+    size = _weight_bytes(graph)
+    if size >= PROTOBUF_LIMIT:
+        raise GspoError(f"cannot quantize a model of {human_bytes(size)} of weights: onnxruntime's quantizers "
+                        f"take the model in one protobuf, at most {human_bytes(PROTOBUF_LIMIT)}")
+
+
+def _check_ids(graph: Graph, exclude: Collection[str]) -> set[str]:
+    ids = {_node_id(n) for n in graph.nodes}
+    unknown = sorted(set(exclude) - ids)
+    if unknown:
+        raise GspoError(f"cannot exclude {unknown[:3]}{' ...' if len(unknown) > 3 else ''} from quantization: "
+                        "not the id of a node of the model")
+    return set(exclude)
+
+
+def _proto(graph: Graph) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """The model onnxruntime's quantizers are given, and node id -> ``NodeProto`` name.
+
+    Every node gets a unique name (its own when it has one); every value gspo knows the type of
+    is listed in ``value_info`` (what the quantizers read types from), and the model is marked
+    as shape-inferred so that they do not save it to a file to infer them again. Stream ids are
+    dropped (the quantized graph has nodes no schedule knows).
+    """
+    if any(n.stream is not None for n in graph.nodes):
+        graph = graph.with_nodes([n.replace(stream=None) for n in graph.nodes])
+    model = to_model(graph)
+    taken = {p.name for p in model.graph.node if p.name}
+    seen: set[str] = set()
+    names: dict[str, str] = {}
+    for n, p in zip(graph.nodes, model.graph.node):
+        if not p.name or p.name in seen:
+            p.name = unique_name(f"{p.op_type}_{_node_id(n) or 'node'}", taken)
+        seen.add(p.name)
+        if _node_id(n) is not None:
+            names[_node_id(n)] = p.name
+    io = {v.name for v in graph.inputs} | set(graph.output_names())
+    dynamic = bool(graph.extras.static_refused)
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(
+        value_info(dataclasses.replace(v, shape=None) if dynamic else v)
+        for n in graph.nodes for v in n.outputs if v.name and v.is_tensor and v.name not in io)
+    add_infer_metadata(model)
+    return model, names
+
+
+def _graph(model: onnx.ModelProto, like: Graph) -> Graph:
+    """The quantized ``model`` as a graph, pinned and described as ``like`` was."""
+    props = [(p.key, p.value) for p in model.metadata_props if p.key != _INFER_KEY]
+    del model.metadata_props[:]
+    for k, v in props:
+        model.metadata_props.add(key=k, value=v)
+    try:
+        data = model.SerializeToString()
+    except ValueError as e:
+        raise GspoError(f"the quantized model cannot be serialized: {first_line(e)}") from None
+    shapes = {v.name: v.shape for v in like.inputs if v.is_static}
+    out = load_bytes(data, shapes, label="<quantized model>")
+    ex = like.extras
+    return dataclasses.replace(out, extras=dataclasses.replace(
+        out.extras, dynamic_io=ex.dynamic_io, defaulted=ex.defaulted, static_refused=ex.static_refused))
+
+
+def _static_exclusions(graph: Graph, exclude: set[str]) -> set[str]:
+    """``exclude`` and the Relu/Clip nodes whose output an excluded node reads: those keep their
+    node (``QDQQuantizer`` removes a quantized Relu, its producer then writing the Relu's output
+    unclamped, which an fp32 consumer must not read)."""
+    out = set(exclude)
+    for n in graph.nodes:
+        if _node_id(n) in exclude:
+            for name in n.inputs:
+                producer = graph.producers.get(name)
+                if producer is not None and producer[0].op_type in _REMOVABLE:
+                    out.add(_node_id(producer[0]))
+    return out
+
+
+def _unquantize_inputs(model: onnx.ModelProto, excluded: set[str]) -> None:
+    """Rewire the nodes named ``excluded`` to read the float value before each activation's
+    QuantizeLinear -> DequantizeLinear pair (``QDQQuantizer`` feeds every consumer of a tensor
+    it quantized from the pair), then drop the pairs and constants nothing reads any more."""
+    producer = {o: p for p in model.graph.node for o in p.output}
+    for p in model.graph.node:
+        if p.name not in excluded:
+            continue
+        for i, name in enumerate(p.input):
+            dq = producer.get(name)
+            q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+            if q is not None and q.op_type == "QuantizeLinear":
+                p.input[i] = q.input[0]
+    outputs = {o.name for o in model.graph.output}
+    for op in ("DequantizeLinear", "QuantizeLinear"):
+        read = {i for p in model.graph.node for i in p.input} | outputs
+        dead = [p for p in model.graph.node if p.op_type == op and not any(o in read for o in p.output)]
+        for p in dead:
+            model.graph.node.remove(p)
+    read = {i for p in model.graph.node for i in p.input} | outputs
+    kept = [t for t in model.graph.initializer if t.name in read]
+    if len(kept) != len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
+
+
+def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> TensorsData:
+    """``ranges`` of the graph's float tensors as onnxruntime takes them (in the tensor's type)."""
+    data = {}
+    for name, (lo, hi) in ranges.items():
+        if not _is_float(graph, name):
+            continue
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= hi):
+            raise GspoError(f"the range of tensor {name!r} is not a finite interval ({lo}, {hi})")
+        dt = np_dtype(graph.values[name].dtype)
+        data[name] = TensorData(lowest=np.array(lo, dt), highest=np.array(hi, dt))
+    return TensorsData(CalibrationMethod.MinMax, data)
+
+
+def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exclude: Collection[str] = (),
+                    per_channel: bool = True) -> Graph:
+    """The graph quantized to int8 in the QDQ format, from precomputed activation ranges.
+
+    What ``onnxruntime.quantization.quantize_static`` makes with its defaults and these
+    ranges (:func:`activation_ranges`): ``QDQQuantizer``, activations QUInt8 asymmetric,
+    weights QInt8 symmetric (per output channel unless ``per_channel`` is false; per tensor below
+    opset 13, where DequantizeLinear has no axis), biases int32. A model below opset 10 is
+    converted to opset 11 first, as onnxruntime does (through a temporary file of its own).
+    Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
+    output they read is kept too. Non-float tensors (ids, shapes) are left as they are.
+
+    Raises:
+        GspoError: weights over protobuf's 2 GB, nothing quantizable (or all of it excluded),
+            an id of ``exclude`` not in the graph, a tensor to quantize without a range.
+    """
+    _check_size(graph)
+    excluded = _check_ids(graph, exclude)
+    candidates = quantizable(graph)
+    if not candidates:
+        raise GspoError("nothing to quantize: the model has no Conv, MatMul, Gemm or other op onnxruntime "
+                        "quantizes with a float input")
+    if not set(candidates) - excluded:
+        raise GspoError(f"nothing to quantize: all {len(candidates)} quantizable node(s) are excluded")
+    model, names = _proto(graph)
+    kept = sorted(names[i] for i in _static_exclusions(graph, excluded) if i in names)
+    try:
+        model = update_opset_version(model, QuantType.QInt8, QuantType.QUInt8)
+        per_channel = per_channel and get_opset_version(model) >= 13
+        quantizer = QDQQuantizer(model, per_channel, False, QuantType.QInt8, QuantType.QUInt8,
+                                 _tensors_data(graph, ranges), [], kept, sorted(STATIC_OP_TYPES),
+                                 {"ActivationSymmetric": False, "WeightSymmetric": True})
+        with _quiet():
+            quantizer.quantize_model()
+    except GspoError:
+        raise
+    except Exception as e:
+        raise GspoError(f"onnxruntime cannot quantize the model: {first_line(e)}") from None
+    out = quantizer.model.model
+    _unquantize_inputs(out, set(kept))
+    return _graph(out, graph)
+
+
+@contextlib.contextmanager
+def _quiet():
+    """onnxruntime's quantizer logs to the root logger what is only its own housekeeping (e.g. a
+    per-channel axis it skips for a rank-1 weight): kept from the user's screen while it runs."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def dynamic_quantizable(graph: Graph) -> set[str]:
+    """The node ids of the MatMul and Gemm nodes :func:`quantize_dynamic` quantizes."""
+    return {_node_id(n) for n in _dynamic_nodes(graph)}
+
+
+def _dynamic_nodes(graph: Graph) -> list[Node]:
+    """The MatMul and Gemm nodes dynamic quantization turns into MatMulInteger: a float32 first
+    input and a float32 weight second (onnxruntime turns Gemm into MatMul only with alpha and
+    beta 1 and no transA)."""
+    out = []
+    for n in graph.nodes:
+        if n.op_type not in ("MatMul", "Gemm") or len(n.inputs) < 2 or n.is_opaque:
+            continue
+        a, b = n.inputs[0], n.inputs[1]
+        if n.op_type == "Gemm" and (n.attr("alpha", 1.0) != 1.0 or n.attr("beta", 1.0) != 1.0 or n.attr("transA", 0)):
+            continue
+        if graph.is_weight(b) and all(graph.values[x].dtype == TensorProto.FLOAT for x in (a, b)):
+            out.append(n)
+    return out
+
+
+def _own_transposed_weights(graph: Graph, gemms: Iterable[Node]) -> Graph:
+    """``graph`` with each Gemm of ``gemms`` that reads a shared weight transposed (transB)
+    reading a copy of its own: onnxruntime transposes that weight in place for every reader."""
+    nodes = list(graph.nodes)
+    weights = dict(graph.weights)
+    for n in gemms:
+        b = n.inputs[1]
+        if n.op_type == "Gemm" and n.attr("transB", 0) and len(graph.consumers.get(b, ())) > 1:
+            copy = fresh_name(b, b, _node_id(n))
+            weights[copy] = graph.weights[b]
+            nodes[graph.position[n]] = n.replace(inputs=(n.inputs[0], copy) + n.inputs[2:])
+    return dataclasses.replace(graph, nodes=tuple(nodes), weights=weights)
+
+
+def quantize_dynamic(graph: Graph, exclude: Collection[str] = ()) -> Graph:
+    """The graph with its MatMul and Gemm nodes of constant weights quantized dynamically.
+
+    What ``onnxruntime.quantization.quantize_dynamic`` makes for op types MatMul (and Gemm,
+    which it turns into MatMul + Add): weights QInt8 per tensor, activations quantized to uint8
+    at run time (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul). Nodes of ``exclude``
+    (node ids) stay fp32 (an excluded Gemm still becomes MatMul + Add). A model below opset 10
+    is converted to opset 11 first, as onnxruntime does.
+
+    Raises:
+        GspoError: weights over protobuf's 2 GB, no MatMul or Gemm with a constant weight (or all
+            of them excluded), an id of ``exclude`` not in the graph.
+    """
+    _check_size(graph)
+    excluded = _check_ids(graph, exclude)
+    candidates = _dynamic_nodes(graph)
+    if not candidates:
+        raise GspoError("nothing to quantize dynamically: the model has no MatMul or Gemm with a constant float weight")
+    if all(_node_id(n) in excluded for n in candidates):
+        raise GspoError(f"nothing to quantize dynamically: all {len(candidates)} MatMul/Gemm node(s) are excluded")
+    graph = _own_transposed_weights(graph, graph.nodes_by_op.get("Gemm", ()))
+    model, names = _proto(graph)
+    kept = sorted(names[i] for i in excluded if i in names)
+    kept += [f"{names[_node_id(n)]}_MatMul" for n in graph.nodes_by_op.get("Gemm", ()) if _node_id(n) in excluded]
+    try:
+        model = update_opset_version(model, QuantType.QInt8)
+        quantizer = ONNXQuantizer(model, False, False, QuantizationMode.IntegerOps, False, QuantType.QInt8,
+                                  QuantType.QUInt8, None, [], sorted(kept), list(DYNAMIC_OP_TYPES),
+                                  {"MatMulConstBOnly": True})
+        with _quiet():
+            quantizer.quantize_model()
+    except Exception as e:
+        raise GspoError(f"onnxruntime cannot quantize the model: {first_line(e)}") from None
+    return _graph(quantizer.model.model, graph)
