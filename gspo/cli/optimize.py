@@ -56,9 +56,22 @@ if TYPE_CHECKING:
                    "[default: every one that can run here].")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
 @input_shape_option
+@click.option("--precision", metavar="LIST", default=None,
+              help="Also search reduced precision, per piece: bf16 (OpenVINO), int8 (QDQ, dynamic), e.g. "
+                   "'bf16,int8'; needs --max-error [default: exact fp32 only].")
+@click.option("--max-error", metavar="SPEC", default=None,
+              help="Accuracy budget per output, measured on the validation data: nmse, rel_l2, maxrel, cosine, "
+                   "topK, e.g. 'nmse=1e-3' or 'logits:top1=0.99,cosine=0.999'.")
+@click.option("--calibration", type=click.Path(exists=True), default=None,
+              help="Calibration samples: an .npz (one array per input) or a folder of them [default: random, "
+                   "with a warning].")
+@click.option("--validation", type=click.Path(exists=True), default=None,
+              help="Validation samples the budget is judged on, never the calibration data (.npz or folder) "
+                   "[default: random, with a warning].")
 @handle_errors
 def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget, time_budget, threshold, max_streams, jobs,
-                 no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes):
+                 no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes, precision,
+                 max_error, calibration, validation):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
 
     Folds the exporter's constants and shape arithmetic, partitions the model, searches each
@@ -81,6 +94,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         gspo optimize resnet50.onnx -o fast.onnx --backends ort,openvino
         gspo optimize bert.onnx -o fast.onnx --input-shape input_ids=1,64 --inputs feeds.npz
         gspo optimize nasnet.onnx -o fast.onnx --device cuda --profile a100
+        gspo optimize m.onnx -o fast.onnx --precision bf16,int8 --max-error top1=0.99 --validation val/
     """
     from gspo import ir
     from gspo.partition import DEFAULT_THRESHOLD
@@ -88,16 +102,13 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
     from gspo.search import OptimizeError, optimize
     from gspo.search.dynamic import DECLARED
 
-    check_outputs({"-o": output, "--report": report}, (model, inputs_file), force, models=[model], model_outputs=["-o"])
+    check_outputs({"-o": output, "--report": report}, (model, inputs_file, calibration, validation), force,
+                  models=[model], model_outputs=["-o"])
     if no_streams and no_rules:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
     shapes = ir.parse_input_shapes(input_shapes)
     feeds = read_npz(inputs_file) if inputs_file else None
-    chosen_backends = None
-    if backends is not None:
-        from gspo.runtime.backends import check_backends
-
-        chosen_backends = check_backends(backends.split(","))
+    chosen_backends = _backends(backends)
     bar = progress_printer("optimizing")
     try:
         result = optimize(
@@ -105,6 +116,7 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
             profile=profile, force_profile=foreign_profile, alpha=alpha, budget=budget, time_budget=time_budget,
             threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
             use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select, backends=chosen_backends,
+            precision=precision or (), max_error=max_error, calibration=calibration, validation=validation,
         )
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
@@ -117,6 +129,15 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes) and r.dynamic_dims != DECLARED)
     click.echo(f"wrote {output}")
+
+
+def _backends(text: str | None) -> tuple[str, ...] | None:
+    """``--backends`` checked (``None``: every one that can run here)."""
+    if text is None:
+        return None
+    from gspo.runtime.backends import check_backends
+
+    return check_backends(text.split(","))
 
 
 def _write_report(path, r: Report, output, force: bool) -> None:
@@ -159,6 +180,10 @@ def _echo_outcome(r: Report, pinned: bool) -> None:
     if placed:
         ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
         click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
+    if r.precision is not None:
+        from gspo.cli.precision import echo_precision
+
+        echo_precision(r.precision)
     if r.settings.get("advice"):
         click.echo(f"settings: {r.settings['advice']} (saved in the model; gspo run and gspo bench apply them)")
     if r.skipped:

@@ -6,6 +6,9 @@ Every backend loads serialized ONNX bytes into a *runner* with onnxruntime's cal
 * ``ort``: onnxruntime's CPU provider (all graph optimizations, no spinning threads);
 * ``openvino``: OpenVINO's CPU plugin (``pip install 'gspo[openvino]'``), compiled for latency
   at f32 precision (no bf16 or f16 arithmetic, so results stay equivalent);
+* ``openvino:bf16``: the same at bf16 inference precision, where the CPU has bf16 instructions.
+  Never searched for an exact result: only ``gspo optimize --precision bf16`` places ops there,
+  within the accuracy budget the user states (:mod:`gspo.precision`);
 * ``cuda``: onnxruntime's CUDA provider on device 0 (``pip install 'gspo[gpu]'`` and an NVIDIA
   GPU), TF32 off; host arrays in and out (:class:`~gspo.runtime.cuda.CudaRunner`), so a value
   crossing between the CPU and the GPU is copied. Available only when
@@ -30,12 +33,16 @@ from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
 from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
+__all__ = ["BACKENDS", "REDUCED_BACKENDS", "RUNNABLE_BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
            "backend_versions", "MAX_OPENVINO_NESTING"]
 
 #: Every backend gspo knows, in the order they are preferred on a tie.
 BACKENDS = ("ort", "openvino", "cuda")
 DEFAULT_BACKEND = "ort"
+#: Backends at reduced precision (never equivalent at fp32 tolerance), by the precision they run.
+REDUCED_BACKENDS = {"openvino:bf16": "bf16"}
+#: Every backend a saved placement may name.
+RUNNABLE_BACKENDS = BACKENDS + tuple(REDUCED_BACKENDS)
 _INSTALL = {"openvino": "pip install 'gspo[openvino]' (the openvino package)"}
 _core_lock = threading.Lock()
 _core = None
@@ -59,9 +66,26 @@ def backend_status(name: str) -> tuple[bool, str]:
         except ImportError:
             return False, f"OpenVINO is not installed: {_INSTALL['openvino']}"
         return True, f"OpenVINO {ov.__version__.split('-')[0]} CPU"
+    if name == "openvino:bf16":
+        return _bf16_status()
     if name == "cuda":
         return _cuda_status()
-    return False, f"unknown backend {name!r} (known: {', '.join(BACKENDS)})"
+    return False, f"unknown backend {name!r} (known: {', '.join(RUNNABLE_BACKENDS)})"
+
+
+def _bf16_status() -> tuple[bool, str]:
+    """Whether OpenVINO runs bf16 arithmetic on this CPU (without bf16 instructions it would
+    quietly run f32, and a bf16 placement would only cost a compile)."""
+    ok, why = backend_status("openvino")
+    if not ok:
+        return ok, why
+    try:
+        caps = _openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    except Exception as e:  # noqa: BLE001 - OpenVINO raises its own exception types
+        return False, f"OpenVINO cannot tell this CPU's capabilities: {_reason(e)}"
+    if "BF16" not in caps:
+        return False, "this CPU has no bf16 instructions (OpenVINO would run f32)"
+    return True, f"{why} at bf16"
 
 
 def _cuda_status() -> tuple[bool, str]:
@@ -85,6 +109,9 @@ def check_backends(names: Sequence[str]) -> tuple[str, ...]:
     """
     out = []
     for name in dict.fromkeys(n.strip().lower() for n in names if n.strip()):
+        if name in REDUCED_BACKENDS:
+            raise GspoError(f"backend {name!r} runs at {REDUCED_BACKENDS[name]}, which changes outputs: ask for it with "
+                            "--precision and an accuracy budget (--max-error), not --backends")
         ok, why = backend_status(name)
         if not ok:
             raise GspoError(f"backend {name!r} cannot run here: {why}")
@@ -102,8 +129,8 @@ def backend_versions(names: Sequence[str]) -> str:
     for name in names:
         if name == "ort":
             parts.append(f"ort-{runtime_version()}")
-        elif name == "openvino":
-            parts.append(f"openvino-{_openvino().__version__.split('-')[0]}")
+        elif name.startswith("openvino"):
+            parts.append(f"{name.replace(':', '-')}-{_openvino().__version__.split('-')[0]}")
         elif name == "cuda":
             from gspo.runtime import cuda
 
@@ -195,11 +222,11 @@ def _refuse_nesting(model: bytes | Graph) -> None:
                            "be interrupted")
 
 
-def _load_openvino(model: bytes, threads: int) -> _OpenVinoRunner:
+def _load_openvino(model: bytes, threads: int, precision: str = "f32") -> _OpenVinoRunner:
     # OpenVINO allocates every output as it compiles; the pool's idle arrays go first
     BUFFERS.clear()
     core = _openvino_core()
-    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
     try:
@@ -221,7 +248,7 @@ def load_runner(name: str, model: bytes | Graph, config: SessionConfig = Session
     ok, why = backend_status(name)
     if not ok:
         raise GspoError(f"backend {name!r} cannot run here: {why}")
-    if name == "openvino":
+    if name.startswith("openvino"):
         _refuse_nesting(model)
     if isinstance(model, Graph):
         model = serialize(model)
@@ -229,4 +256,4 @@ def load_runner(name: str, model: bytes | Graph, config: SessionConfig = Session
         from gspo.runtime.cuda import load_cuda_runner
 
         return load_cuda_runner(model, config.intra_op_threads)
-    return _load_openvino(model, config.intra_op_threads)
+    return _load_openvino(model, config.intra_op_threads, REDUCED_BACKENDS.get(name, "f32"))

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
-from gspo.runtime.backends import BACKENDS
+from gspo.runtime.backends import RUNNABLE_BACKENDS
 from gspo.runtime.cpu import CpuExecutor
 from gspo.runtime.protocols import Executor
 from gspo.runtime.session import SessionConfig
@@ -61,7 +61,7 @@ def saved_placement(graph: Graph) -> Placement | None:
         return None
     try:
         placement = Placement.from_json(graph.extras.placement)
-        placement.check(graph, BACKENDS)
+        placement.check(graph, RUNNABLE_BACKENDS)
     except PlacementError as e:
         raise PlacementError(f"the placement saved in the model is invalid: {e}") from None
     return placement

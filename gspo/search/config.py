@@ -102,6 +102,15 @@ def _rule_list(v):
     return None if ok else "must be a list of gspo rules"
 
 
+def _precisions(v):
+    from gspo.precision import PRECISIONS
+
+    if not isinstance(v, tuple) or not all(isinstance(x, str) for x in v):
+        return "must be a list of precisions"
+    unknown = [x for x in v if x not in PRECISIONS]
+    return f"takes {', '.join(PRECISIONS)} (unknown: {', '.join(unknown)})" if unknown else None
+
+
 def _with(message: str, check):
     """``check`` with its range problem said as ``message`` (the messages users know); a wrong
     type is said as ``check`` says it."""
@@ -142,6 +151,10 @@ CHECKS = {
     "backends": ("--backends", _names_or_none),
     "db_path": ("db_path", _path_or_none),
     "rules": ("rules", _rule_list),
+    "precision": ("--precision", _precisions),
+    "max_error": ("--max-error", _path_or_none),
+    "calibration": ("--calibration", _path_or_none),
+    "validation": ("--validation", _path_or_none),
 }
 
 
@@ -161,7 +174,10 @@ def check_options(options: dict) -> OptimizeConfig:
     unknown = sorted(set(options) - known)
     if unknown:
         raise GspoError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-    given = {k: tuple(v) if k in ("backends", "rules") and isinstance(v, list) else v for k, v in options.items()}
+    given = {k: tuple(v) if k in ("backends", "rules", "precision") and isinstance(v, list) else v
+             for k, v in options.items()}
+    if isinstance(given.get("precision"), str):
+        given["precision"] = tuple(p.strip().lower() for p in given["precision"].split(",") if p.strip())
     cfg = OptimizeConfig(**given)
     cfg.validate()
     return cfg
@@ -256,6 +272,13 @@ class OptimizeConfig:
     #: Calibration database caching piece timings per backend (``None``: the user's cache).
     db_path: str | None = None
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
+    #: Reduced precisions to search besides fp32 (``("bf16", "int8")``; empty: exact fp32 only),
+    #: within ``max_error`` (the accuracy budget, e.g. ``"nmse=1e-3"``), measured on the
+    #: ``validation`` data (an .npz file or a folder of them) after tuning on ``calibration``.
+    precision: tuple[str, ...] = ()
+    max_error: str | None = None
+    calibration: str | None = None
+    validation: str | None = None
 
     def validate(self) -> None:
         """Raise :class:`GspoError` with a one-line message on an option of the wrong type or
@@ -265,6 +288,7 @@ class OptimizeConfig:
             problem = check(value)
             if problem:
                 raise GspoError(f"{flag} {problem} (got {_shown(value)})")
+        self._check_precision()
         if self.device == "cuda":
             if self.backends is not None:
                 raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
@@ -273,6 +297,24 @@ class OptimizeConfig:
             if self.cuda_runtime is not None:
                 set_cuda_runtime(self.cuda_runtime)
             require_cuda()
+
+    def _check_precision(self) -> None:
+        """The precision options make sense together (one line when not)."""
+        reduced = [p for p in self.precision if p != "fp32"]
+        if reduced and not self.max_error:
+            raise GspoError("--precision needs an accuracy budget: give --max-error (e.g. nmse=1e-3, cosine=0.999, "
+                            "top1=0.99)")
+        if not reduced:
+            given = [f for f, v in (("--max-error", self.max_error), ("--calibration", self.calibration),
+                                    ("--validation", self.validation)) if v]
+            if given:
+                raise GspoError(f"{given[0]} applies to reduced precision: give --precision bf16, int8 or both")
+            return
+        if self.device == "cuda":
+            raise GspoError("--precision runs on the cpu device (OpenVINO bf16, int8 QDQ); not with --device cuda")
+        from gspo.precision.accuracy import ErrorBudget
+
+        ErrorBudget.parse(self.max_error)
 
     @property
     def tolerance(self) -> Tolerance:

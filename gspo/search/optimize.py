@@ -32,6 +32,7 @@ from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.partition import Partition, partition
+from gspo.precision.stage import exact_seconds, with_precision
 from gspo.rules import WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime.backends import (
     DEFAULT_BACKEND,
@@ -423,7 +424,7 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
     given = check_options(options)
     check_model_and_inputs(model, inputs)
     cfg = resolved(given)
-    budget = Budget(cfg.time_budget, SHARES)
+    budget = Budget(exact_seconds(cfg), SHARES)
     profile = search_profile(cfg.device, cfg.profile, cfg.force_profile)
     cost_model = CostModel(profile)
     try:
@@ -448,8 +449,9 @@ def optimize(model: str | os.PathLike | Graph, progress: Callable[[str, int, int
                                                      show("verify"))
     choice, skipped, placement_report = _whole_model(prepared, parts, chosen, boundary, cfg, cost_model, cost_fn,
                                                      backends, budget)
-    return _result(inputs, prepared, cfg, given, profile, parts, t_search, choice, pieces_detail, skipped,
-                   cost_model, placement_report, budget)
+    result = _result(inputs, prepared, cfg, given, profile, parts, t_search, choice, pieces_detail, skipped,
+                     cost_model, placement_report, budget)
+    return with_precision(result, prepared, cfg, backends, budget.started, progress)
 
 
 def _result(inputs, prepared: Prepared, cfg: OptimizeConfig, given: OptimizeConfig, profile, parts, t_search,

@@ -140,6 +140,8 @@ class Report:
     settings: dict
     placement: dict
     skipped: list[dict]
+    #: The precision stage (``--precision``): budget, data, each kind's fit and timing, the choice.
+    precision: dict | None = None
 
     def to_json(self) -> dict:
         """The report as ``gspo optimize --report`` writes it (the fields in order, as they are)."""
@@ -148,7 +150,7 @@ class Report:
     @classmethod
     def from_json(cls, data: Mapping) -> Report:
         """The report of :meth:`to_json`'s dict (a key missing raises ``KeyError``)."""
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "precision"})
 
     def __getitem__(self, key: str):
         if key not in _KEYS:

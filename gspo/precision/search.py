@@ -1,0 +1,159 @@
+"""Precision searched per piece, within the user's accuracy budget (``gspo optimize --precision``).
+
+After the exact search has found the best fp32 model, each reduced-precision kind
+(:mod:`gspo.precision.variants`) is tried with every piece it can touch reduced. Its error is
+measured against the source model, first on the calibration data; when a limit breaks, the
+pieces go back to fp32 one at a time, the one whose error alone is the largest first (its
+contribution measured on the calibration data, as NNCF's accuracy control ranks layers). A
+combination that holds on the calibration data is then judged on the validation data, which
+nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
+is dropped. The survivors are timed against the fp32 model, interleaved, and the fastest is kept
+only when it is faster in so many rounds that chance is ruled out; the budget is never traded
+for speed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.precision.accuracy import Accuracy, ErrorBudget, measure
+from gspo.precision.variants import Kind
+from gspo.runtime.bench import interleaved
+from gspo.runtime.executor import make_executor
+from gspo.streams import node_id
+
+__all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "time_fitted"]
+
+#: Rounds of the interleaved timing, and the significance the fastest must reach.
+TIMING_RUNS = 20
+ALPHA = 0.01
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """The fp32 graph's pieces as sets of node ids (the unit precision is chosen for)."""
+
+    ops: tuple[frozenset[str], ...]
+
+    @classmethod
+    def of(cls, graph: Graph, threshold: int) -> Pieces:
+        from gspo.partition import partition
+
+        parts = partition(graph, threshold)
+        return cls(tuple(frozenset(node_id(graph.nodes[i]) for i in p.ops) for p in parts.pieces))
+
+    def union(self, chosen) -> frozenset[str]:
+        """The node ids of the pieces ``chosen``."""
+        return frozenset(op for i in chosen for op in self.ops[i])
+
+
+@dataclass
+class Fitted:
+    """One kind after fitting: the pieces left reduced (``None``: none, the kind was dropped), its
+    graph, the accuracy on the validation data and what happened to each piece."""
+
+    kind: Kind
+    reduced: tuple[int, ...] | None
+    graph: Graph | None = None
+    validation: Accuracy | None = None
+    calibration: Accuracy | None = None
+    pieces: dict[int, str] = field(default_factory=dict)
+    note: str = ""
+    median_s: float | None = None
+
+
+def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """The outputs of ``graph`` (its saved placement followed) on every sample."""
+    with make_executor(graph, None, "cpu") as ex:
+        names = graph.output_names()
+        return [{n: np.array(v, copy=True) for n, v in ex.run(s).items() if n in names} for s in samples]
+
+
+def evaluate(graph: Graph, samples, reference, budget: ErrorBudget) -> Accuracy:
+    """The accuracy of ``graph`` against the reference outputs on ``samples``."""
+    return measure(reference, outputs_of(graph, samples), budget)
+
+
+class _Out(Exception):
+    """The deadline came before the fit ended."""
+
+
+def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
+        deadline: float | None, clock: Callable[[], float] = time.perf_counter) -> Fitted:
+    """Fit ``kind`` to the budget (see the module docstring). ``reference`` holds the source
+    model's outputs on ``data.calibration`` and ``data.validation`` under those keys."""
+    touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops)]
+    fitted = Fitted(kind, None, pieces={i: "nothing in it this kind reduces" for i in range(len(pieces.ops))
+                                        if i not in touched})
+    if not touched:
+        fitted.note = "nothing in the model this kind reduces"
+        return fitted
+
+    def judge(chosen, which: str) -> tuple[Graph, Accuracy]:
+        if deadline is not None and clock() > deadline:
+            raise _Out
+        graph = kind.build(pieces.union(chosen))
+        return graph, evaluate(graph, getattr(data, which), reference[which], budget)
+
+    try:
+        return _revert(fitted, touched, judge)
+    except _Out:
+        fitted.note = "the time budget ended before the error was within the budget"
+    except GspoError as e:
+        fitted.note = f"could not be built or run: {e}"
+    return fitted
+
+
+def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
+    """Pieces back to fp32, largest error first, until calibration and validation both hold."""
+    current = list(touched)
+    order: list[int] | None = None
+    graph, cal = judge(current, "calibration")
+    while True:
+        if cal.holds:
+            _, val = judge(current, "validation")
+            if val.holds:
+                fitted.reduced, fitted.graph, fitted.calibration, fitted.validation = tuple(current), graph, cal, val
+                for i in current:
+                    fitted.pieces[i] = "reduced"
+                return fitted
+            why = "the validation data broke the budget (" + "; ".join(val.broken) + ")"
+        else:
+            why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"
+        if order is None:
+            order = _ranked(current, judge) if len(current) > 1 else list(current)
+        worst = order.pop(0)
+        current.remove(worst)
+        fitted.pieces[worst] = f"back to fp32: {why}; its error alone ranked {len(touched) - len(current)}"
+        if not current:
+            fitted.note = "every piece went back to fp32 to hold the budget"
+            return fitted
+        graph, cal = judge(current, "calibration")
+
+
+def _ranked(current: list[int], judge) -> list[int]:
+    """The pieces by their error alone on the calibration data, the largest first."""
+    excess = {i: judge([i], "calibration")[1].excess for i in current}
+    return sorted(current, key=lambda i: (-excess[i], i))
+
+
+def time_fitted(fp32: Graph, fitted: Sequence[Fitted], feeds: Mapping[str, np.ndarray],
+                runs: int = TIMING_RUNS) -> tuple[float, dict[str, tuple[float, ...]]]:
+    """Median seconds of the fp32 model, and every fitted kind's timing (interleaved rounds, in
+    one process); each kind's ``median_s`` is set."""
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        runners = [("fp32", stack.enter_context(make_executor(fp32, None, "cpu")))]
+        runners += [(f.kind.name, stack.enter_context(make_executor(f.graph, None, "cpu"))) for f in fitted]
+        timings = interleaved([(label, (lambda ex=ex: ex.run(feeds))) for label, ex in runners], runs=runs, warmup=3)
+    by_label = {t.label: t for t in timings}
+    for f in fitted:
+        f.median_s = by_label[f.kind.name].median
+    return by_label["fp32"].median, {t.label: t.seconds for t in timings}

@@ -1,0 +1,128 @@
+"""The precision stage of ``optimize``: from the best fp32 result to the fastest one within the
+user's accuracy budget (:mod:`gspo.precision.search`), and the report's ``precision`` block."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+
+from gspo.ir import Graph
+from gspo.precision.accuracy import ErrorBudget
+from gspo.precision.search import ALPHA, Fitted, Pieces, evaluate, fit, outputs_of, time_fitted
+from gspo.precision.variants import kinds, plain, with_placement
+from gspo.streams import Placement
+
+__all__ = ["PRECISION_SHARE", "exact_seconds", "refine", "saved_fp32", "with_precision"]
+
+#: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
+#: exact search gets the rest).
+PRECISION_SHARE = 0.5
+
+
+def reduced(cfg) -> bool:
+    """Whether ``cfg`` asks for a reduced precision."""
+    return any(p != "fp32" for p in cfg.precision)
+
+
+def exact_seconds(cfg) -> float | None:
+    """The exact search's share of the time budget: all of it, or with ``--precision`` what the
+    precision stage leaves (:data:`PRECISION_SHARE`)."""
+    if cfg.time_budget is None or not reduced(cfg):
+        return cfg.time_budget
+    return cfg.time_budget * (1 - PRECISION_SHARE)
+
+
+def with_precision(result, prepared, cfg, backends: Sequence[str], started: float, progress=None):
+    """``result`` through the precision stage when ``--precision`` asks for one (else as it is),
+    until the whole time budget's deadline (from ``started``, on :func:`time.perf_counter`)."""
+    if not reduced(cfg):
+        return result
+    deadline = None if cfg.time_budget is None else started + cfg.time_budget
+    return refine(result, prepared, cfg, backends, deadline, (lambda text: progress(text, 0, 0)) if progress else None)
+
+
+def saved_fp32(result) -> Graph:
+    """The fp32 result as ``gspo optimize`` saves it: its schedule and placement in the graph."""
+    schedule = json.dumps(result.schedule.to_json(), sort_keys=True) if result.schedule else ""
+    graph = dataclasses.replace(result.graph, extras=dataclasses.replace(result.graph.extras, schedule=schedule))
+    return with_placement(graph, result.placement)
+
+
+def refine(result, prepared, cfg, backends: Sequence[str], deadline: float | None,
+           progress: Callable[[str], None] | None = None):
+    """``result`` (the best fp32 model) replaced by the fastest reduced-precision model that holds
+    ``cfg.max_error`` on the validation data, when one is faster beyond the timing's noise; the
+    report gets its ``precision`` block either way."""
+    from gspo.precision.quantize import activation_ranges
+    from gspo.precision.samples import precision_data
+
+    say = progress or (lambda text: None)
+    budget = ErrorBudget.parse(cfg.max_error)
+    data = precision_data(prepared.original, cfg.calibration, cfg.validation, seed=cfg.seed)
+    source = plain(prepared.original)
+    reference = {"calibration": outputs_of(source, data.calibration),
+                 "validation": outputs_of(source, data.validation)}
+    fp32 = saved_fp32(result)
+    base = plain(result.graph)
+    pieces = Pieces.of(base, cfg.threshold)
+    say("calibrating")
+    found, notes = kinds(base, cfg.precision, backends, lambda: activation_ranges(base, data.calibration))
+    fitted = []
+    for k in found:
+        say(f"fitting {k.name}")
+        fitted.append(fit(k, pieces, data, reference, budget, deadline))
+    survivors = [f for f in fitted if f.reduced is not None]
+    fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
+    fp32_s, rounds = (None, {})
+    if survivors and (deadline is None or time.perf_counter() < deadline):
+        say("timing")
+        fp32_s, rounds = time_fitted(fp32, survivors, data.validation[0])
+    elif survivors:
+        notes.append("the time budget ended before the reduced-precision models could be timed: kept fp32")
+    best = _pick(survivors, rounds, cfg.final_margin) if fp32_s is not None else None
+    block = _block(cfg, budget, data, pieces, fitted, notes, best, fp32_s, fp32_acc)
+    report = dataclasses.replace(result.report, precision=block)
+    if best is None:
+        return dataclasses.replace(result, report=report)
+    placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
+    return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
+
+
+def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:
+    """The fastest survivor, if it beat fp32 by ``margin`` in so many rounds that chance is ruled
+    out at :data:`ALPHA` (a one-sided sign test)."""
+    from gspo.search.trial import sign_test
+
+    base = rounds["fp32"]
+    best = None
+    for f in sorted(survivors, key=lambda f: f.median_s):
+        mine = rounds[f.kind.name]
+        wins = sum(t < r * (1 - margin) for r, t in zip(base, mine))
+        if sign_test(wins, len(base)) < ALPHA:
+            best = f
+            break
+    return best
+
+
+def _block(cfg, budget: ErrorBudget, data, pieces: Pieces, fitted: list[Fitted], notes: list[str],
+           best: Fitted | None, fp32_s: float | None, fp32_acc) -> dict:
+    """The report's ``precision`` block."""
+    def ms(s):
+        return None if s is None else round(1e3 * s, 4)
+
+    kinds_ = [{"kind": f.kind.name, "precision": f.kind.precision, "backend": f.kind.backend,
+               "pieces_reduced": list(f.reduced) if f.reduced is not None else [],
+               "dropped": f.note or None, "median_ms": ms(f.median_s),
+               "speedup_over_fp32": round(fp32_s / f.median_s, 4) if fp32_s and f.median_s else None,
+               "calibration": f.calibration.to_json() if f.calibration else None,
+               "validation": f.validation.to_json() if f.validation else None,
+               "pieces": {str(i): why for i, why in sorted(f.pieces.items())}} for f in fitted]
+    chosen = None if best is None else best.kind.name
+    return {"requested": list(cfg.precision), "max_error": str(budget), "data": dict(data.source),
+            "warnings": list(data.warnings), "notes": notes, "pieces": len(pieces.ops),
+            "piece_ops": [len(p) for p in pieces.ops], "fp32_median_ms": ms(fp32_s),
+            "fp32_validation": fp32_acc.to_json(), "kinds": kinds_, "chosen": chosen or "fp32",
+            "speedup_over_fp32": round(fp32_s / best.median_s, 4) if best is not None else 1.0,
+            "validation": best.validation.to_json() if best is not None else fp32_acc.to_json()}

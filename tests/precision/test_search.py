@@ -1,0 +1,122 @@
+"""Fitting a precision kind to the budget: pieces go back to fp32, the largest error first."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from gspo.ir import load_bytes
+from gspo.precision.accuracy import ErrorBudget
+from gspo.precision.search import Pieces, fit, outputs_of
+from gspo.precision.variants import Kind
+
+#: How much each piece's weight moves when the fake kind "reduces" it.
+EPS = (1e-4, 1e-1, 1e-3)
+
+
+def chain(scales=(0.0, 0.0, 0.0)) -> bytes:
+    """x[1, 16] -> MatMul -> Relu -> MatMul -> Relu -> MatMul -> y; weight i scaled by 1 + scales[i]."""
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i, s in enumerate(scales):
+        w = (rng.standard_normal((16, 16)) / 4).astype(np.float32) * np.float32(1 + s)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
+        prev = f"m{i}"
+        if i < len(scales) - 1:
+            nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
+            prev = f"r{i}"
+    nodes[-1].output[0] = "y"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+#: Each piece's node ids (node id = the name of a node's first output).
+PIECES = Pieces((frozenset({"m0", "r0"}), frozenset({"m1", "r1"}), frozenset({"y"})))
+
+
+def fake_kind(built: list) -> Kind:
+    def build(reduced):
+        scales = tuple(EPS[i] if PIECES.ops[i] <= reduced else 0.0 for i in range(3))
+        built.append(scales)
+        return load_bytes(chain(scales))
+
+    return Kind("fake", "int8", "ort", lambda ops: True, build)
+
+
+def data(n=4):
+    rng = np.random.default_rng(1)
+    samples = [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(2 * n)]
+    return SimpleNamespace(calibration=samples[:n], validation=samples[n:])
+
+
+def reference(d):
+    base = load_bytes(chain())
+    return {"calibration": outputs_of(base, d.calibration), "validation": outputs_of(base, d.validation)}
+
+
+def test_the_piece_with_the_largest_error_goes_back_first():
+    d, built = data(), []
+    fitted = fit(fake_kind(built), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
+    assert fitted.reduced == (0, 2)
+    assert fitted.pieces[0] == fitted.pieces[2] == "reduced"
+    assert fitted.pieces[1].startswith("back to fp32: the calibration data broke the budget (y: nmse")
+    assert "ranked 1" in fitted.pieces[1]
+    assert fitted.validation.holds and fitted.calibration.holds
+    assert fitted.validation.outputs["y"]["nmse"] <= 1e-4
+    # all three reduced, then each alone (the ranking), then without piece 1 on both data sets
+    assert built[0] == EPS and built[1:4] == [(EPS[0], 0, 0), (0, EPS[1], 0), (0, 0, EPS[2])]
+    assert built[4:] == [(EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
+
+
+def test_a_budget_nothing_holds_drops_the_kind_with_every_piece_back_at_fp32():
+    d = data()
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-14"), None)
+    assert fitted.reduced is None and fitted.graph is None
+    assert fitted.note == "every piece went back to fp32 to hold the budget"
+    assert all(fitted.pieces[i].startswith("back to fp32: the calibration data broke the budget (y: nmse")
+               for i in range(3))
+    ranks = sorted(int(fitted.pieces[i].rsplit(" ", 1)[1]) for i in range(3))
+    assert ranks == [1, 2, 3]
+    assert "ranked 1" in fitted.pieces[1]  # the largest error alone
+
+
+def test_a_loose_budget_keeps_every_piece_reduced_after_one_check_on_each_data_set():
+    d, built = data(), []
+    fitted = fit(fake_kind(built), PIECES, d, reference(d), ErrorBudget.parse("nmse=1"), None)
+    assert fitted.reduced == (0, 1, 2) and built == [EPS, EPS]
+
+
+def test_the_validation_data_can_send_pieces_back_after_the_calibration_data_held():
+    d = data()
+    ref = reference(d)
+    # the validation reference is off by 10% everywhere: the calibration holds, the validation never does
+    ref["validation"] = [{"y": o["y"] * np.float32(1.1)} for o in ref["validation"]]
+    fitted = fit(fake_kind([]), PIECES, d, ref, ErrorBudget.parse("nmse=1e-3"), None)
+    assert fitted.reduced is None
+    assert any("the validation data broke the budget" in why for why in fitted.pieces.values())
+
+
+def test_the_deadline_ends_the_fit_with_a_note():
+    d = data()
+    ticks = iter([0.0, 100.0, 200.0, 300.0])
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), deadline=50.0,
+                 clock=lambda: next(ticks))
+    assert fitted.reduced is None
+    assert fitted.note == "the time budget ended before the error was within the budget"
+
+
+def test_a_kind_that_touches_nothing_is_dropped_with_the_reason():
+    d = data()
+    kind = Kind("none", "int8", "ort", lambda ops: False, lambda reduced: load_bytes(chain()))
+    fitted = fit(kind, PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
+    assert fitted.reduced is None and fitted.note == "nothing in the model this kind reduces"
+    assert set(fitted.pieces.values()) == {"nothing in it this kind reduces"}
+
+
+def test_chain_is_a_valid_model():
+    onnx.checker.check_model(onnx.load_from_string(chain()))
