@@ -72,6 +72,16 @@ def _estimate(modelset, baseline, update, tolerance, json_file, force) -> int:
     return 0
 
 
+def _warn_random_data(mset) -> None:
+    """Once per reduced-precision model whose calibration or validation data are random: say so."""
+    from gspo.regress.accuracy import data_warning
+
+    for spec in mset.models:
+        warning = data_warning(spec)
+        if warning:
+            click.echo(f"warning: model {spec.name!r}: {warning}", err=True)
+
+
 def _measured(modelset, against, record, force, reuse, engine, address, threshold, rounds, outputs) -> int:
     from gspo.regress import report
     from gspo.regress.gate import run_gate
@@ -89,6 +99,7 @@ def _measured(modelset, against, record, force, reuse, engine, address, threshol
                    _echo_progress(len(mset.models), "optimizing and timing" if against else "optimizing"))
     for note in run.notes:
         click.echo(f"note: {note}")
+    _warn_random_data(mset)
     click.echo(report.table(run))
     writers = {"--json": report.write_json, "--junit": report.write_junit, "--markdown": report.write_markdown,
                "--plot": report.write_plot}
@@ -128,7 +139,8 @@ def _measured(modelset, against, record, force, reuse, engine, address, threshol
 def regress(modelset, against, record, estimate, threshold, rounds, reoptimize, engine, address, json_file, junit,
             markdown, plot, baseline, update, tolerance, force):
     """Guard a model set's latency: exit 1 when a model got slower than its baseline, slower than
-    its source, or not equivalent; 2 when one could not be optimized or timed.
+    its source, or not equivalent (or, for an entry with "precision", outside its "max_error"
+    accuracy budget on its validation data: INACCURATE); 2 when one could not be optimized or timed.
 
     --record DIR stores each model's optimized result. --against DIR optimizes every model again
     (or reuses the stored result when the model, the options and the versions are unchanged) and

@@ -99,6 +99,7 @@ def _job_factory(spec: ModelSpec, against: Path | None, reuse: bool, measure: bo
     """What makes ``spec``'s job: its model's bytes with the files of its external weights, copied
     from the user's folder when the job runs here, carried as bytes when ``ship`` (a cluster)."""
     def make() -> Job:
+        from gspo.regress.accuracy import data_digest, ship_data
         from gspo.runtime.inputs import read_npz
 
         baseline = store.read_artifact(against, spec.name) if against is not None else None
@@ -111,7 +112,9 @@ def _job_factory(spec: ModelSpec, against: Path | None, reuse: bool, measure: bo
         return Job(spec, source, read_npz(str(spec.inputs)) if spec.inputs else None,
                    baseline.model if baseline is not None else None, cached, measure, keep,
                    external={k: v if isinstance(v, bytes) else str(v) for k, v in external.items()},
-                   weights_sha256=_digest(external), origin=origin)
+                   weights_sha256=_digest(external), origin=origin,
+                   data=ship_data(spec) if ship else {k: str(p) for k, p in spec.data().items()},
+                   data_sha256=data_digest(spec))
     return make
 
 
@@ -125,12 +128,15 @@ def _check_files(mset: ModelSet) -> None:
 
 def _store(record: Path, mset: ModelSet, results: list[Result], versions: dict, force: bool) -> None:
     for r in results:
-        if r.candidate is None or r.verdict in ("ERROR", "NOT EQUIVALENT"):
+        if r.candidate is None or r.verdict in ("ERROR", "NOT EQUIVALENT", "INACCURATE"):
             continue
         spec = next(s for s in mset.models if s.name == r.name)
         meta = {"name": r.name, "source_sha256": r.source_sha256, "key": r.key, "options": spec.options,
                 "exclude_rules": list(spec.exclude_rules), "input_shapes": spec.input_shapes,
                 "versions": r.versions, "machine": r.machine}
+        if spec.precision:  # what it was optimized within (optimize's report has the choice and its error)
+            meta["precision"] = {"precision": list(spec.precision), "max_error": spec.max_error,
+                                 **{k: str(p) for k, p in spec.data().items()}}
         store.write_artifact(record, r.name, r.candidate, r.report or {}, meta, overwrite=force)
     store.write_index(record, str(mset.path), [r.name for r in results if r.candidate is not None], versions,
                       overwrite=force)

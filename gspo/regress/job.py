@@ -4,7 +4,9 @@ A :class:`Job` carries everything as bytes and plain data, so that it runs the s
 process (the local engine) or on any node of a cluster (the Ray engine): optimize and the
 timing of a model always happen in one process on one machine, and a ratio is never taken
 across two machines. A model-level failure never raises: it is the result's verdict
-(``ERROR`` with the reason, or ``NOT EQUIVALENT``).
+(``ERROR`` with the reason, or ``NOT EQUIVALENT``). A model set entry with reduced precision is
+judged by its accuracy budget instead of equivalence (:mod:`gspo.regress.accuracy`): a candidate
+outside it is ``INACCURATE``.
 """
 
 from __future__ import annotations
@@ -25,15 +27,18 @@ from gspo.errors import GspoError
 from gspo.regress.modelset import ModelSpec
 from gspo.regress.stats import UNDECIDED, Decision, decide, noise, noise_limit
 
-__all__ = ["Job", "Judgement", "Result", "run_job", "judge_rounds", "FAILING", "VERDICTS", "ERROR", "exit_code"]
+__all__ = ["Job", "Judgement", "Result", "run_job", "judge_rounds", "FAILING", "VERDICTS", "ERROR", "INACCURATE",
+           "exit_code"]
 
 OK, FASTER, SUSPICIOUS, NEW = "ok", "faster", "suspicious", "no baseline"
 REGRESSED, SLOWER, NOT_EQUIVALENT, ERROR = "REGRESSED", "SLOWER THAN SOURCE", "NOT EQUIVALENT", "ERROR"
+#: A reduced-precision candidate whose error on the validation data is outside the entry's budget.
+INACCURATE = "INACCURATE"
 RECORDED = "recorded"
 #: Every verdict, most severe first.
-VERDICTS = (ERROR, NOT_EQUIVALENT, SLOWER, REGRESSED, SUSPICIOUS, NEW, FASTER, OK, RECORDED)
+VERDICTS = (ERROR, NOT_EQUIVALENT, INACCURATE, SLOWER, REGRESSED, SUSPICIOUS, NEW, FASTER, OK, RECORDED)
 #: The verdicts that fail the gate (exit 1).
-FAILING = (NOT_EQUIVALENT, SLOWER, REGRESSED)
+FAILING = (NOT_EQUIVALENT, INACCURATE, SLOWER, REGRESSED)
 #: Random input sets the candidate is checked on when the set gives no inputs.
 CHECK_RUNS = 2
 
@@ -58,6 +63,11 @@ class Job:
     weights_sha256: str = ""
     #: The user's model file (or ``zoo model 'name'``): what messages name instead of the copy.
     origin: str = ""
+    #: A reduced-precision entry's calibration and validation data, by kind: the user's path (a job
+    #: run here), or the files' bytes by name (a job sent to a cluster).
+    data: dict[str, str | dict[str, bytes]] = field(default_factory=dict)
+    #: One sha256 of that data (part of the cache key: new data may choose another precision).
+    data_sha256: str = ""
 
 
 @dataclass
@@ -84,6 +94,8 @@ class Result:
     machine: dict = field(default_factory=dict)
     candidate: bytes | None = None
     report: dict | None = None
+    #: A reduced-precision entry's accuracy (:func:`~gspo.regress.accuracy.judge_entry`).
+    accuracy: dict | None = None
 
     @property
     def failed(self) -> bool:
@@ -92,12 +104,15 @@ class Result:
 
     def to_json(self) -> dict:
         """The result as JSON (without the candidate's bytes; the report only as its summary)."""
-        out = {k: v for k, v in self.__dict__.items() if k not in ("candidate", "report", "vs_baseline", "vs_source")}
+        out = {k: v for k, v in self.__dict__.items()
+               if k not in ("candidate", "report", "vs_baseline", "vs_source", "accuracy")}
         out["vs_baseline"] = self.vs_baseline.to_json() if self.vs_baseline else None
         out["vs_source"] = self.vs_source.to_json() if self.vs_source else None
         if self.report:
             out["optimize"] = {k: self.report.get(k) for k in ("chosen", "substitutions", "streams", "speedup",
                                                                "verdict", "total_seconds")}
+        if self.accuracy is not None:
+            out["accuracy"] = self.accuracy
         return out
 
 
@@ -108,11 +123,13 @@ def exit_code(results: list[Result]) -> int:
     return 1 if any(r.failed for r in results) else 0
 
 
-def _optimize(job: Job, source_path: Path) -> tuple[bytes, dict]:
+def _optimize(job: Job, source_path: Path, data: dict[str, str]) -> tuple[bytes, dict]:
     from gspo.rules import DEFAULT_RULES
     from gspo.search import optimize
 
     options = dict(job.spec.options)
+    if job.spec.precision:
+        options.update(precision=job.spec.precision, max_error=job.spec.max_error, **data)
     if job.spec.exclude_rules:
         options["rules"] = tuple(r for r in DEFAULT_RULES if r.name not in job.spec.exclude_rules)
     result = optimize(source_path, input_shapes=job.spec.input_shapes or None, inputs=job.inputs, **options)
@@ -191,7 +208,32 @@ def _verdict(vs_base: Decision | None, vs_src: Decision) -> str:
     return verdict
 
 
-def _measure(job: Job, source_graph, candidate: bytes, result: Result) -> None:
+def _equivalent(bench, feeds, result: Result) -> bool:
+    """Whether the candidate's outputs are the source's (else the result is ``NOT EQUIVALENT``)."""
+    check = bench.check("source", "candidate", feeds)
+    result.max_rel_err = check.max_norm_rel
+    if not check.equivalent:
+        bad = check.worst
+        result.verdict, result.reason = NOT_EQUIVALENT, f"output {bad.name} differs from the source's ({bad.reason})"
+    return check.equivalent
+
+
+def _accurate(job: Job, source_path: Path, source_graph, candidate: bytes, data: dict[str, str],
+              result: Result) -> bool:
+    """Whether a reduced-precision entry's candidate keeps its budget (else ``INACCURATE``, the
+    broken limits the reason); the candidate's and the baseline's accuracy go into the result."""
+    from gspo.regress.accuracy import accuracy_reason, judge_entry
+
+    chosen = ((result.report or {}).get("precision") or {}).get("chosen")
+    result.accuracy = judge_entry(job.spec, source_path, source_graph, candidate, job.baseline, data, chosen)
+    if result.accuracy["candidate"]["holds"]:
+        return True
+    result.verdict, result.reason = INACCURATE, accuracy_reason(result.accuracy)
+    return False
+
+
+def _measure(job: Job, source_graph, candidate: bytes, result: Result, judged: bool = False) -> None:
+    """Check the candidate equivalent to the source (unless its accuracy was ``judged``), then time."""
     from gspo.ir import load_bytes
     from gspo.regress.timing import Bench
 
@@ -201,11 +243,7 @@ def _measure(job: Job, source_graph, candidate: bytes, result: Result) -> None:
         versions["baseline"] = (load_bytes(job.baseline, shapes, label="baseline artifact"), None)
     feeds = _feeds(job, source_graph)
     with Bench(versions) as bench:
-        check = bench.check("source", "candidate", feeds)
-        result.max_rel_err = check.max_norm_rel
-        if not check.equivalent:
-            bad = check.worst
-            result.verdict, result.reason = NOT_EQUIVALENT, f"output {bad.name} differs from the source's ({bad.reason})"
+        if not judged and not _equivalent(bench, feeds, result):
             return
         j = judge_rounds(lambda k: bench.rounds(feeds[0], k), job.spec.rounds, job.spec.threshold,
                          job.baseline is not None)
@@ -239,8 +277,11 @@ def _identify(job: Job, result: Result) -> None:
     if job.inputs is not None:
         inputs_sha = sha256(b"".join(k.encode() + np.ascontiguousarray(v).tobytes() + str(v.dtype).encode()
                                      for k, v in sorted(job.inputs.items())))
+    precision = None
+    if job.spec.precision:  # only then: an entry without it keeps its key
+        precision = {"precision": list(job.spec.precision), "max_error": job.spec.max_error, "data": job.data_sha256}
     result.key = cache_key(result.source_sha256, job.spec.input_shapes, inputs_sha, job.spec.options,
-                           job.spec.exclude_rules, result.versions)
+                           job.spec.exclude_rules, result.versions, precision)
 
 
 def _place_source(job: Job, tmp: Path) -> Path:
@@ -303,17 +344,23 @@ def run_job(job: Job) -> Result:
 
 def _run(job: Job, source_path: Path, result: Result, began: float) -> None:
     from gspo.ir import load
+    from gspo.regress.accuracy import place_data
 
     _identify(job, result)
+    data = place_data(job.data, source_path.parent.parent)
     if job.cached is not None and job.cached[2] == result.key:
         candidate, result.report, _ = job.cached
         result.reused = True
     else:
-        candidate, result.report = _optimize(job, source_path)
+        candidate, result.report = _optimize(job, source_path, data)
     result.seconds["optimize"] = time.perf_counter() - began
     if job.keep_candidate:
         result.candidate = candidate
     if not job.measure:
         result.verdict = RECORDED
-    else:
-        _measure(job, load(source_path, job.spec.input_shapes or None), candidate, result)
+        return
+    source_graph = load(source_path, job.spec.input_shapes or None)
+    precise = bool(job.spec.precision)
+    if precise and not _accurate(job, source_path, source_graph, candidate, data, result):
+        return
+    _measure(job, source_graph, candidate, result, judged=precise)

@@ -9,11 +9,18 @@ any work (one line naming the first problem).
      "models": [{"name": "nasrnn", "zoo": "nasrnn", "size": "tiny"},
                 {"name": "mine", "path": "models/mine.onnx", "input_shapes": {"x": [1, 3, 224, 224]},
                  "inputs": "models/mine_inputs.npz", "options": {"threshold": 32},
-                 "exclude_rules": ["SplitConv"], "gate": {"threshold": 0.08}}]}
+                 "exclude_rules": ["SplitConv"], "gate": {"threshold": 0.08},
+                 "precision": "bf16,int8", "max_error": "nmse=1e-3",
+                 "calibration": "data/mine_calib/", "validation": "data/mine_val/"}]}
 
 ``options`` are :func:`gspo.optimize`'s keyword arguments (for the set, then per model);
 ``gate`` holds the gate's own settings: ``threshold`` (the slowdown allowed, 0.05 = 5%) and
-``rounds`` (interleaved rounds before the one extension). Paths are relative to the set's file.
+``rounds`` (interleaved rounds before the one extension). ``precision`` (a list, or
+``"bf16,int8"``) opts a model into reduced precision within ``max_error`` (an accuracy budget,
+:class:`~gspo.precision.accuracy.ErrorBudget`), tuned on ``calibration`` and judged on
+``validation`` (an ``.npz`` or a folder of them; random inputs when not given); the set may give
+``precision`` and ``max_error`` for every model (a model's ``"precision": null`` opts out).
+Paths are relative to the set's file.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from gspo.errors import GspoError, read_json
 from gspo.regress.stats import THRESHOLD
 from gspo.search.config import MAX_SECONDS, MAX_SEED
 
-__all__ = ["ModelSet", "ModelSpec", "describe_path", "load_modelset", "ROUNDS", "VERSION"]
+__all__ = ["ModelSet", "ModelSpec", "data_files", "describe_path", "load_modelset", "ROUNDS", "VERSION"]
 
 VERSION = 1
 #: Interleaved rounds per comparison before the one extension (which doubles them).
@@ -86,8 +93,11 @@ OPTIONS = {
     "backends": _names, "timing_runs": _int(5), "keep": _int(1),
 }
 GATE = {"threshold": _number(0, low_open=True), "rounds": _int(6)}
-_MODEL_KEYS = {"name", "zoo", "size", "seed", "path", "input_shapes", "inputs", "options", "exclude_rules", "gate"}
-_SET_KEYS = {"version", "options", "exclude_rules", "gate", "models", "description"}
+#: The keys of reduced precision (the two data paths only per model: they follow its inputs).
+_PRECISION_KEYS = ("precision", "max_error", "calibration", "validation")
+_MODEL_KEYS = {"name", "zoo", "size", "seed", "path", "input_shapes", "inputs", "options", "exclude_rules", "gate",
+               *_PRECISION_KEYS}
+_SET_KEYS = {"version", "options", "exclude_rules", "gate", "models", "description", "precision", "max_error"}
 
 
 @dataclass(frozen=True)
@@ -105,10 +115,28 @@ class ModelSpec:
     exclude_rules: tuple[str, ...] = ()
     threshold: float = THRESHOLD
     rounds: int = ROUNDS
+    #: Reduced precisions searched besides fp32 (empty: exact fp32 only, no accuracy judged).
+    precision: tuple[str, ...] = ()
+    #: The accuracy budget (a canonical :class:`~gspo.precision.accuracy.ErrorBudget` spec).
+    max_error: str | None = None
+    calibration: Path | None = None
+    validation: Path | None = None
+
+    def data(self) -> dict[str, Path]:
+        """The calibration and validation data given (an ``.npz`` or a folder), by kind."""
+        return {k: p for k, p in (("calibration", self.calibration), ("validation", self.validation)) if p is not None}
 
     def files(self) -> list[Path]:
-        """The files this model reads (the gate never writes onto them)."""
-        return [p for p in (self.path, self.inputs) if p is not None]
+        """The files this model reads (the gate never writes onto them): with its data's samples."""
+        return [p for p in (self.path, self.inputs) if p is not None] + [
+            f for p in self.data().values() for f in data_files(p)]
+
+
+def data_files(path: Path) -> list[Path]:
+    """The samples' files of a data path: itself, or a folder's ``.npz`` files by name."""
+    if not path.is_dir():
+        return [path]
+    return sorted(f for f in path.iterdir() if f.name.endswith(".npz") and f.is_file())
 
 
 @dataclass(frozen=True)
@@ -199,6 +227,70 @@ def _rules(where: str, given) -> tuple[str, ...]:
     return tuple(given)
 
 
+def _precisions(where: str, given) -> tuple[str, ...]:
+    """``precision`` (``"bf16,int8"`` or a list; ``null``: none) as a tuple, checked."""
+    from gspo.precision import PRECISIONS
+
+    if given is None:
+        return ()
+    items = given.split(",") if isinstance(given, str) else given
+    if not isinstance(items, list) or not all(isinstance(p, str) for p in items):
+        raise GspoError(f"{where}: precision must be a list or a comma-separated string of {', '.join(PRECISIONS)} "
+                        f"(got {json.dumps(given)})")
+    found = tuple(dict.fromkeys(p.strip().lower() for p in items if p.strip()))
+    unknown = [p for p in found if p not in PRECISIONS]
+    if unknown:
+        raise GspoError(f"{where}: unknown precision {', '.join(map(repr, unknown))} (known: {', '.join(PRECISIONS)})")
+    if not any(p != "fp32" for p in found):
+        raise GspoError(f"{where}: precision names no reduced precision: give bf16, int8 or both (fp32 is always "
+                        "a candidate)")
+    return found
+
+
+def _budget(where: str, given) -> str:
+    """``max_error`` checked by :meth:`ErrorBudget.parse`, as its canonical spec."""
+    from gspo.precision.accuracy import ErrorBudget
+
+    if not isinstance(given, str):
+        raise GspoError(f"{where}: max_error must be a budget such as \"nmse=1e-3\" (got {json.dumps(given)})")
+    try:
+        return str(ErrorBudget.parse(given))
+    except GspoError as e:
+        text = str(e)
+        text = text[len("--max-error"):] if text.startswith("--max-error") else f": {text}"
+        raise GspoError(f"{where}: max_error{text}") from None
+
+
+def _data_path(where: str, base: Path, kind: str, given) -> Path:
+    """A ``calibration`` or ``validation`` path (relative to the set), there and holding samples."""
+    if not isinstance(given, str) or not given:
+        raise GspoError(f"{where}: {kind} must be the path of an .npz file or of a folder of them")
+    path = base / given
+    if not path.exists():
+        raise GspoError(f"{where}: {kind} {path}: no such file or folder")
+    if path.is_dir() and not data_files(path):
+        raise GspoError(f"{where}: {kind} {path}: no .npz file in the folder (one sample per .npz file)")
+    return path
+
+
+def _precision_fields(where: str, base: Path, top: dict, m: dict) -> dict:
+    """A model's reduced-precision fields (its own over the set's), checked together."""
+    precision = _precisions(where, m["precision"]) if "precision" in m else top["precision"]
+    max_error = _budget(where, m["max_error"]) if "max_error" in m else top["max_error"]
+    data = {k: _data_path(where, base, k, m[k]) for k in _PRECISION_KEYS[2:] if k in m}
+    if not precision:
+        own = [k for k in _PRECISION_KEYS[1:] if k in m]
+        if own:
+            raise GspoError(f"{where}: {own[0]} applies to reduced precision: give \"precision\" (bf16, int8 or both)")
+        return {}
+    if max_error is None:
+        raise GspoError(f"{where}: precision needs an accuracy budget: give \"max_error\" (e.g. \"nmse=1e-3\", "
+                        "\"cosine=0.999\" or \"top1=0.99\")")
+    if len(data) == 2 and os.path.realpath(data["calibration"]) == os.path.realpath(data["validation"]):
+        raise GspoError(f"{where}: validation must not be the calibration data (both are {data['validation']})")
+    return {"precision": precision, "max_error": max_error, **data}
+
+
 def _source(where: str, base: Path, m: dict) -> dict:
     from gspo.zoo import MODELS, SIZES
 
@@ -234,7 +326,8 @@ def _model(base: Path, data: dict, m, i: int, notes: list[str]) -> ModelSpec:
         name=m["name"], **_source(where, base, m), input_shapes=_shapes(where, m.get("input_shapes", {})),
         inputs=base / inputs if inputs else None, options=options,
         exclude_rules=tuple(dict.fromkeys(data["exclude_rules"] + _rules(where, m.get("exclude_rules", [])))),
-        threshold=gate.get("threshold", THRESHOLD), rounds=gate.get("rounds", ROUNDS))
+        threshold=gate.get("threshold", THRESHOLD), rounds=gate.get("rounds", ROUNDS),
+        **_precision_fields(where, base, data, m))
 
 
 def load_modelset(path: str | os.PathLike, threshold: float | None = None, rounds: int | None = None) -> ModelSet:
@@ -258,7 +351,9 @@ def load_modelset(path: str | os.PathLike, threshold: float | None = None, round
     if rounds is not None:
         gate["rounds"] = rounds
     top = {"options": _checked("the set's options", OPTIONS, data.get("options", {}), notes), "gate": gate,
-           "exclude_rules": _rules("the set", data.get("exclude_rules", []))}
+           "exclude_rules": _rules("the set", data.get("exclude_rules", [])),
+           "precision": _precisions("the set", data.get("precision")),
+           "max_error": _budget("the set", data["max_error"]) if "max_error" in data else None}
     models = data.get("models")
     if not isinstance(models, list) or not models:
         raise GspoError(f"{p}: the model set lists no models")

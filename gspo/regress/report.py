@@ -13,6 +13,7 @@ import xml.etree.ElementTree as ET
 
 from gspo.errors import GspoError
 from gspo.outputs import atomic_write
+from gspo.regress.accuracy import accuracy_line
 from gspo.regress.gate import GateRun
 from gspo.regress.job import ERROR, Result
 
@@ -60,13 +61,15 @@ _HEADER = ["model", "verdict", "vs baseline [95% CI]", "vs source [95% CI]", "ro
 
 
 def table(run: GateRun) -> str:
-    """The terminal table: one line per model, a line per reason, and the summary."""
+    """The terminal table: one line per model, a line per reason, one per model's accuracy
+    (reduced-precision entries), and the summary."""
     rows = [_HEADER] + [_row(r) for r in run.results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(_HEADER))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
     for r in run.results:
         if r.reason and r.verdict not in ("ok", "recorded"):
             lines.append(f"{r.name}: {r.reason}")
+    lines += [accuracy_line(r.name, r.accuracy) for r in run.results if r.accuracy is not None]
     lines.append(summary(run))
     return "\n".join(lines)
 
@@ -88,6 +91,8 @@ def markdown(run: GateRun) -> str:
     body = "".join("| " + " | ".join(_md_cell(c) for c in _row(r)) + " |\n" for r in run.results)
     reasons = "".join(f"- **{r.name}** ({r.verdict}): {r.reason}\n" for r in run.results
                       if r.reason and r.verdict not in ("ok", "recorded"))
+    reasons += "".join(f"- {_md_cell(accuracy_line(r.name, r.accuracy))}\n" for r in run.results
+                       if r.accuracy is not None)
     v = run.versions
     versions = f"gspo {v.get('gspo')}, onnxruntime {v.get('onnxruntime')}, OpenVINO {v.get('openvino') or '-'}"
     return (f"### gspo regress: {summary(run)}\n\n{head}{body}\n{reasons}\n"
@@ -106,7 +111,7 @@ def write_markdown(run: GateRun, path: str | os.PathLike, overwrite: bool = Fals
 
 def write_junit(run: GateRun, path: str | os.PathLike, overwrite: bool = False) -> None:
     """JUnit XML: one test case per model; a failure (REGRESSED, SLOWER THAN SOURCE, NOT
-    EQUIVALENT) or an error (ERROR) with the figures; suspicious models pass with their figures
+    EQUIVALENT, INACCURATE) or an error (ERROR) with the figures; suspicious models pass with their figures
     in ``system-out``."""
     suite = ET.Element("testsuite", name="gspo regress", tests=str(len(run.results)),
                        failures=str(sum(r.failed for r in run.results)),

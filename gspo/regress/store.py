@@ -5,12 +5,13 @@
     DIR/gspo-artifacts.json        the index: format version, the set, versions, machine, models
     DIR/<model>/model.onnx         the optimized model (its schedule and placement in its metadata)
     DIR/<model>/report.json        optimize's report
-    DIR/<model>/artifact.json      source sha256, versions, machine, options, and the cache key
+    DIR/<model>/artifact.json      source sha256, versions, machine, options, precision, the cache key
 
 Every file is written atomically (:mod:`gspo.outputs`), never onto an input, and an existing one
 only with ``force``. The *cache key* of a model is the sha256 of the canonical JSON of: the
 source model's sha256, its input shapes, the sha256 of its inputs file (if any), the optimize
-options and excluded rules, and the versions of gspo, onnxruntime and OpenVINO. When the stored
+options and excluded rules, the versions of gspo, onnxruntime and OpenVINO, and for an entry with
+reduced precision its precisions, budget and the sha256 of its data. When the stored
 key equals the current one, ``--against`` reuses the stored model as the candidate instead of
 optimizing again (nothing that optimize reads has changed).
 """
@@ -66,11 +67,14 @@ def machine() -> dict:
 
 
 def cache_key(source_sha: str, input_shapes: dict, inputs_sha: str | None, options: dict,
-              exclude_rules: tuple[str, ...], found_versions: dict) -> str:
-    """The key under which a stored optimized model can stand for a new optimization."""
-    blob = json.dumps({"source": source_sha, "input_shapes": input_shapes, "inputs": inputs_sha,
-                       "options": options, "exclude_rules": sorted(exclude_rules), "versions": found_versions},
-                      sort_keys=True)
+              exclude_rules: tuple[str, ...], found_versions: dict, precision: dict | None = None) -> str:
+    """The key under which a stored optimized model can stand for a new optimization
+    (``precision``: a reduced-precision entry's precisions, budget and data sha256)."""
+    key = {"source": source_sha, "input_shapes": input_shapes, "inputs": inputs_sha,
+           "options": options, "exclude_rules": sorted(exclude_rules), "versions": found_versions}
+    if precision is not None:
+        key["precision"] = precision
+    blob = json.dumps(key, sort_keys=True)
     return sha256(blob.encode())
 
 
