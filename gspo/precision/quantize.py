@@ -50,9 +50,12 @@ from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry  #
 __all__ = ["STATIC_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable", "dynamic_quantizable", "calibrated_tensors",
            "activation_ranges", "quantize_static", "quantize_dynamic"]
 
-#: The op types ``quantize_static`` quantizes by default (its QLinear and QDQ registries): their
-#: float inputs and outputs are the tensors calibrated.
-STATIC_OP_TYPES = frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
+#: The op types ``quantize_static`` quantizes by default (its QLinear and QDQ registries), less
+#: BatchNormalization: a standalone one (DenseNet's, before its Conv) quantized, or only reading a
+#: dequantized value, made OpenVINO 2026.4's compile crash the process (SIGSEGV); it keeps fp32
+#: inputs and outputs, and an elementwise op gains little from int8. Their float inputs and
+#: outputs are the tensors calibrated.
+STATIC_OP_TYPES = (frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)) - {"BatchNormalization"}
 #: The op types dynamic quantization is asked for (onnxruntime turns Gemm into MatMul first).
 DYNAMIC_OP_TYPES = ("MatMul",)
 #: A serialized ONNX model (protobuf) must stay under this many bytes.
@@ -353,7 +356,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     if not set(candidates) - excluded:
         raise GspoError(f"nothing to quantize: all {len(candidates)} quantizable node(s) are excluded")
     model, names = _proto(graph)
-    kept = sorted(names[i] for i in _static_exclusions(graph, excluded) if i in names)
+    fp32 = excluded | {_node_id(n) for n in graph.nodes_by_op.get("BatchNormalization", ())}  # read floats too
+    kept = sorted(names[i] for i in _static_exclusions(graph, fp32) if i in names)
     try:
         model = update_opset_version(model, QuantType.QInt8, QuantType.QUInt8)
         per_channel = per_channel and get_opset_version(model) >= 13

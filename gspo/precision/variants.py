@@ -17,9 +17,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from gspo.errors import GspoError
-from gspo.ir import Graph
+from gspo.ir import Graph, serialize
 from gspo.precision import PRECISIONS
-from gspo.runtime.backends import backend_status
+from gspo.runtime.backends import backend_status, openvino_probe
 from gspo.streams import Placement, node_id
 
 __all__ = ["PRECISIONS", "Kind", "kinds", "plain", "with_placement"]
@@ -72,8 +72,15 @@ def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable
 
     ids = [node_id(n) for n in graph.nodes]
 
+    probed: list[bool] = []
+
     def build(reduced: frozenset[str]) -> Graph:
         q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced])
+        if backend == "openvino" and not probed:  # the first QDQ form OpenVINO gets: in a process of its own
+            probed.append(True)
+            why = openvino_probe(serialize(q))
+            if why:
+                raise GspoError(why)
         return with_placement(q, Placement.whole(q, backend) if backend != "ort" else None)
 
     name = "int8 on " + ("onnxruntime" if backend == "ort" else backend)

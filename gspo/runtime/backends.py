@@ -34,7 +34,7 @@ from gspo.runtime.protocols import Runner
 from gspo.runtime.session import BackendError, SessionConfig, make_session
 
 __all__ = ["BACKENDS", "REDUCED_BACKENDS", "RUNNABLE_BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends", "check_backends", "load_runner",
-           "backend_versions", "MAX_OPENVINO_NESTING"]
+           "backend_versions", "MAX_OPENVINO_NESTING", "openvino_probe"]
 
 #: Every backend gspo knows, in the order they are preferred on a tie.
 BACKENDS = ("ort", "openvino", "cuda")
@@ -234,6 +234,39 @@ def _load_openvino(model: bytes, threads: int, precision: str = "f32") -> _OpenV
     except Exception as e:
         raise BackendError(f"OpenVINO cannot compile the model: {_reason(e)}") from None
     return _OpenVinoRunner(compiled)
+
+
+#: What :func:`openvino_probe` runs: read and compile the model at its path, at the given precision.
+_PROBE = ("import sys, openvino as ov; c = ov.Core(); "
+          "c.compile_model(c.read_model(sys.argv[1]), 'CPU', {'INFERENCE_PRECISION_HINT': sys.argv[2]})")
+
+
+def openvino_probe(model: bytes, precision: str = "f32", timeout: float = 300.0) -> str | None:
+    """Why OpenVINO cannot compile ``model``, found in a process of its own (``None``: it compiles):
+    a model OpenVINO has never been given in this form (a quantized one gspo made) can crash its
+    compile (SIGSEGV), which must not take the caller's process with it."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gspo-probe-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model)
+        done = subprocess.run([sys.executable, "-c", _PROBE, path, precision], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"OpenVINO's compile ran past {timeout:g} s"
+    finally:
+        os.unlink(path)
+    if done.returncode < 0:
+        return f"OpenVINO's compile crashed (signal {-done.returncode})"
+    if done.returncode:  # its traceback's message, without the frames and the logs before it
+        said = [line for line in done.stderr.splitlines()
+                if line.strip() and not line.startswith(("WARNING", "Traceback", "  "))]
+        return f"OpenVINO cannot compile the model: {_reason(RuntimeError(chr(10).join(said) or 'no reason given'))}"
+    return None
 
 
 def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig()) -> Runner:

@@ -69,3 +69,19 @@ def test_the_bf16_backend_runs_at_bf16_and_the_plain_one_at_f32():
     scale = np.abs(exact).max()
     assert np.abs(f32 - exact).max() <= 1e-4 * scale
     assert 1e-4 * scale < np.abs(bf16 - exact).max() <= 0.1 * scale  # bf16 keeps 8 bits of mantissa
+
+
+@pytest.mark.skipif(not backend_status("openvino")[0], reason="needs OpenVINO")
+def test_the_openvino_probe_compiles_in_a_process_of_its_own_and_says_why_not():
+    from onnx import helper
+
+    from gspo.runtime.backends import openvino_probe
+
+    good = ir.serialize(branchy())
+    assert openvino_probe(good) is None
+    node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="example.custom")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", 1, [2])],
+                              [helper.make_tensor_value_info("y", 1, [2])])
+    bad = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("example.custom", 1)])
+    why = openvino_probe(bad.SerializeToString())
+    assert why is not None and why.startswith("OpenVINO cannot compile the model: ")
