@@ -159,6 +159,25 @@ def hf_gpt2():
     return Wrap().eval(), (ids,), ["input_ids"], ["last_hidden_state"]
 
 
+def hf_llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, use_cache=False)
+    m = LlamaModel(cfg).eval()
+    ids, _ = _token_inputs(cfg.vocab_size)
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids):
+            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
+
+    return Wrap().eval(), (ids,), ["input_ids"], ["last_hidden_state"]
+
+
 def hf_t5_encoder():
     from transformers import T5Config, T5EncoderModel
 
@@ -319,6 +338,11 @@ CORPUS: list[Entry] = [
     Entry("bert_dynamo", "transformers BertModel (4 layers, hidden 256)", "dynamo", hf_bert, opset=18),
     Entry("distilbert", "transformers DistilBertModel (4 layers, hidden 256)", "torchscript", hf_distilbert),
     Entry("gpt2", "transformers GPT2Model (4 layers, hidden 256)", "dynamo", hf_gpt2, opset=18),
+    Entry("llama", "transformers LlamaModel (4 layers, hidden 256, grouped-query attention)", "dynamo", hf_llama,
+          opset=18),
+    Entry("repvgg_a0", "timm repvgg_a0 (unfused training-time branches)", "torchscript", timm_model("repvgg_a0")),
+    Entry("hrnet_w18_small", "timm hrnet_w18_small (parallel resolutions)", "torchscript",
+          timm_model("hrnet_w18_small")),
     Entry("t5_encoder", "transformers T5EncoderModel (4 layers, d_model 256)", "torchscript", hf_t5_encoder),
     Entry("whisper_encoder", "transformers WhisperEncoder (4 layers, d_model 256)", "torchscript", hf_whisper_encoder),
     Entry("crnn", "CRNN text recognizer (conv + BiLSTM + CTC head)", "torchscript", crnn, {"image": {0: "batch"}}),
