@@ -318,6 +318,13 @@ def _unquantize_inputs(model: onnx.ModelProto, excluded: set[str]) -> None:
         model.graph.initializer.extend(kept)
 
 
+def _unbounded(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> set[str]:
+    """The float tensors whose calibrated range is not finite (an attention mask's -inf, an
+    overflow): int8 cannot hold them, so the nodes that touch them stay fp32."""
+    return {name for name, (lo, hi) in ranges.items()
+            if _is_float(graph, name) and not (math.isfinite(lo) and math.isfinite(hi))}
+
+
 def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> TensorsData:
     """``ranges`` of the graph's float tensors as onnxruntime takes them (in the tensor's type)."""
     data = {}
@@ -341,7 +348,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     opset 13, where DequantizeLinear has no axis), biases int32. A model below opset 10 is
     converted to opset 11 first, as onnxruntime does (through a temporary file of its own).
     Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
-    output they read is kept too. Non-float tensors (ids, shapes) are left as they are.
+    output they read is kept too, and so is every node that reads or writes a tensor whose range
+    is not finite (int8 cannot hold it). Non-float tensors (ids, shapes) are left as they are.
 
     Raises:
         GspoError: weights over protobuf's 2 GB, nothing quantizable (or all of it excluded),
@@ -356,7 +364,14 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     if not set(candidates) - excluded:
         raise GspoError(f"nothing to quantize: all {len(candidates)} quantizable node(s) are excluded")
     model, names = _proto(graph)
+    unbounded = _unbounded(graph, ranges)
     fp32 = excluded | {_node_id(n) for n in graph.nodes_by_op.get("BatchNormalization", ())}  # read floats too
+    fp32 |= {_node_id(n) for n in graph.nodes if unbounded.intersection(n.reads()) or
+             unbounded.intersection(v.name for v in n.outputs)}
+    if not set(candidates) - fp32:
+        raise GspoError(f"nothing to quantize: all {len(candidates)} quantizable node(s) are excluded or read "
+                        "values without a finite range")
+    ranges = {k: v for k, v in ranges.items() if k not in unbounded}
     kept = sorted(names[i] for i in _static_exclusions(graph, fp32) if i in names)
     try:
         model = update_opset_version(model, QuantType.QInt8, QuantType.QUInt8)

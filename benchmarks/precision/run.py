@@ -1,0 +1,269 @@
+"""Reduced precision within an accuracy budget: gspo against the best fp32 backend and the peers.
+
+Usage (the real-world corpus exported: ``make -C benchmarks/realworld models``; OpenVINO installed)::
+
+    .venv/bin/python benchmarks/precision/run.py
+    .venv/bin/python benchmarks/precision/run.py --models resnet50 bert --time-budget 120 --budget nmse=1e-3
+
+Per model, in one process, nothing else running on the machine:
+
+1. Calibration and validation samples are written as ``.npz`` folders (16 each, disjoint seeds;
+   random normal images, random token ids: the corpus has random weights, there is no real data).
+2. ``gspo optimize --precision bf16,int8 --max-error BUDGET --calibration cal/ --validation val/``
+   (the Python API, the same options).
+3. Interleaved (rotating order, 3 warm-up rounds, each sample a 5 ms pause, one untimed call,
+   then enough calls for 10 ms; medians of ``--runs`` rounds): the source in onnxruntime as gspo runs it, in
+   onnxruntime as installed (its own defaults: spinning threads) and in OpenVINO f32 (the fastest
+   of the three is the fp32 baseline); gspo's output through ``gspo.InferenceSession``; and the
+   peers as their users get them: onnxruntime ``quantize_static`` with its defaults (QDQ, MinMax,
+   calibrated on the same calibration samples) and ``quantize_dynamic`` with its defaults, both
+   on onnxruntime, and OpenVINO with its own default precision on this CPU (bf16).
+4. Every contender's error against the source on the validation samples (gspo's accuracy
+   metrics), and whether it holds the same budget.
+
+Writes ``results.json`` and ``RESULTS.md`` beside this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import math
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gspo.costmodel import device_description
+from gspo.errors import GspoError, first_line
+from gspo.ir import load
+from gspo.precision.accuracy import ErrorBudget, measure
+from gspo.runtime import (
+    SessionConfig,
+    interleaved,
+    make_session,
+    random_inputs,
+    runtime_version,
+    warm_sample,
+)
+from gspo.runtime.backends import load_runner
+from gspo.runtime.deploy import InferenceSession
+from gspo.runtime.npz import write_npz
+from gspo.search import optimize
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE.parent / "realworld" / "models"
+#: The CNNs, transformers, a dense-prediction model (segmentation) and an OCR recognizer.
+DEFAULT_MODELS = ("resnet50", "mobilenetv3_large", "densenet121", "inception_v3", "vit_tiny", "bert", "distilbert",
+                  "lraspp_mobilenet", "crnn")
+SAMPLES = 16
+MIN_SAMPLE_S = 0.01
+#: The pause before each block of calls, as deployed models are called (onnxruntime as installed
+#: spins its idle threads for a while after a call: without it the next runner pays for them).
+PAUSE_S = 0.005
+
+
+def _write_samples(graph, folder: Path, seeds) -> list[dict]:
+    folder.mkdir()
+    samples = []
+    for seed in seeds:
+        feeds = random_inputs(graph, seed=seed)
+        with open(folder / f"s{seed:04d}.npz", "wb") as f:
+            write_npz(f, feeds)
+        samples.append(feeds)
+    return samples
+
+
+def _peer_static(path: Path, calibration: list[dict]) -> bytes | str:
+    """onnxruntime's quantize_static with its defaults, calibrated on ``calibration``."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(calibration)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "q.onnx"
+        try:
+            quantize_static(str(path), str(out), Reader())
+        except Exception as e:  # noqa: BLE001 - the peer's own failure is a result
+            return f"quantize_static failed: {first_line(e)}"
+        return out.read_bytes()
+
+
+def _peer_dynamic(path: Path) -> bytes | str:
+    from onnxruntime.quantization import quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "q.onnx"
+        try:
+            quantize_dynamic(str(path), str(out))
+        except Exception as e:  # noqa: BLE001
+            return f"quantize_dynamic failed: {first_line(e)}"
+        return out.read_bytes()
+
+
+def _openvino_default(data: bytes):
+    """OpenVINO as its users run it: the latency hint and its own precision (bf16 on this CPU)."""
+    import openvino as ov
+
+    core = ov.Core()
+    compiled = core.compile_model(core.read_model(io.BytesIO(data)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
+    request = compiled.create_infer_request()
+    outputs = [p.get_any_name() for p in compiled.outputs]
+
+    def run(names, feeds):
+        result = request.infer(feeds)
+        by_name = {p.get_any_name(): result[p] for p in compiled.outputs}
+        return [np.array(by_name[n]) for n in names]
+
+    return SimpleRunner(run), outputs
+
+
+class SimpleRunner:
+    def __init__(self, fn):
+        self.run = fn
+
+
+def _contenders(path: Path, out_path: Path, calibration: list[dict]) -> tuple[dict, dict]:
+    """Runners by label (``run(names, feeds)``) and why a peer could not be built."""
+    data = path.read_bytes()
+    runners, failed = {}, {}
+    runners["fp32 onnxruntime"] = make_session(data, SessionConfig())
+    import onnxruntime
+
+    # as installed: onnxruntime's own defaults (its idle threads spin), which help a lone small model
+    runners["fp32 onnxruntime as installed"] = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    try:
+        runners["fp32 openvino"] = load_runner("openvino", data)
+    except GspoError as e:
+        failed["fp32 openvino"] = first_line(e)
+    runners["gspo"] = InferenceSession(str(out_path))
+    for label, made in (("ort quantize_static", _peer_static(path, calibration)),
+                        ("ort quantize_dynamic", _peer_dynamic(path))):
+        if isinstance(made, str):
+            failed[label] = made
+            continue
+        try:
+            runners[label] = make_session(made, SessionConfig())
+        except GspoError as e:
+            failed[label] = first_line(e)
+    try:
+        runners["openvino default (bf16)"] = _openvino_default(data)[0]
+    except Exception as e:  # noqa: BLE001
+        failed["openvino default (bf16)"] = first_line(e)
+    return runners, failed
+
+
+def _calls(runs) -> int:
+    fastest = math.inf
+    for run in runs:
+        for _ in range(2):
+            start = time.perf_counter()
+            run()
+        fastest = min(fastest, time.perf_counter() - start)
+    return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
+
+
+def _errors(runners: dict, names: list[str], validation: list[dict], budget: ErrorBudget) -> dict:
+    reference = [dict(zip(names, runners["fp32 onnxruntime"].run(names, s))) for s in validation]
+    out = {}
+    for label, r in runners.items():
+        got = [dict(zip(names, r.run(names, s))) for s in validation]
+        acc = measure(reference, got, budget)
+        out[label] = {"holds": acc.holds, "broken": list(acc.broken), "outputs": acc.to_json()["outputs"]}
+    return out
+
+
+def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
+    graph = load(path)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        calibration = _write_samples(graph, tmp / "cal", range(SAMPLES))
+        validation = _write_samples(graph, tmp / "val", range(1000, 1000 + SAMPLES))
+        began = time.perf_counter()
+        result = optimize(str(path), precision="bf16,int8", max_error=str(budget), calibration=str(tmp / "cal"),
+                          validation=str(tmp / "val"), time_budget=args.time_budget, seed=0)
+        optimize_s = time.perf_counter() - began
+        out_path = result.save(tmp / "out.onnx")
+        runners, failed = _contenders(path, out_path, calibration)
+        names = graph.output_names()
+        errors = _errors(runners, names, validation, budget)
+        feeds = validation[0]
+        runs = [(label, (lambda r=r: r.run(names, feeds))) for label, r in runners.items()]
+        calls = _calls([fn for _, fn in runs])
+        timings = {t.label: t.median * 1e3 for t in interleaved([(lb, warm_sample(fn, calls)) for lb, fn in runs],
+                                                               args.runs, 3, pause=PAUSE_S)}
+        runners["gspo"].close()
+    fp32 = min(v for k, v in timings.items() if k.startswith("fp32"))
+    block = result.report.precision
+    return {"model": name, "optimize_s": round(optimize_s, 1), "chosen": block["chosen"],
+            "gspo_validation": block["validation"]["outputs"], "fp32_best_ms": round(fp32, 3),
+            "timings_ms": {k: round(v, 3) for k, v in timings.items()},
+            "speedup_over_fp32": {k: round(fp32 / v, 3) for k, v in timings.items()},
+            "errors": errors, "failed": failed,
+            "kinds": [{k: v for k, v in kind.items() if k in ("kind", "pieces_reduced", "dropped", "median_ms")}
+                      for kind in block["kinds"]], "pieces": block["pieces"]}
+
+
+def _markdown(rows: list[dict], meta: dict) -> str:
+    order = ["gspo", "ort quantize_static", "ort quantize_dynamic", "openvino default (bf16)"]
+    lines = [f"# Reduced precision within `--max-error {meta['budget']}`", "",
+             f"`{meta['command']}` on {meta['machine']}, {meta['date']} (onnxruntime {meta['onnxruntime']}). "
+             "Each cell: speedup over the fastest fp32 run of the source (onnxruntime as gspo runs it, as installed, "
+             "or OpenVINO f32), "
+             "and whether the contender holds the budget on the 16 validation samples (ok / BREAKS).", "",
+             "| model | fp32 best ms | gspo pick | " + " | ".join(order) + " |",
+             "|---|---|---|" + "---|" * len(order)]
+    for r in rows:
+        cells = []
+        for label in order:
+            if label not in r["timings_ms"]:
+                cells.append("n/a")
+                continue
+            ok = "ok" if r["errors"][label]["holds"] else "BREAKS"
+            cells.append(f"{r['speedup_over_fp32'][label]:.2f}x {ok}")
+        lines.append(f"| {r['model']} | {r['fp32_best_ms']:.2f} | {r['chosen']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="*", default=list(DEFAULT_MODELS))
+    parser.add_argument("--time-budget", type=float, default=120.0)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--budget", default="nmse=1e-3")
+    args = parser.parse_args(argv)
+    budget = ErrorBudget.parse(args.budget)
+    rows = []
+    for name in args.models:
+        path = CORPUS / f"{name}.onnx"
+        if not path.exists():
+            print(f"{name}: not exported (make -C benchmarks/realworld models)", file=sys.stderr)
+            continue
+        try:
+            rows.append(_one(name, path, args, budget))
+        except GspoError as e:
+            print(f"{name}: {first_line(e)}", file=sys.stderr)
+            continue
+        r = rows[-1]
+        print(f"{name}: chose {r['chosen']}; " + ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over_fp32"].items()),
+              flush=True)
+    meta = {"date": datetime.date.today().isoformat(), "machine": device_description("cpu"),
+            "onnxruntime": runtime_version(), "budget": str(budget),
+            "command": "python benchmarks/precision/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])}
+    (HERE / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+    (HERE / "RESULTS.md").write_text(_markdown(rows, meta))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
