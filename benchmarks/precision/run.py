@@ -12,12 +12,13 @@ Per model, in one process, nothing else running on the machine:
 2. ``gspo optimize --precision bf16,int8 --max-error BUDGET --calibration cal/ --validation val/``
    (the Python API, the same options).
 3. Interleaved (rotating order, 3 warm-up rounds, each sample a 5 ms pause, one untimed call,
-   then enough calls for 10 ms; medians of ``--runs`` rounds): the source in onnxruntime as gspo runs it, in
-   onnxruntime as installed (its own defaults: spinning threads) and in OpenVINO f32 (the fastest
-   of the three is the fp32 baseline); gspo's output through ``gspo.InferenceSession``; and the
-   peers as their users get them: onnxruntime ``quantize_static`` with its defaults (QDQ, MinMax,
-   calibrated on the same calibration samples) and ``quantize_dynamic`` with its defaults, both
-   on onnxruntime, and OpenVINO with its own default precision on this CPU (bf16).
+   then enough calls for 10 ms; medians of ``--runs`` rounds): the source in onnxruntime as gspo
+   runs it, in onnxruntime as installed (its own defaults: spinning threads) and in OpenVINO f32
+   at its own, 1 and 2 threads (the fastest of these is the fp32 baseline); gspo's output
+   through ``gspo.InferenceSession``; and the peers as their users get them: onnxruntime
+   ``quantize_static`` with its defaults (QDQ, MinMax, calibrated on the same calibration
+   samples) and ``quantize_dynamic`` with its defaults, both on onnxruntime, and OpenVINO with
+   its own default precision on this CPU (bf16).
 4. Every contender's error against the source on the validation samples (gspo's accuracy
    metrics), and whether it holds the same budget.
 
@@ -142,10 +143,12 @@ def _contenders(path: Path, out_path: Path, calibration: list[dict]) -> tuple[di
 
     # as installed: onnxruntime's own defaults (its idle threads spin), which help a lone small model
     runners["fp32 onnxruntime as installed"] = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
-    try:
-        runners["fp32 openvino"] = load_runner("openvino", data)
-    except GspoError as e:
-        failed["fp32 openvino"] = first_line(e)
+    for threads in (0, 1, 2):  # OpenVINO's own thread count, and each fixed one gspo also tries
+        label = "fp32 openvino" + (f"@{threads}" if threads else "")
+        try:
+            runners[label] = load_runner("openvino", data, SessionConfig(intra_op_threads=threads))
+        except GspoError as e:
+            failed[label] = first_line(e)
     runners["gspo"] = InferenceSession(str(out_path))
     for label, made in (("ort quantize_static", _peer_static(path, calibration)),
                         ("ort quantize_dynamic", _peer_dynamic(path))):
@@ -217,9 +220,11 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
 def _markdown(rows: list[dict], meta: dict) -> str:
     order = ["gspo", "ort quantize_static", "ort quantize_dynamic", "openvino default (bf16)"]
     lines = [f"# Reduced precision within `--max-error {meta['budget']}`", "",
-             f"`{meta['command']}` on {meta['machine']}, {meta['date']} (onnxruntime {meta['onnxruntime']}). "
+             "; then ".join(f"`{c}`" for c in meta["commands"])
+             + f" (a later command measured again the models it names) on {meta['machine']}, {meta['date']} "
+             f"(onnxruntime {meta['onnxruntime']}). "
              "Each cell: speedup over the fastest fp32 run of the source (onnxruntime as gspo runs it, as installed, "
-             "or OpenVINO f32), "
+             "or OpenVINO f32 at its own, 1 or 2 threads), "
              "and whether the contender holds the budget on the 16 validation samples (ok / BREAKS).", "",
              "| model | fp32 best ms | gspo pick | " + " | ".join(order) + " |",
              "|---|---|---|" + "---|" * len(order)]
@@ -257,10 +262,17 @@ def main(argv=None) -> int:
         r = rows[-1]
         print(f"{name}: chose {r['chosen']}; " + ", ".join(f"{k} {v:.2f}x" for k, v in r["speedup_over_fp32"].items()),
               flush=True)
+    command = "python benchmarks/precision/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])
     meta = {"date": datetime.date.today().isoformat(), "machine": device_description("cpu"),
-            "onnxruntime": runtime_version(), "budget": str(budget),
-            "command": "python benchmarks/precision/run.py " + shlex.join(argv if argv is not None else sys.argv[1:])}
-    (HERE / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+            "onnxruntime": runtime_version(), "budget": str(budget), "commands": [command]}
+    path = HERE / "results.json"
+    if args.models != list(DEFAULT_MODELS) and path.exists():  # measured again: the models named replace theirs
+        earlier = json.loads(path.read_text())
+        again = {r["model"] for r in rows}
+        rows = [r for r in earlier["rows"] if r["model"] not in again] + rows
+        rows.sort(key=lambda r: list(DEFAULT_MODELS).index(r["model"]) if r["model"] in DEFAULT_MODELS else 99)
+        meta["commands"] = earlier["meta"].get("commands", []) + [command]
+    path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     (HERE / "RESULTS.md").write_text(_markdown(rows, meta))
     return 0
 
