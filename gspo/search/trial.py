@@ -31,7 +31,6 @@ from gspo.runtime import (
     warm_sample,
 )
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.runtime.session import SessionConfig
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
@@ -157,15 +156,8 @@ def build_seconds(option: Option, rates: BuildRates) -> float:
 
 def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | None = None,
               settings: RunSettings = RunSettings()) -> CpuExecutor:
-    """The option's executor as its users will run it: on one stream with every op on onnxruntime,
-    the saved model is a plain onnxruntime session (``gspo.InferenceSession`` or onnxruntime
-    itself) at onnxruntime's defaults, idle threads spinning, which a model called in a row gains
-    from (a 3.5 ms SqueezeNet ran 3% faster, a 0.1 ms VAD 20%: issue 42); on streams or with
-    another backend in the run, spinning threads would take the core the others run on."""
-    streams = schedule if schedule and schedule.num_streams > 1 else None
-    plain = streams is None and (placement is None or placement.is_default)
-    return CpuExecutor(graph, streams, settings.session_config(SessionConfig(allow_spinning=plain)),
-                       placement=placement)
+    return CpuExecutor(graph, schedule if schedule and schedule.num_streams > 1 else None,
+                       settings.session_config(), placement=placement)
 
 
 class Trial:

@@ -10,7 +10,6 @@ import pytest
 from gspo import ir
 from gspo.ir import Attr
 from gspo.runtime import Timing, random_inputs
-from gspo.runtime.settings import RunSettings
 from gspo.search.trial import (
     PAIRED_ALPHA,
     Option,
@@ -272,21 +271,3 @@ def test_a_slow_model_is_timed_one_call_a_sample(monkeypatch):
     monkeypatch.setattr(trial_mod, "WARM_BELOW_S", 0.0005)
     _, timing = _time_switching(6)
     assert len(timing) == 2 + (3 + 6) * 2
-
-
-def test_options_run_as_their_users_will_run_them():
-    """One stream on onnxruntime is a plain onnxruntime session when deployed, at onnxruntime's
-    defaults (idle threads spinning): it is verified and timed so; on streams, the spinning
-    threads would take the other stream's core, so there they do not spin (issue 42)."""
-    from gspo.streams import assign_streams
-
-    wide = ir.builder.GraphBuilder()
-    x = wide.input("x", (1, 4))
-    wide = wide.output(wide.op("Relu", [x], out="a"), wide.op("Sigmoid", [x], out="b")).build()
-    two = assign_streams(wide, max_streams=2)
-    assert two.num_streams == 2
-    feeds = [random_inputs(wide, 0)]
-    with Trial(wide, [Option("streams", wide, two), Option("threads", wide, settings=RunSettings(1))], feeds) as trial:
-        configs = [ex.config for ex in trial.executors]
-    assert [c.allow_spinning for c in configs] == [True, False, True]
-    assert configs[2].intra_op_threads == 1
