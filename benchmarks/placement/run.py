@@ -7,8 +7,8 @@ Usage (OpenVINO installed: ``.venv/bin/pip install -c constraints.txt openvino``
 
 Per model, in one process: ``gspo.optimize`` with backends onnxruntime and OpenVINO; then timed as
 deployed models run (issue 42): interleaved rounds in rotating order after 3 warm-up rounds, each
-runner in turn getting a block of calls (at least 10 ms of them) after a 5 ms pause and one
-untimed call; medians of ``--runs`` rounds. The runners: the source in onnxruntime as gspo runs
+runner in turn getting a block of calls (at least 10 ms of them) after a 200 ms pause (see
+``PAUSE_S``) and one untimed call; medians of ``--runs`` rounds. The runners: the source in onnxruntime as gspo runs
 it (spinning off) at 1 and 2 intra-op threads, in onnxruntime as installed (its own defaults,
 idle threads spinning), in OpenVINO (latency hint, f32) at 1 and 2 threads, and gspo's result
 through ``gspo.InferenceSession`` (a plain file, with or without a saved thread setting, is
@@ -112,8 +112,12 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
 #: session identical to onnxruntime's at one thread, measured 2.8-5.1% slower in three runs).
 MIN_SAMPLE_S = 0.01
 #: The pause before each block of calls: a deployed model is called after other work, not right
-#: after another runtime's threads spun (issue 42's protocol: 5 ms, one untimed call, the block).
-PAUSE_S = 0.005
+#: after another runtime's threads spun. Issue 42's protocol paused 5 ms; onnxruntime as installed
+#: keeps a core spinning for 20-50 ms after a call (the process used 0.79 of a core in a 5 ms
+#: sleep after its calls, 0.99 in 20 ms, 0.65 in 50 ms, 0.17 in 200 ms, on a 3 ms SqueezeNet), so
+#: after 5 ms the next runner lost a core (onnxruntime as installed right after another spinning
+#: session timed like onnxruntime at one thread). 200 ms lets the spin end.
+PAUSE_S = 0.2
 
 
 def _calls_per_sample(runs) -> int:
@@ -253,7 +257,8 @@ def markdown(rows, meta) -> str:
         f"{sum(1 for r in ok if r.get('openvino_differs'))} (`differs`, with the worst output below): there the "
         "better backend is onnxruntime, as gspo may not choose OpenVINO.", "",
         "Timed as deployed models run: medians of interleaved rounds in one process, each runner in turn a "
-        "block of calls after a 5 ms pause and one untimed call. `ort ms`: onnxruntime as gspo runs it "
+        "block of calls after a 200 ms pause (onnxruntime as installed spins a core for 20-50 ms after a call) "
+        "and one untimed call. `ort ms`: onnxruntime as gspo runs it "
         "(spinning off), at its better of 1 and 2 threads; `ort as installed`: onnxruntime's own defaults "
         "(idle threads spinning); OpenVINO f32 at its better of 1 and 2 threads. gspo's result runs through "
         "`gspo.InferenceSession` (a plain file, with or without a saved thread setting, is onnxruntime's own "
