@@ -19,7 +19,6 @@ import numpy as np
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import VerifyResult, compare_outputs, interleaved, make_executor, timed_runner
-from gspo.runtime.bench import settled, spins
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
 
 __all__ = ["Bench", "WARMUP"]
@@ -92,8 +91,6 @@ class Bench:
         calls = self._calls(runners)
         if calls > 1:
             runners = [(label, _repeated(run, calls)) for label, run in runners]
-        # a version whose threads spin (a saved spin setting) waits, untimed, until they stop
-        runners = [(label, settled(run) if spins(self.executors[label]) else run) for label, run in runners]
         orders = list(itertools.permutations(runners)) if len(runners) <= 4 else [runners]
         out: dict[str, list[float]] = {label: [] for label, _ in runners}
         for r in range(count):

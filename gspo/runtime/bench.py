@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DeviceTime", "Repeats", "SPIN_SETTLE_S", "Timing", "interleaved", "measure_once", "median_seconds",
-           "settled", "spins", "timed_runner", "warm_sample"]
+__all__ = ["DeviceTime", "Repeats", "Timing", "interleaved", "measure_once", "median_seconds", "timed_runner",
+           "warm_sample"]
 
 
 class DeviceTime(float):
@@ -56,32 +56,6 @@ def warm_sample(run: Callable[[], object], calls: int = 1) -> Callable[[], Devic
         for _ in range(calls):
             total += measure_once(run)
         return DeviceTime(total / calls)
-    return sample
-
-
-#: Seconds onnxruntime's spinning idle threads keep a core busy after a call (measured on the
-#: 2-core EPYC after a 3 ms SqueezeNet's calls: 0.79 of a core in the first 5 ms, 0.99 in 20 ms,
-#: 0.65 in 50 ms, 0.17 in 200 ms): a runner whose threads spin waits this long after its sample,
-#: untimed, so that the next runner is not timed without its core.
-SPIN_SETTLE_S = 0.15
-
-
-def spins(executor) -> bool:
-    """Whether ``executor``'s onnxruntime sessions spin their idle threads."""
-    config = getattr(executor, "config", None)
-    return bool(getattr(config, "allow_spinning", False))
-
-
-def settled(run: Callable[[], object], seconds: float = SPIN_SETTLE_S,
-            sleep: Callable[[float], None] = time.sleep) -> Callable[[], DeviceTime]:
-    """``run`` as a sample that then waits ``seconds``, untimed: it returns the seconds of ``run``
-    alone (its :class:`DeviceTime` where it reports one), which :func:`measure_once` takes."""
-    def sample() -> DeviceTime:
-        start = time.perf_counter()
-        result = run()
-        elapsed = float(result) if isinstance(result, DeviceTime) else time.perf_counter() - start
-        sleep(seconds)
-        return DeviceTime(elapsed)
     return sample
 
 

@@ -45,13 +45,12 @@ class NodeArg:
 
 
 def _plain_session(path, props: dict[str, str], sess_options: Any, providers: list[str]):
-    """onnxruntime's session of ``path``; without ``sess_options``, at the setting ``gspo
-    optimize`` saved in the model's metadata ``props`` (``gspo.settings``), if any: its thread
-    count, its idle threads spinning only when the setting says so (as it was measured)."""
+    """onnxruntime's session of ``path``; without ``sess_options``, at the thread setting
+    ``gspo optimize`` saved in the model's metadata ``props`` (``gspo.settings``), if any."""
     if sess_options is None:
         saved = settings_from_metadata(props)
         if not saved.is_default:
-            sess_options = session_options(ort, threads=saved.threads, allow_spinning=saved.spin)
+            sess_options = session_options(ort, threads=saved.threads)
     return ort.InferenceSession(os.fspath(path), sess_options, providers=providers)
 
 

@@ -32,22 +32,18 @@ MAX_THREADS = 1024
 @dataclass(frozen=True)
 class RunSettings:
     """How to run a model: ``threads`` intra-op threads (0: the backend's own choice; on
-    OpenVINO, a fixed ``INFERENCE_NUM_THREADS`` beside the latency hint); ``spin``: onnxruntime's
-    idle intra-op threads spin between calls, onnxruntime's own default, which gspo's sessions
-    otherwise turn off: it speeds a model called in a row and keeps a core busy for 20-50 ms after
-    each call (:data:`~gspo.runtime.bench.SPIN_SETTLE_S`)."""
+    OpenVINO, a fixed ``INFERENCE_NUM_THREADS`` beside the latency hint)."""
 
     threads: int = 0
-    spin: bool = False
 
     @property
     def is_default(self) -> bool:
         """Whether these are the backends' defaults (nothing to save)."""
-        return self.threads == 0 and not self.spin
+        return self.threads == 0
 
     def to_json(self) -> str:
-        """The metadata value (sorted keys, so equal settings give equal bytes; ``spin`` only when set)."""
-        return json.dumps({"threads": self.threads, **({"spin": True} if self.spin else {})}, sort_keys=True)
+        """The metadata value (sorted keys, so equal settings give equal bytes)."""
+        return json.dumps({"threads": self.threads}, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> RunSettings:
@@ -64,17 +60,11 @@ class RunSettings:
         if isinstance(threads, bool) or not isinstance(threads, int) or not 0 <= threads <= MAX_THREADS:
             raise GspoError(f"the settings saved in the model are invalid (threads must be 0 to {MAX_THREADS}): "
                             f"{text[:80]!r}")
-        spin = data.get("spin", False)
-        if not isinstance(spin, bool):
-            raise GspoError(f"the settings saved in the model are invalid (spin must be true or false): {text[:80]!r}")
-        return cls(threads, spin)
+        return cls(threads)
 
     def session_config(self, base: SessionConfig = SessionConfig()) -> SessionConfig:
-        """``base`` with these settings' thread count (unless ``base`` already sets one), spinning
-        when they spin."""
-        if self.spin:
-            base = replace(base, allow_spinning=True)
-        if not self.threads or base.intra_op_threads:
+        """``base`` with these settings' thread count (unless ``base`` already sets one)."""
+        if self.is_default or base.intra_op_threads:
             return base
         return replace(base, intra_op_threads=self.threads)
 
@@ -83,8 +73,7 @@ class RunSettings:
         if backend == "openvino":
             fixed = f", INFERENCE_NUM_THREADS={self.threads}" if self.threads else ""
             return f"PERFORMANCE_HINT=LATENCY{fixed}"
-        threads = f"intra_op_num_threads={self.threads}" if self.threads else "its default threads"
-        return threads + (", idle threads spinning (its default)" if self.spin else "")
+        return f"intra_op_num_threads={self.threads}" if self.threads else "onnxruntime's default threads"
 
 
 def thread_counts(cores: int | None = None) -> tuple[int, ...]:

@@ -44,19 +44,16 @@ def option_backend(option: Option) -> str | None:
 
 
 def thread_options(options: list[Option], deadline: float | None = None, cores: int | None = None) -> list[Option]:
-    """Each option on one stream and one threaded backend at every thread count worth trying,
-    and one on onnxruntime also with its idle threads spinning, as onnxruntime runs by default (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
+    """Each option on one stream and one threaded backend at every thread count worth trying
+    (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
     option whose tensors exceed :data:`MAX_SESSION_BYTES`)."""
     if deadline is not None and time.perf_counter() > deadline:
         return []
     out = []
-    counts = thread_counts(cores)
     for o in options:
-        backend = option_backend(o)
-        if o.settings.is_default and backend in THREADED_BACKENDS and session_bytes(o.graph) <= MAX_SESSION_BYTES:
-            out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t)) for t in counts]
-            if backend == "ort" and len(counts) > 1:  # onnxruntime as installed: its idle threads spin
-                out.append(dataclasses.replace(o, label=f"{o.label}[spin]", settings=RunSettings(0, spin=True)))
+        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and session_bytes(o.graph) <= MAX_SESSION_BYTES:
+            out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
+                    for t in thread_counts(cores)]
     return out
 
 
@@ -84,4 +81,4 @@ def settings_report(option: Option) -> dict:
     advice = None
     if backend in THREADED_BACKENDS and not s.is_default:
         advice = f"run it with {_NAMES[backend]}: {s.describe(backend)}"
-    return {"threads": s.threads, "spin": s.spin, "backend": backend, "saved": not s.is_default, "advice": advice}
+    return {"threads": s.threads, "backend": backend, "saved": not s.is_default, "advice": advice}

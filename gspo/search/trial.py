@@ -31,7 +31,6 @@ from gspo.runtime import (
     warm_sample,
 )
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.runtime.bench import SPIN_SETTLE_S, settled, spins
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
@@ -327,10 +326,6 @@ class Trial:
             one_round = sum(firsts) * (n + 1)
         else:
             one_round = sum(firsts)
-        # a runner whose threads spin waits, untimed, until they stop, or the next would lose a core
-        spinning = {o.label for o, ex, _ in chosen if spins(ex)}
-        calls = [(label, settled(call) if label in spinning else call) for label, call in calls]
-        one_round += SPIN_SETTLE_S * len(spinning)
         if budget is not None and chosen:
             # the warm-up rounds come out of the budget too (they made NASNet-A Large's
             # timings run 30-40% past theirs)

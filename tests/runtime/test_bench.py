@@ -66,15 +66,3 @@ def test_a_warm_sample_calls_once_untimed_then_times_the_calls_in_a_row():
     assert isinstance(plain(), DeviceTime) and len(calls) == 4
     with pytest.raises(ValueError):
         warm_sample(lambda: None, calls=0)
-
-
-def test_a_spinning_runner_waits_untimed_after_its_sample():
-    """onnxruntime's spinning threads keep a core busy after a call: the runner waits until they
-    stop, and the wait is not part of its time."""
-    from gspo.runtime.bench import SPIN_SETTLE_S, DeviceTime, measure_once, settled, spins
-
-    slept = []
-    sample = settled(lambda: DeviceTime(0.002), sleep=slept.append)
-    assert measure_once(sample) == 0.002 and slept == [SPIN_SETTLE_S]
-    assert spins(type("Ex", (), {"config": type("C", (), {"allow_spinning": True})()})())
-    assert not spins(object())

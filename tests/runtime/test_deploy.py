@@ -89,16 +89,3 @@ def test_a_scheduled_model_checks_its_inputs_as_onnxruntime_does(tmp_path):
             sess.run(None, {"x": x.astype(np.float64)})
         with pytest.raises(GspoError, match="x"):
             sess.run(None, {"x": x[:, :, :4]})
-
-
-def test_a_saved_spin_setting_is_followed_and_a_thread_setting_alone_does_not_spin(tmp_path):
-    """The setting runs as it was measured: spinning idle threads only where it says so."""
-    from gspo.runtime.settings import RunSettings, with_settings
-
-    g = ir.builder.GraphBuilder()
-    g = g.output(g.op("Relu", [g.input("x", (1, 4))], out="y")).build()
-    for settings, spinning in ((RunSettings(0, spin=True), "1"), (RunSettings(2), "0")):
-        path = ir.save(with_settings(g, settings), tmp_path / f"{spinning}.onnx")
-        with gspo.InferenceSession(path) as sess:
-            options = sess._session.get_session_options()
-            assert options.get_session_config_entry("session.intra_op.allow_spinning") == spinning

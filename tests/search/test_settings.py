@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from gspo.errors import GspoError
 from gspo.ir import load
 from gspo.ir.builder import GraphBuilder
 from gspo.ir.metadata import metadata_value, with_metadata
@@ -40,7 +39,6 @@ def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_fiel
     added = thread_options(options, cores=4)
     assert [(o.label, o.settings) for o in added] == [
         ("original[threads=1]", RunSettings(1)), ("original[threads=4]", RunSettings(4)),
-        ("original[spin]", RunSettings(0, spin=True)),  # onnxruntime as installed: idle threads spinning
         ("original@openvino[threads=1]", RunSettings(1)), ("original@openvino[threads=4]", RunSettings(4))]
     assert all(a.graph is g and a.schedule is None for a in added)
     assert [option_backend(o) for o in options] == ["ort", "openvino", None, None]
@@ -56,7 +54,7 @@ def test_a_model_whose_tensors_exceed_the_bound_gets_no_thread_variants(monkeypa
     monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g) - 1)
     assert thread_options([Option("original", g)], cores=2) == []
     monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g))
-    assert len(thread_options([Option("original", g)], cores=2)) == 3
+    assert len(thread_options([Option("original", g)], cores=2)) == 2
 
 
 def test_large_values_without_weights_count_against_the_bound():
@@ -113,7 +111,7 @@ def test_a_winning_thread_setting_is_saved_in_the_model_and_reported(monkeypatch
     labels = [c["label"] for c in r.report["final_candidates"]]
     assert "original[threads=1]" in labels and "original" in labels
     assert r.report["chosen"] == "original[threads=1]"
-    assert r.report["settings"] == {"threads": 1, "spin": False, "backend": "ort", "saved": True,
+    assert r.report["settings"] == {"threads": 1, "backend": "ort", "saved": True,
                                     "advice": "run it with onnxruntime: intra_op_num_threads=1"}
     out = r.save(tmp_path / "out.onnx")
     assert out.read_bytes() != src.read_bytes()
@@ -182,13 +180,3 @@ def test_gspo_optimize_prints_the_setting_and_gspo_run_applies_it(monkeypatch, t
     result = CliRunner().invoke(cli, ["run", str(out)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert [s.get_session_options().intra_op_num_threads for s in sessions] == [1]
-
-
-def test_the_spin_setting_round_trips_and_is_checked():
-    assert RunSettings.from_json(RunSettings(0, spin=True).to_json()) == RunSettings(0, spin=True)
-    assert RunSettings(2).to_json() == '{"threads": 2}'  # files saved before the setting existed read the same
-    assert RunSettings(0, spin=True).session_config().allow_spinning
-    assert not RunSettings(2).session_config().allow_spinning
-    with pytest.raises(GspoError, match="spin must be true or false"):
-        RunSettings.from_json('{"threads": 0, "spin": "yes"}')
-    assert RunSettings(0, spin=True).describe() == "its default threads, idle threads spinning (its default)"
