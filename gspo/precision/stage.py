@@ -55,8 +55,8 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: float | Non
     """``result`` (the best fp32 model) replaced by the fastest reduced-precision model that holds
     ``cfg.max_error`` on the validation data, when one is faster beyond the timing's noise; the
     report gets its ``precision`` block either way."""
-    from gspo.precision.quantize import activation_ranges
     from gspo.precision.samples import precision_data
+    from gspo.runtime.quantize import activation_ranges
 
     say = progress or (lambda text: None)
     budget = ErrorBudget.parse(cfg.max_error)

@@ -68,7 +68,7 @@ def _bf16(graph: Graph) -> Kind:
 
 def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable: Collection[str],
             backend: str) -> Kind:
-    from gspo.precision.quantize import quantize_static
+    from gspo.runtime.quantize import quantize_static
 
     ids = [node_id(n) for n in graph.nodes]
 
@@ -88,7 +88,7 @@ def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable
 
 
 def _dynamic(graph: Graph, matmuls: Collection[str]) -> Kind:
-    from gspo.precision.quantize import quantize_dynamic
+    from gspo.runtime.quantize import quantize_dynamic
 
     ids = [node_id(n) for n in graph.nodes]
 
@@ -102,7 +102,7 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
           ranges: Callable[[], Mapping[str, tuple[float, float]]]) -> tuple[list[Kind], list[str]]:
     """The kinds ``precisions`` ask for that can run here with ``backends``, and a line for each
     that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked)."""
-    from gspo.precision.quantize import dynamic_quantizable, quantizable
+    from gspo.runtime.quantize import dynamic_quantizable, quantizable
 
     out: list[Kind] = []
     notes: list[str] = []

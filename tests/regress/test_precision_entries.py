@@ -257,7 +257,7 @@ def test_a_baselines_drift_is_reported_without_failing_a_candidate_within_budget
 
 def test_a_reduced_candidate_within_the_budget_is_judged_by_it_not_by_equivalence(files, recorded):
     from gspo.ir import serialize
-    from gspo.precision.quantize import quantize_dynamic
+    from gspo.runtime.quantize import quantize_dynamic
 
     ms, base = recorded
     _store(base, "mm", serialize(quantize_dynamic(load(files / "mm.onnx"))))  # int8 weights: not equivalent

@@ -22,14 +22,13 @@ import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
-import onnx
 from onnx import TensorProto
 
 from gspo.errors import GspoError, first_line
-from gspo.ir import Graph, Node, load_bytes, to_model
+from gspo.ir import Graph, Node
 from gspo.ir.features import nbytes
 from gspo.ir.graph import fresh_name
-from gspo.ir.protos import unique_name, value_info
+from gspo.ir.quantized import from_quantized, named_model, rewire_excluded
 from gspo.ir.weights import np_dtype
 from gspo.runtime.inputs import human_bytes, require_memory
 from gspo.runtime.session import SessionConfig, make_session, run
@@ -41,7 +40,6 @@ from onnxruntime.quantization.qdq_quantizer import QDQQuantizer  # isort: skip
 from onnxruntime.quantization.quant_utils import (  # isort: skip
     QuantizationMode,
     QuantType,
-    add_infer_metadata,
     get_opset_version,
     update_opset_version,
 )
@@ -70,7 +68,6 @@ _FOLLOWERS = {"Relu": 0, "Clip": 0, "Reshape": 0, "Transpose": 0, "Squeeze": 0, 
               "GatherElements": 0, "Where": 0}
 #: Activations ``QDQQuantizer`` removes, their output's Q/DQ clamping in their place.
 _REMOVABLE = ("Relu", "Clip")
-_INFER_KEY = "onnx.infer"  # the metadata that tells onnxruntime shapes were inferred already
 
 
 def _node_id(node: Node) -> str | None:
@@ -231,53 +228,6 @@ def _check_ids(graph: Graph, exclude: Collection[str]) -> set[str]:
     return set(exclude)
 
 
-def _proto(graph: Graph) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """The model onnxruntime's quantizers are given, and node id -> ``NodeProto`` name.
-
-    Every node gets a unique name (its own when it has one); every value gspo knows the type of
-    is listed in ``value_info`` (what the quantizers read types from), and the model is marked
-    as shape-inferred so that they do not save it to a file to infer them again. Stream ids are
-    dropped (the quantized graph has nodes no schedule knows).
-    """
-    if any(n.stream is not None for n in graph.nodes):
-        graph = graph.with_nodes([n.replace(stream=None) for n in graph.nodes])
-    model = to_model(graph)
-    taken = {p.name for p in model.graph.node if p.name}
-    seen: set[str] = set()
-    names: dict[str, str] = {}
-    for n, p in zip(graph.nodes, model.graph.node):
-        if not p.name or p.name in seen:
-            p.name = unique_name(f"{p.op_type}_{_node_id(n) or 'node'}", taken)
-        seen.add(p.name)
-        if _node_id(n) is not None:
-            names[_node_id(n)] = p.name
-    io = {v.name for v in graph.inputs} | set(graph.output_names())
-    dynamic = bool(graph.extras.static_refused)
-    del model.graph.value_info[:]
-    model.graph.value_info.extend(
-        value_info(dataclasses.replace(v, shape=None) if dynamic else v)
-        for n in graph.nodes for v in n.outputs if v.name and v.is_tensor and v.name not in io)
-    add_infer_metadata(model)
-    return model, names
-
-
-def _graph(model: onnx.ModelProto, like: Graph) -> Graph:
-    """The quantized ``model`` as a graph, pinned and described as ``like`` was."""
-    props = [(p.key, p.value) for p in model.metadata_props if p.key != _INFER_KEY]
-    del model.metadata_props[:]
-    for k, v in props:
-        model.metadata_props.add(key=k, value=v)
-    try:
-        data = model.SerializeToString()
-    except ValueError as e:
-        raise GspoError(f"the quantized model cannot be serialized: {first_line(e)}") from None
-    shapes = {v.name: v.shape for v in like.inputs if v.is_static}
-    out = load_bytes(data, shapes, label="<quantized model>")
-    ex = like.extras
-    return dataclasses.replace(out, extras=dataclasses.replace(
-        out.extras, dynamic_io=ex.dynamic_io, defaulted=ex.defaulted, static_refused=ex.static_refused))
-
-
 def _static_exclusions(graph: Graph, exclude: set[str]) -> set[str]:
     """``exclude`` and the Relu/Clip nodes whose output an excluded node reads: those keep their
     node (``QDQQuantizer`` removes a quantized Relu, its producer then writing the Relu's output
@@ -290,32 +240,6 @@ def _static_exclusions(graph: Graph, exclude: set[str]) -> set[str]:
                 if producer is not None and producer[0].op_type in _REMOVABLE:
                     out.add(_node_id(producer[0]))
     return out
-
-
-def _unquantize_inputs(model: onnx.ModelProto, excluded: set[str]) -> None:
-    """Rewire the nodes named ``excluded`` to read the float value before each activation's
-    QuantizeLinear -> DequantizeLinear pair (``QDQQuantizer`` feeds every consumer of a tensor
-    it quantized from the pair), then drop the pairs and constants nothing reads any more."""
-    producer = {o: p for p in model.graph.node for o in p.output}
-    for p in model.graph.node:
-        if p.name not in excluded:
-            continue
-        for i, name in enumerate(p.input):
-            dq = producer.get(name)
-            q = producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
-            if q is not None and q.op_type == "QuantizeLinear":
-                p.input[i] = q.input[0]
-    outputs = {o.name for o in model.graph.output}
-    for op in ("DequantizeLinear", "QuantizeLinear"):
-        read = {i for p in model.graph.node for i in p.input} | outputs
-        dead = [p for p in model.graph.node if p.op_type == op and not any(o in read for o in p.output)]
-        for p in dead:
-            model.graph.node.remove(p)
-    read = {i for p in model.graph.node for i in p.input} | outputs
-    kept = [t for t in model.graph.initializer if t.name in read]
-    if len(kept) != len(model.graph.initializer):
-        del model.graph.initializer[:]
-        model.graph.initializer.extend(kept)
 
 
 def _unbounded(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> set[str]:
@@ -363,7 +287,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
                         "quantizes with a float input")
     if not set(candidates) - excluded:
         raise GspoError(f"nothing to quantize: all {len(candidates)} quantizable node(s) are excluded")
-    model, names = _proto(graph)
+    model, names = named_model(graph)
     unbounded = _unbounded(graph, ranges)
     fp32 = excluded | {_node_id(n) for n in graph.nodes_by_op.get("BatchNormalization", ())}  # read floats too
     fp32 |= {_node_id(n) for n in graph.nodes if unbounded.intersection(n.reads()) or
@@ -386,8 +310,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     except Exception as e:
         raise GspoError(f"onnxruntime cannot quantize the model: {first_line(e)}") from None
     out = quantizer.model.model
-    _unquantize_inputs(out, set(kept))
-    return _graph(out, graph)
+    rewire_excluded(out, set(kept))
+    return from_quantized(out, graph)
 
 
 @contextlib.contextmanager
@@ -459,7 +383,7 @@ def quantize_dynamic(graph: Graph, exclude: Collection[str] = ()) -> Graph:
     if all(_node_id(n) in excluded for n in candidates):
         raise GspoError(f"nothing to quantize dynamically: all {len(candidates)} MatMul/Gemm node(s) are excluded")
     graph = _own_transposed_weights(graph, graph.nodes_by_op.get("Gemm", ()))
-    model, names = _proto(graph)
+    model, names = named_model(graph)
     kept = sorted(names[i] for i in excluded if i in names)
     kept += [f"{names[_node_id(n)]}_MatMul" for n in graph.nodes_by_op.get("Gemm", ()) if _node_id(n) in excluded]
     try:
@@ -471,4 +395,4 @@ def quantize_dynamic(graph: Graph, exclude: Collection[str] = ()) -> Graph:
             quantizer.quantize_model()
     except Exception as e:
         raise GspoError(f"onnxruntime cannot quantize the model: {first_line(e)}") from None
-    return _graph(quantizer.model.model, graph)
+    return from_quantized(quantizer.model.model, graph)

@@ -18,14 +18,14 @@ from onnx import TensorProto
 from gspo.errors import GspoError
 from gspo.ir import Graph, Value, serialize
 from gspo.ir.builder import GraphBuilder
-from gspo.precision import quantize as qz
-from gspo.precision.quantize import (
+from gspo.runtime import quantize as qz
+from gspo.runtime.inputs import capture_values
+from gspo.runtime.quantize import (
     activation_ranges,
     quantizable,
     quantize_dynamic,
     quantize_static,
 )
-from gspo.runtime.inputs import capture_values
 from gspo.runtime.session import make_session, run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +187,7 @@ _MEMORY_CHILD = textwrap.dedent("""
     import resource, sys
     import numpy as np
     from gspo.ir.builder import GraphBuilder
-    from gspo.precision.quantize import activation_ranges
+    from gspo.runtime.quantize import activation_ranges
 
     shape = (1, 32, 1024, 1024)  # 128 MB of float32; 18 of them per sample
     b = GraphBuilder("big")
@@ -369,8 +369,8 @@ _DIGEST_CHILD = textwrap.dedent("""
     import hashlib, json, sys
     sys.path.insert(0, {root!r})
     from gspo.ir import serialize
-    from tests.precision.test_quantize import _cnn, _mlp
-    from gspo.precision.quantize import quantize_dynamic, quantize_static
+    from tests.runtime.test_quantize import _cnn, _mlp
+    from gspo.runtime.quantize import quantize_dynamic, quantize_static
     ranges = json.loads(sys.argv[1])
     print(hashlib.sha256(serialize(quantize_static(_cnn(), ranges, ["conv_1"]))).hexdigest(),
           hashlib.sha256(serialize(quantize_dynamic(_mlp(), ["z"]))).hexdigest())
