@@ -97,3 +97,18 @@ def sample_report(**fields):
         skipped=[],
     )
     return Report(**{**base, **fields})
+
+
+def perturbed_pair(folder: Path):
+    """:func:`branchy` saved in ``folder`` as ``a.onnx``, and as ``b.onnx`` with one weight moved by
+    1e-2: two models that differ a little (their paths, and the graph)."""
+    from gspo import ir
+    from gspo.ir import Literal
+
+    g = branchy()
+    a = ir.save(g, Path(folder) / "a.onnx")
+    name = next(n for n in g.weights if "w3" in n)
+    w = g.weights[name].evaluate(g.store).copy()
+    w.flat[0] += 1e-2
+    b = ir.save(g.replace_nodes(weights={name: Literal.from_array(w)}), Path(folder) / "b.onnx")
+    return a, b, g

@@ -140,13 +140,9 @@ def hf_distilbert():
     return Wrap().eval(), (ids, mask), ["input_ids", "attention_mask"], ["last_hidden_state"]
 
 
-def hf_gpt2():
-    from transformers import GPT2Config, GPT2Model
-
-    cfg = GPT2Config(vocab_size=8000, n_embd=256, n_layer=4, n_head=4, n_positions=512, use_cache=False,
-                     bos_token_id=0, eos_token_id=0)
-    m = GPT2Model(cfg).eval()
-    ids, _ = _token_inputs(cfg.vocab_size)
+def _decoder(m, vocab):
+    """A decoder-only model as exported: token ids in, the last hidden state out, no cache."""
+    ids, _ = _token_inputs(vocab)
 
     class Wrap(torch.nn.Module):
         def __init__(self):
@@ -157,6 +153,14 @@ def hf_gpt2():
             return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
 
     return Wrap().eval(), (ids,), ["input_ids"], ["last_hidden_state"]
+
+
+def hf_gpt2():
+    from transformers import GPT2Config, GPT2Model
+
+    cfg = GPT2Config(vocab_size=8000, n_embd=256, n_layer=4, n_head=4, n_positions=512, use_cache=False,
+                     bos_token_id=0, eos_token_id=0)
+    return _decoder(GPT2Model(cfg).eval(), cfg.vocab_size)
 
 
 def hf_llama():
@@ -164,18 +168,7 @@ def hf_llama():
 
     cfg = LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, use_cache=False)
-    m = LlamaModel(cfg).eval()
-    ids, _ = _token_inputs(cfg.vocab_size)
-
-    class Wrap(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.m = m
-
-        def forward(self, input_ids):
-            return self.m(input_ids=input_ids, use_cache=False).last_hidden_state
-
-    return Wrap().eval(), (ids,), ["input_ids"], ["last_hidden_state"]
+    return _decoder(LlamaModel(cfg).eval(), cfg.vocab_size)
 
 
 def hf_t5_encoder():

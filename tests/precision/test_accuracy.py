@@ -9,11 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from gspo import ir
 from gspo.errors import GspoError
-from gspo.ir import Literal
 from gspo.precision.accuracy import Accuracy, ErrorBudget, Limit, check_metric_name, judge, measure
-from tests.helpers import branchy
+from tests.helpers import perturbed_pair
 
 f32 = np.float32
 
@@ -242,12 +240,7 @@ def test_lines():
 
 # --------------------------------------------------------------- two models
 def test_judge_runs_two_model_files(tmp_path):
-    g = branchy()
-    a = ir.save(g, tmp_path / "a.onnx")
-    name = next(n for n in g.weights if "w3" in n)
-    w = g.weights[name].evaluate(g.store).copy()
-    w.flat[0] += 1e-2
-    b = ir.save(g.replace_nodes(weights={name: Literal.from_array(w)}), tmp_path / "b.onnx")
+    a, b, g = perturbed_pair(tmp_path)
     samples = [{"x": np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(f32)} for i in range(2)]
     same = judge(str(a), str(a), ErrorBudget.parse("nmse=0,maxrel=0"), samples)
     assert same.holds and same.samples == 2 and same.outputs[g.outputs[0].name]["nmse"] == 0.0

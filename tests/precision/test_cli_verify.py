@@ -7,10 +7,8 @@ import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper, numpy_helper
 
-from gspo import ir
 from gspo.cli import cli
-from gspo.ir import Literal
-from tests.helpers import branchy, one_line_error, onnx_model
+from tests.helpers import one_line_error, onnx_model, perturbed_pair
 
 
 def gspo(*args):
@@ -20,12 +18,7 @@ def gspo(*args):
 @pytest.fixture
 def models(tmp_path):
     """A model, and the same model with one weight moved by 1e-2."""
-    g = branchy()
-    a = ir.save(g, tmp_path / "a.onnx")
-    name = next(n for n in g.weights if "w3" in n)
-    w = g.weights[name].evaluate(g.store).copy()
-    w.flat[0] += 1e-2
-    b = ir.save(g.replace_nodes(weights={name: Literal.from_array(w)}), tmp_path / "b.onnx")
+    a, b, g = perturbed_pair(tmp_path)
     return a, b, g.outputs[0].name
 
 

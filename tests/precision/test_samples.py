@@ -30,6 +30,16 @@ def write(path, value: float):
     return path
 
 
+def folders(tmp_path, calibration: int):
+    """Folders ``cal`` (samples 0.0, 1.0, ... ``calibration`` of them) and ``val`` (empty)."""
+    cal, val = tmp_path / "cal", tmp_path / "val"
+    cal.mkdir()
+    val.mkdir()
+    for i in range(calibration):
+        write(cal / f"{i}.npz", float(i))
+    return cal, val
+
+
 def test_one_npz_file_is_one_sample(tmp_path, graph):
     samples = load_samples(str(write(tmp_path / "s.npz", 2.0)), graph, "--calibration")
     assert len(samples) == 1 and np.array_equal(samples[0]["x"], x(2.0))
@@ -102,11 +112,7 @@ def test_random_fallback_warns_and_keeps_the_sets_apart(graph):
 
 
 def test_user_data_is_used_as_given(tmp_path, graph):
-    cal, val = tmp_path / "cal", tmp_path / "val"
-    cal.mkdir()
-    val.mkdir()
-    for i in range(3):
-        write(cal / f"{i}.npz", float(i))
+    cal, val = folders(tmp_path, 3)
     write(val / "v.npz", 9.0)
     data = precision_data(graph, str(cal), str(val / "v.npz"))
     assert data.warnings == ()
@@ -119,11 +125,7 @@ def test_user_data_is_used_as_given(tmp_path, graph):
 
 
 def test_validation_data_must_not_be_the_calibration_data(tmp_path, graph):
-    cal, val = tmp_path / "cal", tmp_path / "val"
-    cal.mkdir()
-    val.mkdir()
-    for i in range(2):
-        write(cal / f"{i}.npz", float(i))
+    cal, val = folders(tmp_path, 2)
     with pytest.raises(GspoError, match="validation data must not be the calibration data: 2 of the 2"):
         precision_data(graph, str(cal), str(cal))
     write(val / "a.npz", 1.0)   # also a calibration sample
