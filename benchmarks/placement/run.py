@@ -35,6 +35,7 @@ from gspo.errors import GspoError, first_line
 from gspo.ir import load, save
 from gspo.runtime import (
     SessionConfig,
+    calls_per_sample,
     interleaved,
     random_inputs,
     runtime_version,
@@ -92,7 +93,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
                             steps=output_steps(g))
     check_session.close()
     try:
-        calls = _calls_per_sample([r for _, r in runners])
+        calls = calls_per_sample([r for _, r in runners], MIN_SAMPLE_S)
         warm = [(label, warm_sample(run, calls)) for label, run in runners]
         timings = {t.label: t.median * 1e3 for t in interleaved(warm, runs, 3, pause=PAUSE_S)}
     finally:
@@ -118,17 +119,6 @@ MIN_SAMPLE_S = 0.01
 #: after 5 ms the next runner lost a core (onnxruntime as installed right after another spinning
 #: session timed like onnxruntime at one thread). 200 ms lets the spin end.
 PAUSE_S = 0.2
-
-
-def _calls_per_sample(runs) -> int:
-    """Calls per sample: enough for the fastest runner's sample to last MIN_SAMPLE_S."""
-    fastest = math.inf
-    for run in runs:
-        for _ in range(2):  # the second call: warm
-            start = time.perf_counter()
-            run()
-        fastest = min(fastest, time.perf_counter() - start)
-    return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
 
 
 def _openvino_check(data: bytes, g, names, feeds) -> tuple[str | None, str | None]:

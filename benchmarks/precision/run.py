@@ -31,12 +31,12 @@ import argparse
 import datetime
 import io
 import json
-import math
 import shlex
 import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -46,6 +46,7 @@ from gspo.ir import load
 from gspo.precision.accuracy import ErrorBudget, measure
 from gspo.runtime import (
     SessionConfig,
+    calls_per_sample,
     interleaved,
     make_session,
     random_inputs,
@@ -119,19 +120,13 @@ def _openvino_default(data: bytes):
     core = ov.Core()
     compiled = core.compile_model(core.read_model(io.BytesIO(data)), "CPU", {"PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
-    outputs = [p.get_any_name() for p in compiled.outputs]
 
     def run(names, feeds):
         result = request.infer(feeds)
         by_name = {p.get_any_name(): result[p] for p in compiled.outputs}
         return [np.array(by_name[n]) for n in names]
 
-    return SimpleRunner(run), outputs
-
-
-class SimpleRunner:
-    def __init__(self, fn):
-        self.run = fn
+    return SimpleNamespace(run=run)
 
 
 def _contenders(path: Path, out_path: Path, calibration: list[dict]) -> tuple[dict, dict]:
@@ -160,20 +155,10 @@ def _contenders(path: Path, out_path: Path, calibration: list[dict]) -> tuple[di
         except GspoError as e:
             failed[label] = first_line(e)
     try:
-        runners["openvino default (bf16)"] = _openvino_default(data)[0]
+        runners["openvino default (bf16)"] = _openvino_default(data)
     except Exception as e:  # noqa: BLE001
         failed["openvino default (bf16)"] = first_line(e)
     return runners, failed
-
-
-def _calls(runs) -> int:
-    fastest = math.inf
-    for run in runs:
-        for _ in range(2):
-            start = time.perf_counter()
-            run()
-        fastest = min(fastest, time.perf_counter() - start)
-    return max(1, min(1000, math.ceil(MIN_SAMPLE_S / max(fastest, 1e-7))))
 
 
 def _errors(runners: dict, names: list[str], validation: list[dict], budget: ErrorBudget) -> dict:
@@ -202,7 +187,7 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
         errors = _errors(runners, names, validation, budget)
         feeds = validation[0]
         runs = [(label, (lambda r=r: r.run(names, feeds))) for label, r in runners.items()]
-        calls = _calls([fn for _, fn in runs])
+        calls = calls_per_sample([fn for _, fn in runs], MIN_SAMPLE_S)
         timings = {t.label: t.median * 1e3 for t in interleaved([(lb, warm_sample(fn, calls)) for lb, fn in runs],
                                                                args.runs, 3, pause=PAUSE_S)}
         runners["gspo"].close()
@@ -271,7 +256,7 @@ def main(argv=None) -> int:
     if args.models != list(DEFAULT_MODELS) and path.exists():  # measured again: the models named replace theirs
         earlier = json.loads(path.read_text())
         again = {(r["model"], r["budget"]) for r in rows}
-        kept = [dict(r, budget=r.get("budget", earlier["meta"]["budget"])) for r in earlier["rows"]]
+        kept = [dict(r, budget=r.get("budget") or earlier["meta"].get("budget")) for r in earlier["rows"]]
         rows = [r for r in kept if (r["model"], r["budget"]) not in again] + rows
         rows.sort(key=lambda r: (list(DEFAULT_MODELS).index(r["model"]) if r["model"] in DEFAULT_MODELS else 99,
                                  r["budget"]))

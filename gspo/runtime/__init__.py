@@ -4,6 +4,7 @@ from gspo.runtime.bench import (
     DeviceTime,
     Repeats,
     Timing,
+    calls_per_sample,
     interleaved,
     measure_once,
     median_seconds,
@@ -68,5 +69,6 @@ __all__ = [
     "runtime_version",
     "timed_runner",
     "warm_sample",
+    "calls_per_sample",
     "verify",
 ]

@@ -12,12 +12,13 @@ taken instead of the host's clock.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DeviceTime", "Repeats", "Timing", "interleaved", "measure_once", "median_seconds", "timed_runner",
+__all__ = ["DeviceTime", "Repeats", "Timing", "calls_per_sample", "interleaved", "measure_once", "median_seconds", "timed_runner",
            "warm_sample"]
 
 
@@ -57,6 +58,18 @@ def warm_sample(run: Callable[[], object], calls: int = 1) -> Callable[[], Devic
             total += measure_once(run)
         return DeviceTime(total / calls)
     return sample
+
+
+def calls_per_sample(runs: Sequence[Callable[[], object]], min_seconds: float = 0.01, most: int = 1000) -> int:
+    """Calls per sample of :func:`warm_sample`, the same for every runner: enough that the fastest
+    runner's sample lasts ``min_seconds`` (each runner called twice, the second call, warm, timed)."""
+    fastest = math.inf
+    for run in runs:
+        for _ in range(2):
+            start = time.perf_counter()
+            run()
+        fastest = min(fastest, time.perf_counter() - start)
+    return max(1, min(most, math.ceil(min_seconds / max(fastest, 1e-7))))
 
 
 @dataclass(frozen=True)
