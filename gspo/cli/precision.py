@@ -10,11 +10,9 @@ __all__ = ["echo_precision", "metrics_line"]
 
 def metrics_line(metrics: dict) -> str:
     """An output's metrics in one line (``nmse 1.2e-04  cosine 0.99994 ...``)."""
-    parts = []
-    for name, value in metrics.items():
-        shown = f"{value:.5f}" if name == "cosine" or name.startswith("top") or name == "exact" else f"{value:.2g}"
-        parts.append(f"{name} {shown}")
-    return "  ".join(parts)
+    from gspo.precision.accuracy import shown
+
+    return "  ".join(f"{name} {shown(name, value)}" for name, value in metrics.items())
 
 
 def echo_precision(block: dict) -> None:

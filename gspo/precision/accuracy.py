@@ -33,7 +33,7 @@ import numpy as np
 
 from gspo.errors import GspoError, first_line
 
-__all__ = ["LOWER_IS_BETTER", "METRICS", "Limit", "ErrorBudget", "Accuracy", "check_metric_name", "measure", "judge"]
+__all__ = ["LOWER_IS_BETTER", "METRICS", "Limit", "ErrorBudget", "Accuracy", "check_metric_name", "measure", "judge", "shown"]
 
 #: The metrics where lower is better; the others (cosine, topK, exact) are better higher.
 LOWER_IS_BETTER = ("nmse", "rel_l2", "maxrel")
@@ -235,7 +235,7 @@ class Accuracy:
     def lines(self) -> list[str]:
         """One line per output with its metrics (``logits  nmse 1.2e-04  cosine 0.99994 ...``)."""
         width = max((len(name) for name in self.outputs), default=0)
-        return [f"{name:<{width}}  " + "  ".join(f"{m} {_shown(m, v)}" for m, v in metrics.items())
+        return [f"{name:<{width}}  " + "  ".join(f"{m} {shown(m, v)}" for m, v in metrics.items())
                 for name, metrics in self.outputs.items()]
 
     def to_json(self) -> dict:
@@ -249,9 +249,10 @@ def _json_float(x: float) -> float | str:
     return float(x) if math.isfinite(x) else str(float(x))
 
 
-def _shown(metric: str, value: float, digits: int | None = None) -> str:
-    """``value`` of ``metric`` as the reports show it."""
-    if not math.isfinite(value):
+def shown(metric: str, value: float | str, digits: int | None = None) -> str:
+    """``value`` of ``metric`` as the reports show it (also a value read back from
+    :meth:`Accuracy.to_json`, where an infinite one is a string)."""
+    if isinstance(value, str) or not math.isfinite(value):
         return str(value)
     if metric == "exact":
         return f"{value:g}"
@@ -267,15 +268,15 @@ def _shown(metric: str, value: float, digits: int | None = None) -> str:
 def _broken_line(output: str, limit: Limit, value: float, reason: str) -> str:
     """The line that says how ``limit`` is broken on ``output`` (digits enough to show it)."""
     if reason:
-        return f"{output}: {limit.metric} {_shown(limit.metric, value)} ({reason})"
+        return f"{output}: {limit.metric} {shown(limit.metric, value)} ({reason})"
     if limit.metric == "exact":
         return f"{output}: differs from the reference, and no limit of the budget covers it (outputs that are " \
                "not floating-point must be equal unless a top1 limit applies)"
     digits = 1 if limit.lower_is_better else (5 if limit.metric == "cosine" else 3)
-    while digits < 17 and limit.holds(float(_shown(limit.metric, value, digits))):
+    while digits < 17 and limit.holds(float(shown(limit.metric, value, digits))):
         digits += 1
     sign = ">" if limit.lower_is_better else "<"
-    return f"{output}: {limit.metric} {_shown(limit.metric, value, digits)} {sign} {_num(limit.bound)}"
+    return f"{output}: {limit.metric} {shown(limit.metric, value, digits)} {sign} {_num(limit.bound)}"
 
 
 @dataclass

@@ -9,7 +9,6 @@ seeds), with a warning.
 from __future__ import annotations
 
 import hashlib
-import math
 from pathlib import Path
 
 from gspo.regress.modelset import ModelSpec, data_files
@@ -110,16 +109,10 @@ def accuracy_reason(accuracy: dict) -> str:
             + "; ".join(accuracy["candidate"]["broken"]))
 
 
-def _shown(metric: str, value) -> str:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        return str(value)
-    if metric == "cosine":
-        return f"{value:.5f}"
-    return f"{value:.3f}" if metric.startswith("top") or metric == "exact" else f"{value:.1e}"
-
-
 def _metrics(judged: dict) -> str:
-    return ", ".join(f"{name} " + " ".join(f"{m} {_shown(m, v)}" for m, v in metrics.items())
+    from gspo.precision.accuracy import shown
+
+    return ", ".join(f"{name} " + " ".join(f"{m} {shown(m, v)}" for m, v in metrics.items())
                      for name, metrics in judged["outputs"].items())
 
 
