@@ -24,6 +24,7 @@ import argparse
 import datetime
 import json
 import math
+import re
 import shlex
 import sys
 import tempfile
@@ -105,7 +106,7 @@ def _time(path: Path, result_path: Path, runs: int) -> dict:
             "gspo_ms": gspo_ms, "openvino_refused": openvino_refused,
             "openvino_differs": openvino_differs,
             "equivalent": check.equivalent, "max_rel_err": check.max_norm_rel,
-            "timings_ms": {k: round(v, 3) for k, v in timings.items()}}
+            "timings_ms": {k: float(f"{v:.4g}") for k, v in timings.items()}}
 
 
 #: A timed sample lasts at least this long: a model of microseconds is called as many times in a
@@ -228,6 +229,58 @@ def _split_lines(rows) -> list[str]:
     return lines
 
 
+def _same_setting(r) -> str | None:
+    """The contender that runs what gspo saved (the source unrewritten, one backend whole, at its
+    saved thread count), or ``None`` when gspo's result is something no contender runs (rewrites,
+    a schedule, a split)."""
+    m = re.fullmatch(r"(ort|openvino) threads=(\d+)", r.get("settings") or "")
+    if (not m or not r["chosen"].startswith("original") or len(r["placement"]) != 1
+            or next(iter(r["placement"])) != m[1] or r.get("same_file")):
+        return None
+    return f"{m[1]}@{m[2]}" if f"{m[1]}@{m[2]}" in r["timings_ms"] else None
+
+
+def _fastest(r, spinning: bool = True) -> tuple[str, float]:
+    """The fastest contender (label, ms) whose outputs pass gspo's check; without onnxruntime as
+    installed when ``spinning`` is false."""
+    times = {k: v for k, v in r["timings_ms"].items() if k != "gspo" and (spinning or k != "ort-installed")
+             and not (k.startswith("openvino") and r.get("openvino_differs"))}
+    label = min(times, key=times.get)
+    return label, times[label]
+
+
+def _why_not_lines(rows) -> list[str]:
+    """Per model outside 2% of the fastest contender, what that contender does that gspo's result
+    does not, from the measured timings."""
+    ok = [r for r in rows if r["status"] == "ok" and r.get("timings_ms") and "gspo" in r["timings_ms"]]
+    late = [r for r in ok if r["ratio_to_best"] > 1.02]
+    if not late:
+        return []
+    same = [r["timings_ms"]["gspo"] / r["timings_ms"][_same_setting(r)] for r in ok if _same_setting(r)]
+    lines = ["", "## Where gspo is not within 2% of the fastest contender, and why", ""]
+    for r in late:
+        label, ms = _fastest(r)
+        gspo = r["timings_ms"]["gspo"]
+        if label == "ort-installed":
+            quiet, quiet_ms = _fastest(r, spinning=False)
+            why = (f"the fastest is onnxruntime as installed ({ms:.2f} ms), whose idle threads spin between calls. "
+                   f"gspo's sessions never spin: spinning starves the next runtime when two alternate (the search "
+                   f"times its options interleaved), and offered as a searched setting it lost on net "
+                   f"([spin_setting.md](spin_setting.md)). Against the fastest contender that does not spin "
+                   f"({quiet}, {quiet_ms:.2f} ms) gspo's result is {gspo / quiet_ms:.3f}.")
+        elif label == _same_setting(r):
+            why = (f"the fastest contender ({label}, {ms:.2f} ms) runs what gspo saved: the same backend at the same "
+                   f"threads ({r['settings']}). The two are one configuration timed twice, gspo's through "
+                   "`gspo.InferenceSession`; over the " + str(len(same)) + " models where gspo saved the unrewritten "
+                   f"source at one contender's own setting, gspo / that contender spans {min(same):.3f}-{max(same):.3f}: this "
+                   "model is that spread's tail, not another configuration.")
+        else:
+            why = (f"the fastest contender is {label} ({ms:.2f} ms); gspo chose {r['chosen']} ({r['settings']}), "
+                   f"{gspo:.2f} ms as deployed.")
+        lines.append(f"- {r['model']} ({r['ratio_to_best']:.3f}): {why}")
+    return lines
+
+
 def markdown(rows, meta) -> str:
     ok = [r for r in rows if r["status"] == "ok"]
     within = [r for r in ok if r["ratio_to_best"] <= 1.02]
@@ -274,7 +327,7 @@ def markdown(rows, meta) -> str:
     if differs:
         lines += ["", "OpenVINO's outputs against onnxruntime's on the same inputs, where they differ:", ""] + differs
     notes = ["", "## Notes", ""] + [f"- {n}" for n in meta["notes"]] if meta.get("notes") else []
-    return "\n".join(lines + _split_lines(rows) + notes) + "\n"
+    return "\n".join(lines + _why_not_lines(rows) + _split_lines(rows) + notes) + "\n"
 
 
 def main(argv=None) -> int:
