@@ -66,25 +66,67 @@ def _bf16(graph: Graph) -> Kind:
     return Kind("bf16 on openvino", "bf16", "openvino:bf16", lambda ops: bool(ops), build)
 
 
-def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable: Collection[str],
-            backend: str) -> Kind:
+def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable: Collection[str]) -> Kind:
+    """Static int8 on onnxruntime: the QDQ form of onnxruntime's default op types."""
     from gspo.runtime.quantize import quantize_static
 
     ids = [node_id(n) for n in graph.nodes]
 
-    probed: list[bool] = []
-
     def build(reduced: frozenset[str]) -> Graph:
         q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced])
-        if backend == "openvino" and not probed:  # the first QDQ form OpenVINO gets: in a process of its own
-            probed.append(True)
-            why = openvino_probe(serialize(q))
-            if why:
-                raise GspoError(why)
-        return with_placement(q, Placement.whole(q, backend) if backend != "ort" else None)
+        return with_placement(q, None)
 
-    name = "int8 on " + ("onnxruntime" if backend == "ort" else backend)
-    return Kind(name, "int8", backend, lambda ops: any(op in quantizable for op in ops), build)
+    return Kind("int8 on onnxruntime", "int8", "ort", lambda ops: any(op in quantizable for op in ops), build)
+
+
+def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]],
+                    probe: Callable[[bytes], str | None] = openvino_probe) -> Kind:
+    """Static int8 on OpenVINO: the QDQ form of onnxruntime's default op types where OpenVINO
+    compiles it, else of the op types with weights alone (:data:`WEIGHTED_OP_TYPES`). Which one is
+    decided once, when the search first asks which pieces the kind touches, by compiling the
+    model with every candidate quantized in a process of its own (``probe``: a compile that
+    crashes or refuses drops that form; both refused, the kind cannot be built, with OpenVINO's
+    reason)."""
+    from gspo.runtime.quantize import (
+        STATIC_OP_TYPES,
+        WEIGHTED_OP_TYPES,
+        quantizable,
+        quantize_static,
+    )
+
+    ids = [node_id(n) for n in graph.nodes]
+    chosen: list = []  # [(op types, their quantizable node ids)] once decided, or [(None, reason)]
+
+    def decide() -> tuple:
+        if not chosen:
+            why = "nothing to quantize"
+            for op_types in (STATIC_OP_TYPES, WEIGHTED_OP_TYPES):
+                nodes = quantizable(graph, op_types)
+                if not nodes:
+                    continue
+                try:
+                    why = probe(serialize(quantize_static(graph, ranges, op_types=op_types)))
+                except GspoError as e:
+                    why = str(e)
+                if not why:
+                    chosen.append((op_types, set(nodes)))
+                    break
+            else:
+                chosen.append((None, why))
+        return chosen[0]
+
+    def touches(ops: Collection[str]) -> bool:
+        op_types, nodes = decide()
+        return op_types is None or any(op in nodes for op in ops)  # None: build says why
+
+    def build(reduced: frozenset[str]) -> Graph:
+        op_types, nodes = decide()
+        if op_types is None:
+            raise GspoError(nodes)
+        q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced], op_types=op_types)
+        return with_placement(q, Placement.whole(q, "openvino"))
+
+    return Kind("int8 on openvino", "int8", "openvino", touches, build)
 
 
 def _dynamic(graph: Graph, matmuls: Collection[str]) -> Kind:
@@ -121,7 +163,8 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
         matmuls = dynamic_quantizable(graph)
         if q:
             found = ranges()
-            out += [_static(graph, found, q, b) for b in ("ort", "openvino") if b in backends]
+            out += [_static(graph, found, q)] if "ort" in backends else []
+            out += [openvino_static(graph, found)] if "openvino" in backends else []
         if matmuls:
             out.append(_dynamic(graph, matmuls))
         elif q:

@@ -45,7 +45,7 @@ from onnxruntime.quantization.quant_utils import (  # isort: skip
 )
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry  # isort: skip
 
-__all__ = ["STATIC_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable", "dynamic_quantizable", "calibrated_tensors",
+__all__ = ["STATIC_OP_TYPES", "WEIGHTED_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable", "dynamic_quantizable", "calibrated_tensors",
            "activation_ranges", "quantize_static", "quantize_dynamic"]
 
 #: The op types ``quantize_static`` quantizes by default (its QLinear and QDQ registries), less
@@ -54,6 +54,10 @@ __all__ = ["STATIC_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable
 #: inputs and outputs, and an elementwise op gains little from int8. Their float inputs and
 #: outputs are the tensors calibrated.
 STATIC_OP_TYPES = (frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)) - {"BatchNormalization"}
+#: The op types with weights, alone: OpenVINO 2026.4's low-precision transformations refuse the QDQ
+#: form of the default set on transformers (a quantized bias Add after a MatMul in DistilBERT, BERT
+#: and ViT: "[AddTransformation] ... CALLBACK HAS"), and compile this one.
+WEIGHTED_OP_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: The op types dynamic quantization is asked for (onnxruntime turns Gemm into MatMul first).
 DYNAMIC_OP_TYPES = ("MatMul",)
 #: A serialized ONNX model (protobuf) must stay under this many bytes.
@@ -91,10 +95,11 @@ def _follows(graph: Graph, node: Node, marked: set[str]) -> bool:
     return bool(ins) and ins[0] in marked
 
 
-def quantizable(graph: Graph) -> dict[str, str]:
-    """Node id -> op type of the nodes static QDQ quantization puts Q/DQ around (in graph order).
+def quantizable(graph: Graph, op_types: Collection[str] = STATIC_OP_TYPES) -> dict[str, str]:
+    """Node id -> op type of the nodes static QDQ quantization of ``op_types`` puts Q/DQ around
+    (in graph order).
 
-    This follows ``QDQQuantizer`` with ``quantize_static``'s default op types: Conv, MatMul,
+    This follows ``QDQQuantizer``: with ``quantize_static``'s default op types, Conv, MatMul,
     Gemm, Add, Mul, Concat, Softmax, the normalizations ... with a float input are quantized;
     Relu, Clip, Reshape, Transpose, MaxPool, Resize ... only when their data input was already
     (they pass quantized values through).
@@ -103,7 +108,7 @@ def quantizable(graph: Graph) -> dict[str, str]:
     out: dict[str, str] = {}
     for n in graph.nodes:
         nid = _node_id(n)
-        if n.op_type not in STATIC_OP_TYPES or nid is None:
+        if n.op_type not in op_types or nid is None:
             continue
         if n.op_type in _FOLLOWERS:
             if graph.opset < _FOLLOWERS[n.op_type] or not _follows(graph, n, marked):
@@ -263,13 +268,14 @@ def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> Te
 
 
 def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exclude: Collection[str] = (),
-                    per_channel: bool = True) -> Graph:
+                    per_channel: bool = True, op_types: Collection[str] = STATIC_OP_TYPES) -> Graph:
     """The graph quantized to int8 in the QDQ format, from precomputed activation ranges.
 
     What ``onnxruntime.quantization.quantize_static`` makes with its defaults and these
     ranges (:func:`activation_ranges`): ``QDQQuantizer``, activations QUInt8 asymmetric,
     weights QInt8 symmetric (per output channel unless ``per_channel`` is false; per tensor below
-    opset 13, where DequantizeLinear has no axis), biases int32. A model below opset 10 is
+    opset 13, where DequantizeLinear has no axis), biases int32, the nodes of ``op_types`` only
+    (default: onnxruntime's default op types). A model below opset 10 is
     converted to opset 11 first, as onnxruntime does (through a temporary file of its own).
     Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
     output they read is kept too, and so is every node that reads or writes a tensor whose range
@@ -281,7 +287,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     """
     _check_size(graph)
     excluded = _check_ids(graph, exclude)
-    candidates = quantizable(graph)
+    candidates = quantizable(graph, op_types)
     if not candidates:
         raise GspoError("nothing to quantize: the model has no Conv, MatMul, Gemm or other op onnxruntime "
                         "quantizes with a float input")
@@ -301,7 +307,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
         model = update_opset_version(model, QuantType.QInt8, QuantType.QUInt8)
         per_channel = per_channel and get_opset_version(model) >= 13
         quantizer = QDQQuantizer(model, per_channel, False, QuantType.QInt8, QuantType.QUInt8,
-                                 _tensors_data(graph, ranges), [], kept, sorted(STATIC_OP_TYPES),
+                                 _tensors_data(graph, ranges), [], kept, sorted(op_types),
                                  {"ActivationSymmetric": False, "WeightSymmetric": True})
         with _quiet():
             quantizer.quantize_model()
