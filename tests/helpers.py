@@ -112,3 +112,25 @@ def perturbed_pair(folder: Path):
     w.flat[0] += 1e-2
     b = ir.save(g.replace_nodes(weights={name: Literal.from_array(w)}), Path(folder) / "b.onnx")
     return a, b, g
+
+
+def python_calls(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``'s result and how many Python calls it made (each step of a
+    generator or comprehension counts; this thread only): its work, counted rather than timed,
+    so a bound on it holds however busy the machine is."""
+    import sys
+
+    calls = 0
+
+    def count(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(count)
+    try:
+        result = fn(*args, **kwargs)
+    finally:
+        sys.setprofile(previous)
+    return result, calls

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -20,23 +21,25 @@ from gspo.errors import GspoError
 from gspo.outputs import atomic_write, check_outputs
 
 
-def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime) -> None:
-    """``calibrate --evaluate``: a profile's error and rank correlation on held-out subgraphs."""
+def _evaluate(opts: SimpleNamespace, runtime: str) -> None:
+    """``calibrate --evaluate``: a profile's error and rank correlation on held-out subgraphs
+    (``opts``: the command's options)."""
     from gspo.costmodel import device_description, load_profile
     from gspo.costmodel.evaluate import evaluate
 
-    passes = EVALUATION_PASSES if passes is None else passes
+    evaluate_profile, report, force = opts.evaluate_profile, opts.report, opts.force
+    passes = EVALUATION_PASSES if opts.passes is None else opts.passes
     if passes < 2:
         raise GspoError("--passes must be at least 2 with --evaluate (the noise is pass 2 against pass 1)")
     check_outputs({"--report": report}, (evaluate_profile,), force)
-    profile = load_profile(evaluate_profile, device_description("cpu"), runtime, foreign_profile)
-    results = evaluate(profile, count, progress_printer("measuring held-out subgraphs"), passes=passes)
+    profile = load_profile(evaluate_profile, device_description("cpu"), runtime, opts.foreign_profile)
+    results = evaluate(profile, opts.count, progress_printer("measuring held-out subgraphs"), passes=passes)
     # reference_s: the unit of every measured time in the report (the profile's speed reference).
     data = {"profile": evaluate_profile, "device": profile.device, "reference_s": profile.reference_s,
             "results": [r.to_json() for r in results]}
     if report:
         atomic_write(report, json.dumps(data, indent=1) + "\n", overwrite=force)
-    if as_json:
+    if opts.as_json:
         click.echo(json.dumps({**data, "results": [{k: v for k, v in r.items() if k != "rows"} for r in data["results"]]}, indent=2))
         return
     for r in results:
@@ -66,8 +69,7 @@ def _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, a
               help="With --evaluate: use a profile made on another device or onnxruntime version.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @handle_errors
-def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count, report, passes, force,
-              foreign_profile, as_json):
+def calibrate(**options):
     """Measure microbenchmarks on the device and fit a cost profile (resumable).
 
     Measurements are cached in a SQLite database: an interrupted calibration resumes, and a
@@ -85,16 +87,18 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     from gspo.costmodel import device_description, save_profile
     from gspo.runtime import runtime_version
 
+    opts = SimpleNamespace(**options)
     runtime = runtime_version()
-    if evaluate_profile:
-        _evaluate(evaluate_profile, count, report, passes, force, foreign_profile, as_json, runtime)
+    if opts.evaluate_profile:
+        _evaluate(opts, runtime)
         return
+    gpu_name, output, force = opts.gpu_name, opts.output, opts.force
     if gpu_name:
         from gspo.runtime.cuda.choice import require_cuda, runtime_key
 
         require_cuda(option="--gpu")
         runtime = runtime_key()  # the GPU profile is keyed by the runtime that measured it
-    elif device is None:
+    elif opts.device is None:
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
     from gspo.costmodel.calibrate import DEFAULT_CALIBRATION_PASSES, CalibrationConfig
     from gspo.costmodel.calibrate import calibrate as run_calibration
@@ -102,10 +106,10 @@ def calibrate(device, gpu_name, output, budget, db_path, evaluate_profile, count
     backend = "cuda" if gpu_name else "cpu"
     desc = f"cuda:{gpu_name}" if gpu_name else device_description("cpu")
     out = Path(output) if output else user_profiles_dir() / f"{gpu_name or 'cpu'}.json"
-    db = db_path or str(calibration_db_path())
+    db = opts.db_path or str(calibration_db_path())
     check_outputs({"-o": out}, (db,), force or not output)
-    cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=budget * 60, backend=backend,
-                            passes=DEFAULT_CALIBRATION_PASSES if passes is None else passes)
+    cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=opts.budget * 60, backend=backend,
+                            passes=DEFAULT_CALIBRATION_PASSES if opts.passes is None else opts.passes)
     import time as _time
 
     start = _time.perf_counter()

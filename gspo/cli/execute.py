@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -34,7 +35,7 @@ from gspo.outputs import check_outputs, replacing
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT / TIMELINE.")
 @input_shape_option
 @handle_errors
-def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, input_shapes):
+def run_cmd(**options):
     """Run MODEL with the multi-stream runtime and print (or save) its outputs.
 
     \b
@@ -46,9 +47,12 @@ def run_cmd(model, streams, device, inputs_file, seed, output, timeline, force, 
 
     from gspo.runtime import load_inputs, make_executor, parse_streams, random_inputs
 
-    n = parse_streams(streams)
+    opts = SimpleNamespace(**options)
+    model, device, inputs_file, seed = opts.model, opts.device, opts.inputs_file, opts.seed
+    output, timeline, force = opts.output, opts.timeline, opts.force
+    n = parse_streams(opts.streams)
     check_outputs({"-o": output, "--timeline": timeline}, (model, inputs_file), force, models=[model])
-    graph = load_model(model, input_shapes)
+    graph = load_model(model, opts.input_shapes)
     others = [v.name for v in graph.outputs if v.type_proto]
     if output and others:
         raise GspoError(f"output {others[0]!r} is not a tensor (a sequence, map or optional) and an .npz "
@@ -145,7 +149,7 @@ def _plot_timeline(trace, executor, path, force: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @input_shape_option
 @handle_errors
-def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_file, as_json, input_shapes):
+def bench_cmd(**options):
     """Time models against each other, interleaved in one process (A B B A ...).
 
     Prints the median and minimum latency of each (model, streams) pair and its speed ratio
@@ -166,16 +170,18 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
         timed_runner,
     )
 
-    settings = [parse_streams(x) for x in streams_list.split(",") if x.strip()]
+    opts = SimpleNamespace(**options)
+    device, runs, warmup, seed, inputs_file = opts.device, opts.runs, opts.warmup, opts.seed, opts.inputs_file
+    settings = [parse_streams(x) for x in opts.streams_list.split(",") if x.strip()]
     if not settings:
         raise GspoError("--streams needs at least one setting")
-    graphs = [(m, load_model(m, input_shapes)) for m in models]
+    graphs = [(m, load_model(m, opts.input_shapes)) for m in opts.models]
     first_inputs = {(v.name, v.dtype, v.shape) for v in graphs[0][1].inputs}
     for m, g in graphs[1:]:
         if {(v.name, v.dtype, v.shape) for v in g.inputs} != first_inputs:
             raise GspoError(f"{m}: its inputs differ from {graphs[0][0]}'s; bench compares models with the same inputs")
     feeds = load_inputs(inputs_file, graphs[0][1]) if inputs_file else random_inputs(graphs[0][1], seed)
-    config = SessionConfig(intra_op_threads=threads)
+    config = SessionConfig(intra_op_threads=opts.threads)
     executors, runners = [], []
     try:
         for m, g in graphs:
@@ -192,7 +198,7 @@ def bench_cmd(models, streams_list, device, runs, warmup, threads, seed, inputs_
             ex.close()
     rows = [{"config": t.label, "median_ms": t.median * 1e3, "min_ms": t.min * 1e3,
              "ratio": t.ratio_to(timings[0])} for t in timings]
-    if as_json:
+    if opts.as_json:
         click.echo(json.dumps({"runs": runs, "warmup": warmup, "device": device, "rows": rows}, indent=2))
         return
     width = max(len(r["config"]) for r in rows)

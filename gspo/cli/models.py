@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from types import SimpleNamespace
 
 import click
 
@@ -141,8 +142,9 @@ def _verify_inputs(ctx, param, value):
     return click.Path(dir_okay=ctx.params.get("spec") is not None).convert(value, param, ctx)
 
 
-def _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes) -> None:
-    """``verify --max-error``: judge MODEL_B against MODEL_A by the budget; exit 1 when broken."""
+def _verify_budget(opts: SimpleNamespace) -> None:
+    """``verify --max-error``: judge MODEL_B against MODEL_A by the budget; exit 1 when broken
+    (``opts``: the command's options)."""
     from gspo import ir
     from gspo.precision.accuracy import ErrorBudget, judge
     from gspo.precision.samples import load_samples, random_data_warning
@@ -153,7 +155,9 @@ def _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes
              if ctx.get_parameter_source(n) is not click.core.ParameterSource.DEFAULT]
     if given:
         raise GspoError(f"{', '.join(given)}: the fp32 tolerances do not apply with --max-error (the budget judges)")
-    budget = ErrorBudget.parse(spec)
+    model_a, model_b, input_shapes = opts.model_a, opts.model_b, opts.input_shapes
+    seed, inputs_file = opts.seed, opts.inputs_file
+    budget = ErrorBudget.parse(opts.spec)
     a, b = load_model(model_a, input_shapes), load_model(model_b, input_shapes)
     budget.check_graph(a)
     if inputs_file:
@@ -161,7 +165,7 @@ def _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes
     else:
         click.echo("warning: " + random_data_warning("the inputs", "your own with --inputs (an .npz, or a folder "
                                                                    "of them, one sample each)"), err=True)
-        samples = random_input_sets(a, seed, runs)
+        samples = random_input_sets(a, seed, opts.runs)
     with explaining((a, b), seed if not inputs_file else None):
         accuracy = judge(model_a, model_b, budget, samples, ir.parse_input_shapes(input_shapes) or None)
     for line in accuracy.lines():
@@ -193,7 +197,7 @@ def _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes
                    "with --max-error also a folder of such .npz files, one sample each.")
 @input_shape_option
 @handle_errors
-def verify(model_a, model_b, spec, rtol, atol, ntol, seed, runs, inputs_file, input_shapes):
+def verify(**options):
     """Check that two models compute the same outputs (exit 0) or not (exit 1).
 
     Both run with onnxruntime on the same inputs (random ones valid for the model: integer
@@ -219,14 +223,17 @@ def verify(model_a, model_b, spec, rtol, atol, ntol, seed, runs, inputs_file, in
     """
     from gspo.runtime import load_inputs
     from gspo.runtime import verify as run_verify
+    from gspo.runtime.verify import Tolerance
 
-    if spec is not None:
-        _verify_budget(model_a, model_b, spec, seed, runs, inputs_file, input_shapes)
+    opts = SimpleNamespace(**options)
+    if opts.spec is not None:
+        _verify_budget(opts)
         return
-    a, b = load_model(model_a, input_shapes), load_model(model_b, input_shapes)
-    feeds = load_inputs(inputs_file, a) if inputs_file else None
+    rtol, atol, ntol, seed = opts.rtol, opts.atol, opts.ntol, opts.seed
+    a, b = load_model(opts.model_a, opts.input_shapes), load_model(opts.model_b, opts.input_shapes)
+    feeds = load_inputs(opts.inputs_file, a) if opts.inputs_file else None
     with explaining((a, b), seed if feeds is None else None):
-        result = run_verify(a, b, rtol=rtol, atol=atol, seed=seed, runs=runs, inputs=feeds, ntol=ntol)
+        result = run_verify(a, b, Tolerance(rtol, atol, ntol), seed=seed, runs=opts.runs, inputs=feeds)
     click.echo(f"{'output':<30} {'max abs err':>12} {'max rel err':>12} {'rel to max':>11}  verdict")
     for d in result.outputs:
         click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 
@@ -82,20 +83,23 @@ def _warn_random_data(mset) -> None:
             click.echo(f"warning: model {spec.name!r}: {warning}", err=True)
 
 
-def _measured(modelset, against, record, force, reuse, engine, address, threshold, rounds, outputs) -> int:
+def _measured(opts: SimpleNamespace, outputs: dict[str, str | None]) -> int:
+    """The measured gate (``--record`` / ``--against``) with the command's options ``opts``."""
     from gspo.regress import report
-    from gspo.regress.gate import run_gate
+    from gspo.regress.gate import Engine, GateSettings, run_gate
     from gspo.regress.modelset import load_modelset
     from gspo.regress.store import INDEX, artifact_paths
 
-    mset = load_modelset(modelset, threshold, rounds)
+    against, record, force = opts.against, opts.record, opts.force
+    mset = load_modelset(opts.modelset, opts.threshold, opts.rounds)
     read = mset.files()
     if against:
         read += [Path(against) / INDEX] + [p for s in mset.models for p in artifact_paths(against, s.name).values()]
     check_outputs(outputs, read, force, models=_models(mset))
     if outputs["--plot"] and not against:
         raise GspoError("--plot shows ratios to a baseline: it needs --against DIR")
-    run = run_gate(modelset, against, record, force, reuse, engine, address, threshold, rounds,
+    run = run_gate(opts.modelset, against, record, force, not opts.reoptimize, Engine(opts.engine, opts.address),
+                   GateSettings(opts.threshold, opts.rounds),
                    _echo_progress(len(mset.models), "optimizing and timing" if against else "optimizing"))
     for note in run.notes:
         click.echo(f"note: {note}")
@@ -136,8 +140,7 @@ def _measured(modelset, against, record, force, reuse, engine, address, threshol
 @click.option("--tolerance", type=Number(0), default=0.02, show_default=True, help="With --estimate: allowed drop of estimated speedup.")
 @click.option("--force", is_flag=True, help="Replace existing artifacts and output files.")
 @handle_errors
-def regress(modelset, against, record, estimate, threshold, rounds, reoptimize, engine, address, json_file, junit,
-            markdown, plot, baseline, update, tolerance, force):
+def regress(**options):
     """Guard a model set's latency: exit 1 when a model got slower than its baseline, slower than
     its source, or not equivalent (or, for an entry with "precision", outside its "max_error"
     accuracy budget on its validation data: INACCURATE); 2 when one could not be optimized or timed.
@@ -155,15 +158,17 @@ def regress(modelset, against, record, estimate, threshold, rounds, reoptimize, 
         gspo regress models.json --against baseline/ --engine ray --address auto
         gspo regress data/modelset.json --estimate
     """
-    if estimate:
-        if against or record or reoptimize or junit or markdown or plot or engine != "local":
+    opts = SimpleNamespace(**options)
+    if opts.estimate:
+        measured = (opts.against, opts.record, opts.reoptimize, opts.junit, opts.markdown, opts.plot)
+        if any(measured) or opts.engine != "local":
             raise GspoError("--estimate takes only --baseline, --update, --tolerance, --json and --force")
-        sys.exit(_estimate(modelset, baseline, update, tolerance, json_file, force))
-    if baseline or update:
+        sys.exit(_estimate(opts.modelset, opts.baseline, opts.update, opts.tolerance, opts.json_file, opts.force))
+    if opts.baseline or opts.update:
         raise GspoError("--baseline and --update belong to --estimate (the measured gate uses --record DIR)")
-    if engine == "ray" and not address:
+    if opts.engine == "ray" and not opts.address:
         raise GspoError("--engine ray needs --address (e.g. auto, or ray://HOST:10001)")
-    if record and against and Path(record).resolve() == Path(against).resolve():
-        raise GspoError(f"{record}: --record and --against name the same folder; record into another one")
-    outputs = {"--json": json_file, "--junit": junit, "--markdown": markdown, "--plot": plot}
-    sys.exit(_measured(modelset, against, record, force, not reoptimize, engine, address, threshold, rounds, outputs))
+    if opts.record and opts.against and Path(opts.record).resolve() == Path(opts.against).resolve():
+        raise GspoError(f"{opts.record}: --record and --against name the same folder; record into another one")
+    outputs = {"--json": opts.json_file, "--junit": opts.junit, "--markdown": opts.markdown, "--plot": opts.plot}
+    sys.exit(_measured(opts, outputs))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspo.costmodel.db import CalibrationDB
-from gspo.costmodel.fit import TIMED_KEYS, fit
+from gspo.costmodel.fit import TIMED_KEYS, FixedCosts, fit
 from gspo.costmodel.microbench import (
     Bench,
     chains,
@@ -327,8 +327,9 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         pieces = [(Bench("piece", _spec(sig)), d) for sig, d in rows["piece"] if sig in current]
     finally:
         db.close()
-    return fit(ops, chain, branches, fixed["call"], fixed["sync"], cfg, pieces,
-               launch_s=(launch or {}).get("seconds"), layout_block=int((layout or {}).get("block", 0)))
+    costs = FixedCosts(fixed["call"], fixed["sync"], (launch or {}).get("seconds"),
+                       int((layout or {}).get("block", 0)))
+    return fit(ops, chain, branches, costs, cfg, pieces)
 
 
 def _spec(signature: str) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import normalize
 from gspo.streams import assign_streams, node_id, segment_runs
 
-__all__ = ["TIMED_KEYS", "fit", "fit_family", "scale_fit", "family_scales", "fit_beta"]
+__all__ = ["FixedCosts", "TIMED_KEYS", "fit", "fit_family", "scale_fit", "family_scales", "fit_beta"]
 
 #: The keys of a measurement row that hold seconds (put in reference units before fitting).
 TIMED_KEYS = frozenset({"seconds", "one_session", "segments_in_order"})
@@ -180,13 +180,29 @@ def fit_family(xs: list[list[float]], ys: list[float]) -> Poly:
     return fit_poly(xs, ys, degree=2, alpha=1.0, bandwidth=bw, prior=LOCAL_PRIOR)
 
 
-def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg, pieces=(),
-        launch_s: float | None = None, layout_block: int = 0) -> Profile:
-    """Fit a profile to measured ``(Bench, row)`` pairs of each kind.
+@dataclass(frozen=True)
+class FixedCosts:
+    """What calibration measures once per device, beside the benchmarks.
+
+    Attributes:
+        call: seconds of one session call that does next to nothing.
+        sync: seconds of one cross-stream synchronization.
+        launch: seconds of a multi-stream run of next to nothing (``None``: not measured).
+        layout_block: onnxruntime's blocked-layout channel block on the device (0: none).
+    """
+
+    call: float
+    sync: float
+    launch: float | None = None
+    layout_block: int = 0
+
+
+def fit(ops, chain, branches, fixed: FixedCosts, cfg, pieces=()) -> Profile:
+    """Fit a profile to measured ``(Bench, row)`` pairs of each kind, with the device's ``fixed`` costs.
 
     In order: the per-family op model, the sequential aggregate correction (per-family in-context
     factors from zoo pieces run as one session, with the seconds per blocked-layout reorder when
-    ``layout_block`` is set; without enough pieces, one factor from chains and fork-join graphs),
+    ``fixed.layout_block`` is set; without enough pieces, one factor from chains and fork-join graphs),
     the per-segment costs (multi-branch graphs run as segments in order vs one session), and
     beta_a (the same graphs on streams, plus the parallel zoo pieces weighted by cross-validation,
     :func:`fit_beta`). Measurements timed with the speed reference are first put in reference
@@ -194,6 +210,7 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg, pieces=()
     :class:`~gspo.costmodel.calibrate.CalibrationConfig`) gives the device, runtime, backend and
     passes.
     """
+    call_cost = fixed.call
     refs = [d["reference"] for _, d in (*ops, *chain, *branches, *pieces) if d.get("reference")]
     nominal = float(statistics.median(refs)) if refs else 0.0
     ops, chain, branches, pieces = ([(b, _in_units(d, nominal)) for b, d in rows] for rows in (ops, chain, branches, pieces))
@@ -202,14 +219,14 @@ def fit(ops, chain, branches, call_cost: float, sync_cost: float, cfg, pieces=()
             "normalized": len(refs), "passes": cfg.passes}
     own = sorted(max(d["seconds"] - call_cost, 0.0) for _, d in ops)
     overhead = float(own[len(own) // 10]) if own else 0.0
-    base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, sync_cost, families, reps, None, meta=meta,
-                   op_overhead=overhead, reference_s=nominal, layout_block=layout_block)
+    base = Profile(cfg.device, cfg.runtime, call_cost, call_cost, fixed.sync, families, reps, None, meta=meta,
+                   op_overhead=overhead, reference_s=nominal, layout_block=fixed.layout_block)
     base = _sequential_correction(base, chain, branches, pieces, call_cost)
     graphs = [(g, assign_streams(g, max_streams=stream_cap(cfg.backend)), d) for g, d in
               ((bench.build(), d) for bench, d in branches)]
     base = _segment_costs(base, graphs, call_cost)
-    if launch_s:
-        base = _launch_cost(base, launch_s, cfg.backend)
+    if fixed.launch:
+        base = _launch_cost(base, fixed.launch, cfg.backend)
     return _parallel_correction(base, graphs, pieces, cfg.backend)
 
 

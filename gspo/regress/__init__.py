@@ -11,7 +11,7 @@
 """
 
 from gspo.regress.estimate import EstimateRow, read_baseline, run_estimate, write_baseline
-from gspo.regress.gate import GateRun, run_gate
+from gspo.regress.gate import Engine, GateRun, GateSettings, run_gate
 from gspo.regress.job import FAILING, VERDICTS, Job, Result, judge_rounds, run_job
 from gspo.regress.modelset import ModelSet, ModelSpec, load_modelset
 from gspo.regress.stats import ALPHA, THRESHOLD, Decision, decide
@@ -19,9 +19,11 @@ from gspo.regress.stats import ALPHA, THRESHOLD, Decision, decide
 __all__ = [
     "ALPHA",
     "Decision",
+    "Engine",
     "EstimateRow",
     "FAILING",
     "GateRun",
+    "GateSettings",
     "Job",
     "ModelSet",
     "ModelSpec",

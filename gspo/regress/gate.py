@@ -21,7 +21,24 @@ from gspo.regress.engines import ENGINES
 from gspo.regress.job import RECORDED, Job, Result, exit_code
 from gspo.regress.modelset import ModelSet, ModelSpec, describe_path, load_modelset
 
-__all__ = ["GateRun", "run_gate"]
+__all__ = ["Engine", "GateRun", "GateSettings", "run_gate"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """Where the jobs run: ``local`` (here), or ``ray`` (one job per model on the Ray cluster at
+    ``address``)."""
+
+    name: str = "local"
+    address: str | None = None
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """Gate settings that replace the model set's (``None``: the set's); a model's own still win."""
+
+    threshold: float | None = None
+    rounds: int | None = None
 
 
 @dataclass
@@ -144,8 +161,7 @@ def _store(record: Path, mset: ModelSet, results: list[Result], versions: dict, 
 
 def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = None,
              record: str | os.PathLike | None = None, force: bool = False, reuse: bool = True,
-             engine: str = "local", address: str | None = None, threshold: float | None = None,
-             rounds: int | None = None, progress=None) -> GateRun:
+             engine: Engine = Engine(), settings: GateSettings = GateSettings(), progress=None) -> GateRun:
     """Optimize, time and judge every model of ``modelset`` (see the module docstring).
 
     Args:
@@ -153,8 +169,8 @@ def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = No
         record: the folder to store each model's optimized result in.
         force: replace existing artifacts in ``record``.
         reuse: reuse a stored candidate whose cache key is unchanged (see :mod:`gspo.regress.store`).
-        engine: ``local`` or ``ray`` (with ``address``).
-        threshold, rounds: replace the set's gate settings (a model's own still win).
+        engine: where the jobs run (``local``, or ``ray`` with its address).
+        settings: the threshold and rounds that replace the set's (a model's own still win).
         progress: called with ``(event, index, name, result)``.
 
     Raises:
@@ -162,9 +178,9 @@ def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = No
     """
     if against is None and record is None:
         raise GspoError("give --against DIR (time against a baseline), --record DIR, or --estimate")
-    if engine not in ENGINES:
-        raise GspoError(f"unknown engine {engine!r} (use {' or '.join(ENGINES)})")
-    mset = load_modelset(modelset, threshold, rounds)
+    if engine.name not in ENGINES:
+        raise GspoError(f"unknown engine {engine.name!r} (use {' or '.join(ENGINES)})")
+    mset = load_modelset(modelset, settings.threshold, settings.rounds)
     _check_files(mset)
     if against is not None:
         store.read_index(against)
@@ -175,10 +191,10 @@ def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = No
     versions = store.versions()
     began = time.perf_counter()
     factories = [_job_factory(s, Path(against) if against else None, reuse, against is not None, record is not None,
-                              ship=engine != "local") for s in mset.models]
-    results = ENGINES[engine](factories, [s.name for s in mset.models], progress, address=address)
+                              ship=engine.name != "local") for s in mset.models]
+    results = ENGINES[engine.name](factories, [s.name for s in mset.models], progress, address=engine.address)
     if record is not None:
         _store(Path(record), mset, results, versions, force)
     mode = "against" if against is not None else RECORDED
-    return GateRun(mset, mode, results, versions, store.machine(), engine, time.perf_counter() - began,
+    return GateRun(mset, mode, results, versions, store.machine(), engine.name, time.perf_counter() - began,
                    list(mset.notes), str(against) if against else None, str(record) if record else None)

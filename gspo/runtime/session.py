@@ -65,10 +65,10 @@ _EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
 
 def session_options(ort, *, threads: int | None = None, allow_spinning: bool | None = None,
                     optimization: str | None = None, inter_op_threads: int | None = None, parallel: bool = False,
-                    log_severity: int = 4, optimized_path: str | None = None,
-                    entries: Mapping[str, str] | None = None):
+                    log_severity: int = 4, entries: Mapping[str, str] | None = None):
     """The ``SessionOptions`` of every session gspo builds (the CPU's, the CUDA runner's and the
-    CUDA executor's pieces); ``None`` leaves onnxruntime's default.
+    CUDA executor's pieces); ``None`` leaves onnxruntime's default (:func:`make_session` also
+    sets where onnxruntime writes the graph it will run, when asked).
 
     Args:
         ort: the onnxruntime module to build them with (the CUDA code passes its own, which
@@ -79,13 +79,10 @@ def session_options(ort, *, threads: int | None = None, allow_spinning: bool | N
         inter_op_threads: inter-op threads.
         parallel: onnxruntime's parallel execution mode.
         log_severity: onnxruntime's log severity for the session (4: fatal only).
-        optimized_path: where onnxruntime writes the graph it will run.
         entries: further session config entries, as given.
     """
     so = ort.SessionOptions()
     so.log_severity_level = log_severity
-    if optimized_path is not None:
-        so.optimized_model_filepath = optimized_path
     if optimization is not None:
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[optimization])
     if threads is not None:
@@ -120,9 +117,11 @@ def make_session(model: Graph | bytes, config: SessionConfig = SessionConfig(),
     except GspoError as e:
         raise BackendError(f"onnxruntime cannot load the model: {e}") from None
     so = session_options(ort, threads=config.intra_op_threads, allow_spinning=config.allow_spinning,
-                         optimization=config.optimization, optimized_path=optimized_path,
+                         optimization=config.optimization,
                          inter_op_threads=(os.cpu_count() or 1) if config.parallel_mode else 1,
                          parallel=config.parallel_mode, entries={_EXTERNAL_FOLDER: folder} if folder else None)
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
     try:
         session = ort.InferenceSession(data, sess_options=so, providers=list(config.providers))
     except Exception as e:

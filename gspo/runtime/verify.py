@@ -309,20 +309,20 @@ def _rank(d: OutputDiff) -> int:
 def verify(
     reference: Graph,
     candidate: Graph,
-    rtol: float = DEFAULT_RTOL,
-    atol: float = DEFAULT_ATOL,
+    tolerance: Tolerance = Tolerance(),
     seed: int = 0,
     runs: int = 1,
     inputs: Mapping[str, np.ndarray] | None = None,
     config: SessionConfig = SessionConfig(),
-    ntol: float = DEFAULT_NTOL,
 ) -> VerifyResult:
     """Run both graphs with onnxruntime on the same inputs and compare every output.
 
-    With ``inputs`` given they are used once (refused when none holds a finite value: see
-    :func:`check_finite_inputs`); otherwise ``runs`` sets of random inputs are drawn from seeds
-    ``seed, seed+1, ...``, one at a time, and the worst error per output is reported (an output
-    that compared nothing in one set and matched in another matched).
+    Every output is held to ``tolerance``'s ``rtol``, ``atol`` and ``ntol`` (its ``step`` is
+    the output's own: :func:`output_steps`). With ``inputs`` given they are used once (refused
+    when none holds a finite value: see :func:`check_finite_inputs`); otherwise ``runs`` sets of
+    random inputs are drawn from seeds ``seed, seed+1, ...``, one at a time, and the worst error
+    per output is reported (an output that compared nothing in one set and matched in another
+    matched).
     """
     check_has_outputs(reference, "the first model")
     check_has_outputs(candidate, "the second model")
@@ -338,7 +338,8 @@ def verify(
     worst: dict[str, OutputDiff] = {}
     steps = output_steps(reference)
     for feeds in feeds_sets:
-        res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), rtol, atol, ntol, steps)
+        res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), tolerance.rtol, tolerance.atol,
+                              tolerance.ntol, steps)
         del feeds  # let the set go before the next one is drawn
         for d in res.outputs:
             if worse(worst.get(d.name), d):

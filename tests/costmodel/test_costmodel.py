@@ -253,7 +253,7 @@ def test_measurements_are_put_in_reference_units():
     """A machine at half speed for every other measurement (the reference slows down with it)
     fits the same profile, in reference units, as a steady machine; without the reference the
     drift would distort the fit."""
-    from gspo.costmodel.fit import fit
+    from gspo.costmodel.fit import FixedCosts, fit
     from gspo.costmodel.microbench import single_ops
 
     ops = single_ops()[::3]
@@ -265,7 +265,7 @@ def test_measurements_are_put_in_reference_units():
         for i, (bench, t) in enumerate(zip(ops, true)):
             f = slow if i % 2 else 1.0
             rows.append((bench, {"seconds": t * f, **({"reference": 1e-3 * f} if with_reference else {})}))
-        return fit(rows, [], [], 0.0, 0.0, cfg)
+        return fit(rows, [], [], FixedCosts(call=0.0, sync=0.0), cfg)
 
     steady, drifting, uncorrected = profile(1.0), profile(2.0), profile(2.0, with_reference=False)
     assert steady.reference_s == pytest.approx(1e-3) and drifting.reference_s == pytest.approx(1.5e-3)

@@ -11,7 +11,6 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -133,27 +132,40 @@ def test_a_cache_that_fails_while_used_is_skipped_from_then_on(tmp_path, caplog,
     _skipped(cache, caplog, "attempt to write a readonly database")
 
 
-def test_a_locked_cache_is_waited_on_briefly_then_skipped(tmp_path, caplog):
+def _connections(monkeypatch) -> list:
+    """Records every SQLite connection opened from now on, with the timeout it was given."""
+    opened, connect = [], sqlite3.connect
+
+    def recorded(*args, **kwargs):
+        conn = connect(*args, **kwargs)
+        opened.append((kwargs.get("timeout"), conn))
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", recorded)
+    return opened
+
+
+def test_a_locked_cache_is_waited_on_briefly_then_skipped(tmp_path, caplog, monkeypatch):
     p = tmp_path / "calibration.sqlite"
     _filled(p, 3)
     other = sqlite3.connect(p, isolation_level=None)
     other.execute("BEGIN EXCLUSIVE")  # another process writing
     try:
+        opened = _connections(monkeypatch)
         cache = CalibrationCache(p, "dev", "rt")
         assert cache.get("sig1") is not None  # WAL: reading goes on beside a writer
-        start = time.perf_counter()
+        [(timeout, conn)] = opened  # waits LOCK_WAIT_S for the lock (SQLite's busy timeout), not a minute
+        assert timeout == LOCK_WAIT_S and conn.execute("PRAGMA busy_timeout").fetchone()[0] == LOCK_WAIT_S * 1000
         cache.put("new", "op", {"seconds": 1})
-        waited = time.perf_counter() - start
-        assert LOCK_WAIT_S - 0.1 <= waited < LOCK_WAIT_S + 1.5
-        start = time.perf_counter()
-        _skipped(cache, caplog, "database is locked (another process holds it)")
-        assert time.perf_counter() - start < 0.5  # no second wait
+        monkeypatch.setattr(CalibrationDB, "_call", lambda *a: pytest.fail("the skipped database was used again"))
+        _skipped(cache, caplog, "database is locked (another process holds it)")  # no second wait: not used
+        assert len(opened) == 1
     finally:
         other.execute("ROLLBACK")
         other.close()
 
 
-def test_a_cache_locked_before_it_was_ever_opened_is_skipped_at_once(tmp_path, caplog):
+def test_a_cache_locked_before_it_was_ever_opened_is_skipped_at_once(tmp_path, caplog, monkeypatch):
     """A rollback-journal database another process holds exclusively cannot even be opened."""
     p = tmp_path / "calibration.sqlite"
     other = sqlite3.connect(p, isolation_level=None)
@@ -161,9 +173,9 @@ def test_a_cache_locked_before_it_was_ever_opened_is_skipped_at_once(tmp_path, c
     other.execute("BEGIN EXCLUSIVE")
     other.execute("INSERT INTO t VALUES (1)")
     try:
-        start = time.perf_counter()
+        opened = _connections(monkeypatch)
         cache = CalibrationCache(p, "dev", "rt", timeout=0.2)
-        assert time.perf_counter() - start < 1.5
+        assert [timeout for timeout, _ in opened] == [0.2]  # one try, waiting only the timeout given
         _skipped(cache, caplog, "database is locked")
     finally:
         other.execute("ROLLBACK")

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import random
-import time
 
 import networkx as nx
 import pytest
 
 from gspo.ir import dag
 from gspo.ir.builder import GraphBuilder
+from tests.helpers import python_calls
 
 
 def _closure_width(graph, counts=lambda n: True) -> int:
@@ -59,9 +59,10 @@ def test_the_same_width_as_the_closure_matching_on_random_dags(seed):
     assert dag.max_antichain_width(graph, only_relu) == _closure_width(graph, only_relu)
 
 
-def test_a_chain_of_5000_adds_and_3000_parallel_ops_take_well_under_ten_seconds():
-    chain, wide = _chain(5000), _wide(3000)
-    start = time.perf_counter()
-    assert dag.max_antichain_width(chain) == 1
-    assert dag.max_antichain_width(wide) == 3000
-    assert time.perf_counter() - start < 10
+def test_a_chain_of_5000_adds_and_3000_parallel_ops_cost_a_few_calls_per_op():
+    """Near-linear, counted rather than timed: neither needs an augmenting path (each walks the
+    whole graph), so the work is a few Python calls per op (a quadratic one: millions)."""
+    for graph, width in ((_chain(5000), 1), (_wide(3000), 3000)):
+        found, calls = python_calls(dag.max_antichain_width, graph)
+        assert found == width
+        assert calls <= 10 * len(graph.nodes), (graph.name, calls)

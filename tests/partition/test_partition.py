@@ -118,13 +118,14 @@ def test_virtual_inputs_keep_merge_sites_at_a_piece_head():
 def test_optimized_pieces_merge_back():
     from gspo.rules import apply_greedily, fold
     from gspo.runtime import verify
+    from gspo.runtime.verify import Tolerance
 
     g = build("inception_v3", "tiny")
     p = partition(g, 32)
     optimized = [apply_greedily(piece.graph, fold.RULES)[0] for piece in p.pieces]
     merged = p.merge(optimized)
     assert len(merged.nodes) < len(g.nodes)
-    assert verify(g, merged, rtol=1e-4, atol=1e-5).equivalent
+    assert verify(g, merged, Tolerance(rtol=1e-4, atol=1e-5)).equivalent
     bad = list(optimized)
     bad[0] = dataclasses.replace(bad[0], outputs=bad[0].outputs[:-1])
     with pytest.raises(GspoError, match="changed its inputs or outputs"):

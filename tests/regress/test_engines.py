@@ -9,11 +9,11 @@ import onnx
 import pytest
 
 from gspo.errors import GspoError
-from gspo.regress import run_gate
+from gspo.regress import Engine, run_gate
 from gspo.regress.engines import RESOURCE, _check_resource, local_engine, ray_engine
 from gspo.regress.job import Result
 from tests.regress.test_gate import _tamper
-from tests.regress.util import gspo, relu_chain, write_set
+from tests.regress.util import NODE_S, gspo, relu_chain, run_job_timed, write_set
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'gspo[ray]'; make installs it)")
 
@@ -37,14 +37,21 @@ def three(tmp_path):
     return ms, tmp_path / "base"
 
 
-def test_ray_and_local_give_the_same_verdicts_on_three_models(cluster, three, tmp_path):
+def test_ray_and_local_give_the_same_verdicts_on_three_models(cluster, three, tmp_path, monkeypatch):
+    import functools
+
+    from gspo.regress.engines import ENGINES
+
+    monkeypatch.setitem(ENGINES, "ray", functools.partial(ray_engine, run=run_job_timed))  # the workers' clock too
     ms, base = three
     local = run_gate(ms, against=base)
-    remote = run_gate(ms, against=base, engine="ray", address="auto")
+    remote = run_gate(ms, against=base, engine=Engine("ray", "auto"))
     expected = ["ok", "REGRESSED", "NOT EQUIVALENT"]
     assert [r.verdict for r in local.results] == expected
     assert [r.verdict for r in remote.results] == expected, [r.reason for r in remote.results]
     assert remote.exit_code == local.exit_code == 1
+    for run in (local, remote):  # timed on the virtual clock here and on the workers: "a" has one node
+        assert set(run.results[0].samples["candidate"]) == {NODE_S}
     # through the command line, with the outputs written by the driver
     out = tmp_path / "ray.json"
     r = gspo("regress", ms, "--against", base, "--engine", "ray", "--address", "auto", "--json", out)

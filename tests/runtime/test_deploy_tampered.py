@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import onnx
+import onnxruntime
 import pytest
 from click.testing import CliRunner
 
@@ -20,7 +20,7 @@ from gspo.ir.builder import GraphBuilder
 from gspo.ir.onnx_io import PLACEMENT_KEY, SCHEDULE_KEY
 from gspo.streams import Placement, Schedule, assign_streams, node_id
 from gspo.streams.schedule import MAX_SAVED_STREAMS
-from tests.helpers import branchy, one_line_error
+from tests.helpers import branchy, one_line_error, python_calls
 
 
 def _tampered(path, key: str, change) -> str:
@@ -40,27 +40,38 @@ def _two_streams(tmp_path) -> str:
     return str(ir.save(g, tmp_path / "m.onnx", schedule=schedule.to_json()))
 
 
-def _refused(path, match: str) -> str:
-    """The one-line error ``gspo.InferenceSession(path)`` raises, with no thread left behind."""
-    threads = threading.active_count()
-    began = time.perf_counter()
-    with pytest.raises(GspoError, match=match) as e:
-        gspo.InferenceSession(path)
-    assert time.perf_counter() - began < 10
+def _refused(path, match: str) -> tuple[str, int]:
+    """The one-line error ``gspo.InferenceSession(path)`` raises before any thread or onnxruntime
+    session starts, with no thread left behind; and the Python calls it took (its work)."""
+    threads, started = threading.active_count(), []
+    real_start = threading.Thread.start
+
+    def refusing():
+        with pytest.raises(GspoError, match=match) as e:
+            gspo.InferenceSession(path)
+        return e
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(threading.Thread, "start", lambda self: started.append(self.name) or real_start(self))
+        mp.setattr(onnxruntime, "InferenceSession", lambda *a, **k: started.append("a session") or pytest.fail())
+        e, calls = python_calls(refusing)
+    assert started == []
     assert threading.active_count() == threads
     assert "\n" not in str(e.value)
-    return str(e.value)
+    return str(e.value), calls
 
 
 def test_a_schedule_with_empty_streams_is_refused_before_a_thread_starts(tmp_path):
     path = _tampered(_two_streams(tmp_path), SCHEDULE_KEY, lambda d: {**d, "streams": d["streams"] + [[]] * 1000})
-    message = _refused(path, "empty")
+    message, _ = _refused(path, "empty")
     assert "1002 streams" in message
 
 
 def test_the_issues_100000_empty_streams_are_refused_at_once(tmp_path):
+    """At once: a few Python calls per stream saved, no thread or session started."""
     path = _tampered(_two_streams(tmp_path), SCHEDULE_KEY, lambda d: {**d, "streams": d["streams"] + [[]] * 100_000})
-    _refused(path, "empty")
+    _, calls = _refused(path, "empty")
+    assert calls <= 10 * 100_000, calls
 
 
 def test_a_schedule_with_more_streams_than_the_cap_is_refused(tmp_path):
@@ -70,14 +81,14 @@ def test_a_schedule_with_more_streams_than_the_cap_is_refused(tmp_path):
     g = b.output(*outs).build()
     wide = Schedule(tuple((node_id(n),) for n in g.nodes))
     path = ir.save(g, tmp_path / "wide.onnx", schedule=wide.to_json())
-    assert f"at most {MAX_SAVED_STREAMS}" in _refused(str(path), "streams")
+    assert f"at most {MAX_SAVED_STREAMS}" in _refused(str(path), "streams")[0]
 
 
 def test_an_unknown_backend_in_a_saved_placement_is_refused_before_anything_runs(tmp_path):
     g = branchy()
     path = ir.save(g, tmp_path / "p.onnx", placement=Placement.whole(g, "openvino").to_json())
     path = _tampered(path, PLACEMENT_KEY, lambda d: {**d, "backends": {"nope": d["backends"]["openvino"]}})
-    assert "'nope'" in _refused(path, "backend")
+    assert "'nope'" in _refused(path, "backend")[0]
 
 
 def test_an_op_placed_on_two_backends_is_refused(tmp_path):

@@ -41,13 +41,27 @@ def test_the_cuda_runner_is_a_runner(monkeypatch):
     assert isinstance(load_runner("cuda", serialize(_two_outputs())), Runner)
 
 
+def _answers_as_an_executor(ex, g, streams: int, computes: bool = True) -> None:
+    """``ex`` has the protocol's members and they answer for ``g`` (a protocol check alone sees
+    only that the names exist): its outputs by name, as host arrays (``computes``: onnxruntime's
+    values; the stand-in CUDA's are not)."""
+    assert isinstance(ex, Executor)
+    assert ex.graph is g and tuple(ex.outputs) == tuple(g.output_names()) and ex.num_streams == streams
+    feeds = random_inputs(g, 0)
+    want = make_session(g).run(None, feeds)
+    got = ex.run(feeds)
+    assert list(got) == list(g.output_names()) and all(isinstance(v, np.ndarray) for v in got.values())
+    for name, value in zip(g.output_names(), want if computes else ()):
+        np.testing.assert_allclose(got[name], value, rtol=1e-5, atol=1e-6)
+
+
 def test_both_executors_are_executors_and_a_plain_session_is_not(monkeypatch):
     g = branchy()
     for schedule in (None, assign_streams(g)):
         with CpuExecutor(g, schedule) as ex:
-            assert isinstance(ex, Executor) and isinstance(ex, CpuExecutor)
+            _answers_as_an_executor(ex, g, schedule.num_streams if schedule else 1)
     fake_cuda.install(monkeypatch)
     with CudaExecutor(g, assign_streams(g)) as ex:
-        assert isinstance(ex, Executor)
+        _answers_as_an_executor(ex, g, 2, computes=False)
     session = make_session(g)
     assert isinstance(session, Runner) and not isinstance(session, Executor)

@@ -27,12 +27,11 @@ def test_parallel_mode_is_set_and_computes_the_same():
 
 def test_session_options_each_option_reaches_the_session_options():
     so = session_options(ort, threads=3, allow_spinning=False, optimization="basic", inter_op_threads=2,
-                         parallel=True, log_severity=3, optimized_path="/tmp/x.onnx",
-                         entries={"session.use_env_allocators": "1"})
+                         parallel=True, log_severity=3, entries={"session.use_env_allocators": "1"})
     assert so.intra_op_num_threads == 3 and so.inter_op_num_threads == 2
     assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     assert so.execution_mode == ort.ExecutionMode.ORT_PARALLEL
-    assert so.log_severity_level == 3 and so.optimized_model_filepath == "/tmp/x.onnx"
+    assert so.log_severity_level == 3
     assert so.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     assert so.get_session_config_entry("session.inter_op.allow_spinning") == "0"
     assert so.get_session_config_entry("session.use_env_allocators") == "1"
@@ -54,6 +53,13 @@ def test_every_optimization_level_names_onnxruntimes(level):
     want = getattr(ort.GraphOptimizationLevel, OPTIMIZATION_LEVELS[level])
     assert session_options(ort, optimization=level).graph_optimization_level == want
     assert make_session(branchy(), SessionConfig(optimization=level)).get_session_options().graph_optimization_level == want
+
+
+def test_make_session_writes_the_graph_onnxruntime_runs_where_asked(tmp_path):
+    path = tmp_path / "ort.onnx"
+    so = make_session(branchy(), optimized_path=str(path)).get_session_options()
+    assert so.optimized_model_filepath == str(path) and path.stat().st_size > 0
+    assert make_session(branchy()).get_session_options().optimized_model_filepath == ""
 
 
 def test_make_session_builds_its_options_from_the_config():

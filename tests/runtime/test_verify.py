@@ -10,6 +10,7 @@ import pytest
 from gspo.errors import GspoError
 from gspo.ir import Literal
 from gspo.runtime import compare_outputs, load_inputs, random_inputs, verify
+from gspo.runtime.verify import Tolerance
 from tests.helpers import branchy
 
 
@@ -35,8 +36,8 @@ def test_a_changed_weight_is_caught_and_named():
 def test_tolerance_is_respected():
     g = branchy()
     h = _perturbed(g, 1 + 1e-6)
-    assert verify(g, h, rtol=1e-3, atol=1e-4).equivalent
-    assert not verify(g, h, rtol=0, atol=0, ntol=0).equivalent
+    assert verify(g, h, Tolerance(rtol=1e-3, atol=1e-4)).equivalent
+    assert not verify(g, h, Tolerance(rtol=0, atol=0, ntol=0)).equivalent
 
 
 def test_nan_positions_must_match():
