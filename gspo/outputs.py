@@ -378,10 +378,8 @@ def external_data_files(model: str | os.PathLike) -> list[Path]:
     path = Path(model)
     if _special(path) or not path.is_file():
         return []
-    from gspo.ir.external import (  # gspo.ir writes through this module
-        external_locations,
-        read_header,
-    )
+    # imported here: importing gspo.ir loads gspo.ir.onnx_io, which writes through this module
+    from gspo.ir.external import external_locations, read_header
 
     proto = read_header(path)  # None: not a model (loading it says so, in its own words)
     return [] if proto is None else [path.parent / loc for loc in external_locations(proto)]

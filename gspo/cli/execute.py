@@ -18,6 +18,7 @@ from gspo.cli.common import (
     input_shape_option,
     inputs_option,
     load_model,
+    parse_streams,
     streams_option,
 )
 from gspo.errors import GspoError
@@ -45,7 +46,7 @@ def run_cmd(**options):
     """
     import time
 
-    from gspo.runtime import load_inputs, make_executor, parse_streams, random_inputs
+    from gspo.runtime import load_inputs, make_executor, random_inputs
 
     opts = SimpleNamespace(**options)
     model, device, inputs_file, seed = opts.model, opts.device, opts.inputs_file, opts.seed
@@ -165,7 +166,6 @@ def bench_cmd(**options):
         interleaved,
         load_inputs,
         make_executor,
-        parse_streams,
         random_inputs,
         timed_runner,
     )

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from gspo.costmodel.features import FAMILIES, OpFeatures, feature_vector, op_features, skip_norm_add
 from gspo.costmodel.layout import reorder_delta
-from gspo.costmodel.profile import Profile
+from gspo.costmodel.schema import Profile
 from gspo.ir import Graph
 from gspo.ir.digests import digest
 from gspo.streams import Schedule, node_id, segment_runs

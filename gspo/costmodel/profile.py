@@ -1,4 +1,11 @@
-"""Calibration profiles: JSON (never pickle), versioned, keyed by device and runtime."""
+"""Calibration profiles as files: JSON (never pickle), versioned, keyed by device and runtime,
+found by name (:func:`find_profile`), read and checked (:func:`load_profile`, :func:`read_profile`)
+and written (:func:`save_profile`).
+
+The record and its schema are :mod:`gspo.costmodel.schema`'s; reading a profile also tries its
+estimates (:mod:`gspo.costmodel.usable`), so a profile this module returns is one the estimator
+can use.
+"""
 
 from __future__ import annotations
 
@@ -7,39 +14,25 @@ import logging
 import os
 import platform
 import warnings
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from gspo import __version__
 from gspo.cache import user_profiles_dir
-from gspo.costmodel.poly import Poly
-from gspo.errors import GspoError, first_line
+from gspo.costmodel.schema import Profile, ProfileError, check_bounds
+from gspo.costmodel.usable import check_estimates
+from gspo.errors import first_line
 from gspo.outputs import atomic_write
 
-__all__ = ["Profile", "ProfileError", "device_description", "load_profile", "save_profile", "find_profile",
-           "SCHEMA", "SCHEMA_VERSION", "PROFILE_DIRS", "SHIPPED_DIR"]
+__all__ = ["Profile", "ProfileError", "device_description", "load_profile", "read_profile", "save_profile",
+           "find_profile", "PROFILE_DIRS", "SHIPPED_DIR"]
 
 log = logging.getLogger(__name__)
-SCHEMA = "gspo-profile"
-#: 2: convolution fits take a fifth feature (``slow_depthwise``); version-1 profiles must be recalibrated.
-SCHEMA_VERSION = 2
 #: The two folders profiles are found in: the profiles shipped in the package, and the user cache
 #: (``--profile NAME`` looks in the user cache first: see :func:`find_profile`).
 SHIPPED_DIR = Path(str(resources.files("gspo") / "profiles"))
 PROFILE_DIRS = (SHIPPED_DIR, user_profiles_dir())
-#: Bounds on a profile's numbers that no calibration comes near: any number's magnitude (a fit's
-#: coefficients and points included), a cost in seconds, a family's factor. A profile past them
-#: is refused in one line (1e300s made numpy warn of overflows at every estimate).
-MAX_MAGNITUDE = 1e30
-MAX_COST_S = 3600.0
-MAX_FAMILY_SCALE = 1e6
-
-
-class ProfileError(GspoError):
-    """A missing, corrupt, foreign or mismatched profile."""
 
 
 def device_description(device: str = "cpu") -> str:
@@ -57,119 +50,25 @@ def device_description(device: str = "cpu") -> str:
     return f"cpu:{name}:{os.cpu_count() or 1}c"
 
 
-@dataclass(frozen=True)
-class Profile:
-    """A device's fitted cost model: per-family op fits, fixed costs and the corrections."""
+def read_profile(d: dict, label: str = "profile") -> Profile:
+    """The profile stored by :meth:`Profile.to_json`, its schema checked (types, required fields,
+    finite numbers, costs not negative), its estimates tried on probe features
+    (:func:`~gspo.costmodel.usable.check_estimates`) and its numbers within bounds
+    (:func:`~gspo.costmodel.schema.check_bounds`).
 
-    device: str
-    runtime: str
-    call_cost: float  # seconds: one session run of a trivial graph
-    segment_cost: float  # seconds added per segment of a multi-stream plan
-    sync_cost: float  # seconds per cross-stream event
-    families: dict[str, Poly]  # log10(seconds) ~ poly(features)
-    representatives: dict[str, list[tuple[float, float]]]  # family -> [(flops, seconds)]
-    parallel: Poly | None  # beta_a ~ poly(parallel features)
-    #: Sequential aggregate: log10(graph seconds - call) = a * log10(sum of op costs) + b.
-    seq_scale: tuple[float, float] = (1.0, 0.0)
-    #: Seconds per segment byte (inputs + outputs crossing a segment boundary), on top of segment_cost.
-    segment_byte_cost: float = 0.0
-    #: Seconds every executed op costs at least (kernel dispatch), whatever its size.
-    op_overhead: float = 0.0
-    #: Median seconds of the speed reference (gspo.costmodel.reference) during calibration: the
-    #: profile's estimates are in these reference units. 0: measurements were not normalized.
-    reference_s: float = 0.0
-    #: Per op family, the factor from a single-op cost (measured alone) to the same op's share of a
-    #: zoo piece's run time, fitted on calibration pieces; families not listed keep 1.
-    family_scale: dict[str, float] = field(default_factory=dict)
-    #: Seconds a multi-stream run costs beyond its segment DAG (handing the run to the stream
-    #: threads and collecting it), added to the critical path of every schedule with 2+ streams.
-    launch_cost: float = 0.0
-    #: Seconds per reorder into or out of onnxruntime's blocked layout (:mod:`gspo.costmodel.layout`),
-    #: fitted on the calibration pieces with the family factors; 0: not modelled.
-    reorder_cost: float = 0.0
-    #: Channel block of that layout on the calibrated device (8, 16; 0: none).
-    layout_block: int = 0
-    gspo_version: str = __version__
-    meta: dict = field(default_factory=dict)
-
-    def to_json(self) -> dict:
-        """The profile as JSON (what :func:`save_profile` writes)."""
-        return {
-            "schema": SCHEMA,
-            "version": SCHEMA_VERSION,
-            "device": self.device,
-            "runtime": self.runtime,
-            "gspo_version": self.gspo_version,
-            "call_cost": self.call_cost,
-            "segment_cost": self.segment_cost,
-            "sync_cost": self.sync_cost,
-            "families": {k: v.to_json() for k, v in sorted(self.families.items())},
-            "representatives": {k: [list(r) for r in v] for k, v in sorted(self.representatives.items())},
-            "parallel": self.parallel.to_json() if self.parallel else None,
-            "seq_scale": list(self.seq_scale),
-            "segment_byte_cost": self.segment_byte_cost,
-            "op_overhead": self.op_overhead,
-            "reference_s": self.reference_s,
-            "family_scale": dict(sorted(self.family_scale.items())),
-            "launch_cost": self.launch_cost,
-            "reorder_cost": self.reorder_cost,
-            "layout_block": self.layout_block,
-            "meta": self.meta,
-        }
-
-    @classmethod
-    def from_json(cls, d: dict, label: str = "profile") -> Profile:
-        """The profile stored by :meth:`to_json`, its schema checked (types, required fields,
-        finite numbers, costs not negative) and its estimates tried on probe features.
-
-        Raises:
-            ProfileError: one line naming ``label`` and the field that is wrong.
-        """
-        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise ProfileError(f"{label}: not a gspo profile")
-        if d.get("version") != SCHEMA_VERSION:
-            raise ProfileError(f"{label}: profile schema version {d.get('version')!r}, gspo reads {SCHEMA_VERSION}")
-        from gspo.costmodel.schema import Fields, check_estimates, read_fields
-
-        profile = cls(**read_fields(Fields(label), d))
-        with warnings.catch_warnings(), np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
-            warnings.simplefilter("error", RuntimeWarning)
-            try:
-                check_estimates(profile, label)
-            except (FloatingPointError, RuntimeWarning, ZeroDivisionError) as e:
-                raise ProfileError(f"{label}: not a usable profile: its estimates fail ({type(e).__name__}: "
-                                   f"{first_line(e, 120)})") from None
-        _check_bounds(d, label)
-        return profile
-
-
-def _numbers(x, where: str):
-    """Every number in the JSON ``x``, with the path of its field."""
-    if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _numbers(v, f"{where}.{k}" if where else str(k))
-    elif isinstance(x, list):
-        for i, v in enumerate(x):
-            yield from _numbers(v, f"{where}[{i}]")
-    elif isinstance(x, (int, float)) and not isinstance(x, bool):
-        yield where, x
-
-
-def _check_bounds(d: dict, label: str) -> None:
-    """Refuse numbers no calibration gives (see :data:`MAX_MAGNITUDE`), naming the field."""
-    def refuse(where: str, what: str):
-        raise ProfileError(f"{label}: not a usable profile: field {where!r} is {what}")
-
-    for where, v in _numbers({k: v for k, v in d.items() if k not in ("meta", "version")}, ""):
-        if abs(v) > MAX_MAGNITUDE:
-            refuse(where, f"{v:g}, beyond any calibration's numbers (at most {MAX_MAGNITUDE:g})")
-    for key in ("call_cost", "segment_cost", "sync_cost", "segment_byte_cost", "op_overhead", "reference_s",
-                "launch_cost", "reorder_cost"):
-        if d.get(key, 0) > MAX_COST_S:
-            refuse(key, f"{d[key]:g} s, more than an hour")
-    for family, factor in (d.get("family_scale") or {}).items():
-        if factor > MAX_FAMILY_SCALE:
-            refuse(f"family_scale.{family}", f"{factor:g}, more than {MAX_FAMILY_SCALE:g}")
+    Raises:
+        ProfileError: one line naming ``label`` and the field that is wrong.
+    """
+    profile = Profile.from_json(d, label)
+    with warnings.catch_warnings(), np.errstate(over="raise", invalid="raise", divide="raise", under="ignore"):
+        warnings.simplefilter("error", RuntimeWarning)
+        try:
+            check_estimates(profile, label)
+        except (FloatingPointError, RuntimeWarning, ZeroDivisionError) as e:
+            raise ProfileError(f"{label}: not a usable profile: its estimates fail ({type(e).__name__}: "
+                               f"{first_line(e, 120)})") from None
+    check_bounds(d, label)
+    return profile
 
 
 #: A profile file larger than this is not one (the shipped profile is under 50 KB).
@@ -251,7 +150,7 @@ def load_profile(name_or_path: str, device: str | None = None, runtime: str | No
         ProfileError: missing, unreadable, corrupt, foreign, or mismatched without ``force``.
     """
     path = find_profile(name_or_path, device)
-    profile = Profile.from_json(_read_json(path), str(path))
+    profile = read_profile(_read_json(path), str(path))
     log.info("using the profile %s (made on %s)", path, profile.device)
     for what, mine, theirs in (("device", device, profile.device), ("onnxruntime version", runtime, profile.runtime)):
         if mine is not None and mine != theirs:

@@ -1,36 +1,126 @@
-"""The calibration profile's JSON schema, checked field by field (what :meth:`Profile.from_json`
-reads): every error names the file and the field, in one line.
+"""A calibration profile's data: the :class:`Profile` record, its JSON form, and the schema that
+form is checked against field by field (:meth:`Profile.from_json`): every error names the file
+and the field, in one line.
 
 A profile's numbers must be finite; costs, factors and representative timings must not be
-negative (a negative call cost printed "estimate -998.948 ms"); a fit's coefficients may have
-either sign, so the estimates themselves are tried on probe features (:func:`check_estimates`):
-a fit that gives NaN, an overflow or an absurd time there is refused.
+negative (a negative call cost printed "estimate -998.948 ms"), and no number may pass the
+bounds no calibration comes near (:func:`check_bounds`). Nothing here runs the estimator: a
+fit's coefficients may have either sign, so whether its estimates are usable is tried when a
+profile is loaded (:func:`gspo.costmodel.usable.check_estimates`, through
+:func:`gspo.costmodel.profile.read_profile`).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+from gspo import __version__
 from gspo.costmodel.poly import Local, Poly
 from gspo.errors import GspoError
 
-__all__ = ["Fields", "read_fields", "check_estimates"]
+__all__ = ["Profile", "ProfileError", "Fields", "read_fields", "check_bounds", "refuse", "SCHEMA", "SCHEMA_VERSION"]
 
+SCHEMA = "gspo-profile"
+#: 2: convolution fits take a fifth feature (``slow_depthwise``); version-1 profiles must be recalibrated.
+SCHEMA_VERSION = 2
 #: Highest power of a feature in a fit (the fits are degree 2).
 MAX_POWER = 4
 #: Most features a fit may take (op fits take 4 or 5, beta_a's 5).
 MAX_FEATURES = 16
 #: Nesting allowed inside ``meta`` (free-form notes; the calibration writes flat numbers).
 MAX_META_DEPTH = 4
-#: log10 seconds an op fit may give near the features it was fitted on: outside, the fit
-#: is meaningless (1e-30 s .. 1e10 s).
-LOG10_SECONDS = (-30.0, 10.0)
 #: Costs (seconds) that must not be negative; the first three are required.
 COSTS = ("call_cost", "segment_cost", "sync_cost", "segment_byte_cost", "op_overhead", "reference_s",
          "launch_cost")
 REQUIRED = ("device", "runtime", "call_cost", "segment_cost", "sync_cost", "families", "representatives")
+#: Bounds on a profile's numbers that no calibration comes near: any number's magnitude (a fit's
+#: coefficients and points included), a cost in seconds, a family's factor. A profile past them
+#: is refused in one line (1e300s made numpy warn of overflows at every estimate).
+MAX_MAGNITUDE = 1e30
+MAX_COST_S = 3600.0
+MAX_FAMILY_SCALE = 1e6
+
+
+class ProfileError(GspoError):
+    """A missing, corrupt, foreign or mismatched profile."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A device's fitted cost model: per-family op fits, fixed costs and the corrections."""
+
+    device: str
+    runtime: str
+    call_cost: float  # seconds: one session run of a trivial graph
+    segment_cost: float  # seconds added per segment of a multi-stream plan
+    sync_cost: float  # seconds per cross-stream event
+    families: dict[str, Poly]  # log10(seconds) ~ poly(features)
+    representatives: dict[str, list[tuple[float, float]]]  # family -> [(flops, seconds)]
+    parallel: Poly | None  # beta_a ~ poly(parallel features)
+    #: Sequential aggregate: log10(graph seconds - call) = a * log10(sum of op costs) + b.
+    seq_scale: tuple[float, float] = (1.0, 0.0)
+    #: Seconds per segment byte (inputs + outputs crossing a segment boundary), on top of segment_cost.
+    segment_byte_cost: float = 0.0
+    #: Seconds every executed op costs at least (kernel dispatch), whatever its size.
+    op_overhead: float = 0.0
+    #: Median seconds of the speed reference (gspo.costmodel.reference) during calibration: the
+    #: profile's estimates are in these reference units. 0: measurements were not normalized.
+    reference_s: float = 0.0
+    #: Per op family, the factor from a single-op cost (measured alone) to the same op's share of a
+    #: zoo piece's run time, fitted on calibration pieces; families not listed keep 1.
+    family_scale: dict[str, float] = field(default_factory=dict)
+    #: Seconds a multi-stream run costs beyond its segment DAG (handing the run to the stream
+    #: threads and collecting it), added to the critical path of every schedule with 2+ streams.
+    launch_cost: float = 0.0
+    #: Seconds per reorder into or out of onnxruntime's blocked layout (:mod:`gspo.costmodel.layout`),
+    #: fitted on the calibration pieces with the family factors; 0: not modelled.
+    reorder_cost: float = 0.0
+    #: Channel block of that layout on the calibrated device (8, 16; 0: none).
+    layout_block: int = 0
+    gspo_version: str = __version__
+    meta: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        """The profile as JSON (what :func:`~gspo.costmodel.profile.save_profile` writes)."""
+        return {
+            "schema": SCHEMA,
+            "version": SCHEMA_VERSION,
+            "device": self.device,
+            "runtime": self.runtime,
+            "gspo_version": self.gspo_version,
+            "call_cost": self.call_cost,
+            "segment_cost": self.segment_cost,
+            "sync_cost": self.sync_cost,
+            "families": {k: v.to_json() for k, v in sorted(self.families.items())},
+            "representatives": {k: [list(r) for r in v] for k, v in sorted(self.representatives.items())},
+            "parallel": self.parallel.to_json() if self.parallel else None,
+            "seq_scale": list(self.seq_scale),
+            "segment_byte_cost": self.segment_byte_cost,
+            "op_overhead": self.op_overhead,
+            "reference_s": self.reference_s,
+            "family_scale": dict(sorted(self.family_scale.items())),
+            "launch_cost": self.launch_cost,
+            "reorder_cost": self.reorder_cost,
+            "layout_block": self.layout_block,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict, label: str = "profile") -> Profile:
+        """The profile stored by :meth:`to_json`, its schema checked (types, required fields,
+        finite numbers, costs not negative). Its bounds and its estimates are not: a profile read
+        from a file goes through :func:`~gspo.costmodel.profile.read_profile`, which checks both.
+
+        Raises:
+            ProfileError: one line naming ``label`` and the field that is wrong.
+        """
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ProfileError(f"{label}: not a gspo profile")
+        if d.get("version") != SCHEMA_VERSION:
+            raise ProfileError(f"{label}: profile schema version {d.get('version')!r}, gspo reads {SCHEMA_VERSION}")
+        return cls(**read_fields(Fields(label), d))
 
 
 class Fields:
@@ -41,7 +131,7 @@ class Fields:
 
     def fail(self, where: str, what: str) -> NoReturn:
         """Raise the one-line error for field ``where``."""
-        _refuse(self.label, f"field {where!r} {what}")
+        refuse(self.label, f"field {where!r} {what}")
 
     def obj(self, value: Any, where: str) -> dict:
         """``value`` as a JSON object."""
@@ -168,75 +258,35 @@ def read_fields(f: Fields, d: dict) -> dict[str, Any]:
     return out
 
 
-def _probe_points(fit: Poly) -> list[list[float]]:
-    """Features around those a fit was made on: its centre, one scale either way along each
-    feature, and the corners of its bounds when it has them."""
-    centre = list(fit.mean)
-    points = [centre]
-    for i, s in enumerate(fit.scale):
-        for sign in (-1.0, 1.0):
-            p = list(centre)
-            p[i] += sign * s
-            points.append(p)
-    if fit.bounds is not None and len(fit.bounds) <= 6:
-        points += [list(c) for c in itertools.product(*fit.bounds)]
-    return points
+def _numbers(x, where: str):
+    """Every number in the JSON ``x``, with the path of its field."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _numbers(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(x, list):
+        for i, v in enumerate(x):
+            yield from _numbers(v, f"{where}[{i}]")
+    elif isinstance(x, (int, float)) and not isinstance(x, bool):
+        yield where, x
 
 
-def _try(fit: Poly, x: list[float]) -> float:
-    try:
-        return fit(x)
-    except (OverflowError, ZeroDivisionError):
-        return math.inf
+def check_bounds(d: dict, label: str) -> None:
+    """Refuse numbers no calibration gives (see :data:`MAX_MAGNITUDE`), naming the field."""
+    def field_is(where: str, what: str):
+        refuse(label, f"field {where!r} is {what}")
+
+    for where, v in _numbers({k: v for k, v in d.items() if k not in ("meta", "version")}, ""):
+        if abs(v) > MAX_MAGNITUDE:
+            field_is(where, f"{v:g}, beyond any calibration's numbers (at most {MAX_MAGNITUDE:g})")
+    for key in ("call_cost", "segment_cost", "sync_cost", "segment_byte_cost", "op_overhead", "reference_s",
+                "launch_cost", "reorder_cost"):
+        if d.get(key, 0) > MAX_COST_S:
+            field_is(key, f"{d[key]:g} s, more than an hour")
+    for family, factor in (d.get("family_scale") or {}).items():
+        if factor > MAX_FAMILY_SCALE:
+            field_is(f"family_scale.{family}", f"{factor:g}, more than {MAX_FAMILY_SCALE:g}")
 
 
-def check_estimates(profile, label: str) -> None:
-    """Refuse a profile whose estimates are meaningless: an op fit giving NaN, an overflow or a
-    time outside 1e-30 .. 1e10 s near its own features, the aggregate correction not increasing
-    or outside that range for 1e-7 .. 100 s of ops, beta_a not finite, or a small graph's
-    estimate not a positive finite time."""
-    f = Fields(label)
-    low, high = LOG10_SECONDS
-    for family, fit in profile.families.items():
-        for x in _probe_points(fit):
-            y = _try(fit, x)
-            if not low <= y <= high:
-                f.fail(f"families.{family}", f"gives log10 seconds {y:.4g} at features {[round(v, 3) for v in x]}")
-    a, b = profile.seq_scale
-    if a <= 0:
-        f.fail("seq_scale", f"must have a positive slope (got {a!r}): more work must cost more")
-    for op_sum in (1e-7, 1e-4, 1e-1, 1e2):
-        if not low <= a * math.log10(op_sum) + b <= high:
-            f.fail("seq_scale", f"turns {op_sum:g} s of ops into 10**{a * math.log10(op_sum) + b:.4g} s")
-    if profile.parallel is not None:
-        for x in _probe_points(profile.parallel):
-            if not math.isfinite(_try(profile.parallel, x)):
-                f.fail("parallel", f"is not finite at features {[round(v, 3) for v in x]}")
-    _check_graph_estimate(profile, f)
-
-
-def _check_graph_estimate(profile, f: Fields) -> None:
-    from gspo.costmodel.estimate import CostModel
-    from gspo.ir.builder import GraphBuilder
-    from gspo.streams import assign_streams
-
-    b = GraphBuilder("probe", seed=0)
-    x = b.input("x", (1, 8, 16, 16))
-    left = b.op("Relu", [b.op("Conv", [x, b.weight("w", (8, 8, 3, 3))], kernel_shape=[3, 3], pads=[1, 1, 1, 1])])
-    right = b.op("MaxPool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
-    y = b.op("MatMul", [b.op("Reshape", [b.op("Add", [left, right]), b.const("s", [8, 256])]), b.weight("m", (256, 32))])
-    graph = b.output(b.op("Softmax", [y], axis=-1)).build()
-    model = CostModel(profile)
-    try:
-        estimates = [model.cost(graph), model.cost(graph, assign_streams(graph, max_streams=2))]
-    except (OverflowError, ZeroDivisionError, ValueError, GspoError) as e:
-        _refuse(f.label, f"the estimate of a small graph fails ({type(e).__name__}: {e})")
-    for seconds in estimates:
-        if not (math.isfinite(seconds) and seconds > 0):
-            _refuse(f.label, f"a small graph's estimate is {seconds!r} s (must be a positive time)")
-
-
-def _refuse(label: str, what: str) -> NoReturn:
-    from gspo.costmodel.profile import ProfileError
-
+def refuse(label: str, what: str) -> NoReturn:
+    """Raise the one-line :class:`ProfileError` saying the profile ``label`` is not usable, and why."""
     raise ProfileError(f"{label}: not a usable profile: {what}")

@@ -7,10 +7,10 @@ functions are inlined, constants folded, ``Constant`` nodes lifted to initialize
 nodes removed, so that shape arithmetic becomes constants and rewrite rules see weights.
 Operators it does not know (custom domains) pass through untouched.
 
-:func:`default_pins` gives dynamic input dimensions a stated value (batch 1, other symbolic
-dimensions 128) so that every value gets a static shape; :func:`plain` folds the model with
-its dynamic dimensions left symbolic where that is enough for static shapes once pinned (the
-result then still runs at other sizes), else with them pinned.
+:func:`plain` folds the model with its dynamic dimensions left symbolic where that is enough for
+static shapes once pinned (the result then still runs at other sizes), else with them pinned.
+:func:`pinned_model` is what loading a model does first: its inputs pinned, dynamic dimensions
+given their defaults (:mod:`gspo.ir.pinning`), and, when asked, the model made plain.
 
 Notes:
     onnxscript keeps ``ConstantOfShape`` and ops on large constants unfolded to keep models
@@ -22,110 +22,25 @@ Notes:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
 
 from gspo.errors import first_line
+from gspo.ir.onnx_shapes import infer_values
+from gspo.ir.pinning import check_pins, default_pins, pin_inputs, pinned_value_info
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_EXTENT", "DefaultedDim", "default_pins", "describe_defaults", "fold",
-           "pin_inputs", "pinned_value_info", "plain"]
+__all__ = ["fold", "pinned_model", "plain"]
 
 log = logging.getLogger(__name__)
 
-#: The value given to a dynamic first dimension (the batch) when the user pins nothing.
-DEFAULT_BATCH = 1
-#: The value given to any other dynamic dimension (a sequence length, as a rule).
-DEFAULT_EXTENT = 128
 #: Largest ConstantOfShape folded into a constant (elements).
 _FOLD_FILL_LIMIT = 1 << 16
 #: Folding passes at most (a fold can expose another).
 _FOLD_ROUNDS = 3
 #: Layout ops folded on a constant however large, when nothing else reads that constant.
 _WEIGHT_LAYOUT_OPS = frozenset({"Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-
-
-@dataclass(frozen=True)
-class DefaultedDim:
-    """A dynamic dimension of a graph input that was given a default value."""
-
-    input: str
-    axis: int
-    symbol: str
-    value: int
-
-
-def _dims(vi: onnx.ValueInfoProto):
-    return list(vi.type.tensor_type.shape.dim)
-
-
-def default_pins(
-    inputs: Sequence[onnx.ValueInfoProto], explicit: Mapping[str, Sequence[int]]
-) -> tuple[dict[str, tuple[int, ...]], tuple[DefaultedDim, ...]]:
-    """Static shapes for the inputs ``explicit`` leaves dynamic, and the dimensions defaulted.
-
-    A symbolic dimension gets :data:`DEFAULT_BATCH` if it is the first dimension of some input
-    and :data:`DEFAULT_EXTENT` otherwise; one symbol gets one value wherever it appears (the
-    exporters name equal dimensions alike). Inputs without a shape are left out.
-    """
-    first = {d.dim_param for vi in inputs if vi.name not in explicit
-             for d in _dims(vi)[:1] if not d.HasField("dim_value") and d.dim_param}
-    pins: dict[str, tuple[int, ...]] = {}
-    defaulted: list[DefaultedDim] = []
-    for vi in inputs:
-        tt = vi.type.tensor_type
-        if vi.name in explicit or not tt.HasField("shape"):
-            continue
-        dims = []
-        for axis, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-                continue
-            batch = axis == 0 or (d.dim_param and d.dim_param in first)
-            value = DEFAULT_BATCH if batch else DEFAULT_EXTENT
-            dims.append(value)
-            defaulted.append(DefaultedDim(vi.name, axis, d.dim_param or "?", value))
-        if any(x.input == vi.name for x in defaulted):
-            pins[vi.name] = tuple(dims)
-    return pins, tuple(defaulted)
-
-
-def describe_defaults(defaulted: Iterable[DefaultedDim], pins: Mapping[str, Sequence[int]]) -> str:
-    """One line saying which dynamic dimensions got which value, and the flag that pins them."""
-    defaulted = list(defaulted)
-    names = list(dict.fromkeys(d.input for d in defaulted))
-    symbols = dict.fromkeys(f"{d.symbol}={d.value}" for d in defaulted if d.symbol != "?")
-    flags = " ".join(f"--input-shape {n}={','.join(map(str, pins[n]))}" for n in names)
-    what = f" ({', '.join(symbols)})" if symbols else ""
-    return f"dynamic dimensions set to their defaults{what}; to choose, pass {flags}"
-
-
-def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
-    shape = vi.type.tensor_type.shape
-    del shape.dim[:]
-    for d in dims:
-        shape.dim.add().dim_value = int(d)
-
-
-def pinned_value_info(vi: onnx.ValueInfoProto, dims: Sequence[int] | None) -> onnx.ValueInfoProto:
-    """A copy of ``vi``, with the static shape ``dims`` when given."""
-    out = onnx.ValueInfoProto()
-    out.CopyFrom(vi)
-    if dims is not None:
-        _set_dims(out, dims)
-    return out
-
-
-def pin_inputs(model: onnx.ModelProto, pins: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
-    """A copy of ``model`` whose named graph inputs have the given static shapes."""
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    for vi in out.graph.input:
-        if vi.name in pins:
-            _set_dims(vi, pins[vi.name])
-    return out
 
 
 def _should_fold(node) -> bool | None:
@@ -197,8 +112,6 @@ def _io_names(model: onnx.ModelProto) -> tuple[list[str], list[str]]:
 
 def _unknown_outputs(model: onnx.ModelProto) -> int:
     """How many outputs of standard-domain nodes have no static shape after shape inference."""
-    from gspo.ir.onnx_io import infer_values
-
     values = infer_values(model, "<front end>")
     count = 0
     for n in model.graph.node:
@@ -229,3 +142,24 @@ def plain(
         static = fold(pin_inputs(model, pins), label)
         return static, False
     return fold(pin_inputs(model, pins), label), False
+
+
+def pinned_model(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, front_end: bool):
+    """The model with its inputs pinned (dynamic dimensions given a default when not pinned)
+    and, with ``front_end``, made :func:`plain`; also the defaulted dimensions and the dynamic
+    graph inputs and outputs to write back (empty when the result cannot keep them)."""
+    weight_names = {t.name for t in model.graph.initializer}
+    real_inputs = [vi for vi in model.graph.input if vi.name not in weight_names]
+    pins = check_pins(real_inputs, input_shapes, label)
+    defaults, defaulted = default_pins(real_inputs, pins)
+    dynamic_io: tuple[bytes, ...] = ()
+    if defaulted:
+        dynamic_io = tuple(pinned_value_info(vi, pins.get(vi.name)).SerializeToString()
+                           for vi in list(model.graph.input) + list(model.graph.output) if vi.name not in weight_names)
+    pins = {**defaults, **pins}
+    if front_end:
+        model, generic = plain(model, pins, dynamic=bool(defaulted), label=label)
+        dynamic_io = dynamic_io if generic else ()
+    elif pins:
+        model = pin_inputs(model, pins)
+    return model, defaulted, dynamic_io

@@ -163,7 +163,7 @@ class ModelExtras:
     #: The ``gspo.placement`` JSON (backend per op) the model was saved with ("" if none).
     placement: str = ""
     sparse_initializers: tuple[bytes, ...] = ()
-    #: Dynamic input dimensions given default values at load (``frontend.DefaultedDim``).
+    #: Dynamic input dimensions given default values at load (``pinning.DefaultedDim``).
     defaulted: tuple = ()
     #: The graph inputs' and outputs' ``ValueInfoProto`` with their dynamic dimensions, when the
     #: graph still computes at other sizes (see ``to_model(..., keep_dynamic=True)``).

@@ -30,11 +30,13 @@ from gspo.ir.checks import (
     negative_dims_unknown,
 )
 from gspo.ir.digests import digest
-from gspo.ir.external import check_external_data, inline_tensor, save_external, tensor_bytes
+from gspo.ir.external import check_external_data, inline_tensor, tensor_bytes
+from gspo.ir.external_save import save_external
 from gspo.ir.files import read_model_file
 from gspo.ir.graph import Graph, ModelExtras
+from gspo.ir.onnx_shapes import STRIP_ELEMENTS, infer_values
 from gspo.ir.order import topologically_sorted
-from gspo.ir.pinning import STRIP_ELEMENTS, infer_values, pinned_model
+from gspo.ir.pinning import pin_inputs
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, value_info, value_of
 from gspo.ir.weights import Init, WeightStore, materialize
 from gspo.outputs import atomic_write
@@ -208,7 +210,7 @@ def from_model(
     from ``base_dir`` when needed).
 
     Dynamic input dimensions that ``input_shapes`` does not pin get a default value
-    (:func:`gspo.ir.frontend.default_pins`), recorded in ``graph.extras.defaulted``. With
+    (:func:`gspo.ir.pinning.default_pins`), recorded in ``graph.extras.defaulted``. With
     ``plain`` the model first goes through the front end (:func:`gspo.ir.frontend.plain`):
     folded constants and shape arithmetic, ``Constant`` weights as initializers.
 
@@ -222,7 +224,7 @@ def from_model(
     model = topologically_sorted(model, label)
     opsets = check_model(model, label)
     model = negative_dims_unknown(model)
-    pinned, defaulted, dynamic_io = pinned_model(model, input_shapes or {}, label, plain)
+    pinned, defaulted, dynamic_io = frontend.pinned_model(model, input_shapes or {}, label, plain)
     graph = _graph(pinned, opsets, _extras(pinned, _weight_names(pinned), defaulted, dynamic_io), label,
                    base_dir=base_dir)
     if refusal is None or not (input_shapes or defaulted) or not _has_subgraphs(model):
@@ -248,7 +250,7 @@ def _declared(model: onnx.ModelProto, pins, opsets, defaulted, why: str, label: 
     declared = tuple(vi.SerializeToString() for vi in list(model.graph.input) + list(model.graph.output)
                      if vi.name not in weights)
     extras = dataclasses.replace(_extras(model, weights, defaulted, declared), static_refused=why)
-    return _graph(model, opsets, extras, label, values_from=frontend.pin_inputs(model, pins), base_dir=base_dir)
+    return _graph(model, opsets, extras, label, values_from=pin_inputs(model, pins), base_dir=base_dir)
 
 
 def _weight_names(model: onnx.ModelProto) -> set[str]:

@@ -1,46 +1,106 @@
-"""Pinning a model's dynamic inputs (``--input-shape``, else defaults) and inferring the shape
-of every value, on a copy whose large weights carry their dims only."""
+"""Pinning a model's dynamic inputs: the ``--input-shape`` pins checked against the graph
+(:func:`check_pins`), a stated value for each dimension left dynamic (:func:`default_pins`: batch
+1, other symbolic dimensions 128, so that every value gets a static shape), and the model or its
+value infos with the pins applied (:func:`pin_inputs`, :func:`pinned_value_info`).
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import onnx
-from onnx import TensorProto
 
 from gspo.errors import InputShapeError, UnsupportedModelError
-from gspo.errors import first_line as _first_line
-from gspo.ir import frontend
-from gspo.ir.checks import numel
-from gspo.ir.protos import type_of
 
-__all__ = ["pinned_model", "check_pins", "infer_values", "STRIP_ELEMENTS"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_EXTENT", "DefaultedDim", "check_pins", "default_pins", "describe_defaults",
+           "pin_inputs", "pinned_value_info"]
 
-log = logging.getLogger(__name__)
-
-STRIP_ELEMENTS = 4096
+#: The value given to a dynamic first dimension (the batch) when the user pins nothing.
+DEFAULT_BATCH = 1
+#: The value given to any other dynamic dimension (a sequence length, as a rule).
+DEFAULT_EXTENT = 128
 
 
-def pinned_model(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], label: str, plain: bool):
-    """The model with its inputs pinned (dynamic dimensions given a default when not pinned)
-    and, with ``plain``, through the front end; also the defaulted dimensions and the dynamic
-    graph inputs and outputs to write back (empty when the result cannot keep them)."""
-    weight_names = {t.name for t in model.graph.initializer}
-    real_inputs = [vi for vi in model.graph.input if vi.name not in weight_names]
-    pins = check_pins(real_inputs, input_shapes, label)
-    defaults, defaulted = frontend.default_pins(real_inputs, pins)
-    dynamic_io: tuple[bytes, ...] = ()
-    if defaulted:
-        dynamic_io = tuple(frontend.pinned_value_info(vi, pins.get(vi.name)).SerializeToString()
-                           for vi in list(model.graph.input) + list(model.graph.output) if vi.name not in weight_names)
-    pins = {**defaults, **pins}
-    if plain:
-        model, generic = frontend.plain(model, pins, dynamic=bool(defaulted), label=label)
-        dynamic_io = dynamic_io if generic else ()
-    elif pins:
-        model = frontend.pin_inputs(model, pins)
-    return model, defaulted, dynamic_io
+@dataclass(frozen=True)
+class DefaultedDim:
+    """A dynamic dimension of a graph input that was given a default value."""
+
+    input: str
+    axis: int
+    symbol: str
+    value: int
+
+
+def _dims(vi: onnx.ValueInfoProto):
+    return list(vi.type.tensor_type.shape.dim)
+
+
+def default_pins(
+    inputs: Sequence[onnx.ValueInfoProto], explicit: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, tuple[int, ...]], tuple[DefaultedDim, ...]]:
+    """Static shapes for the inputs ``explicit`` leaves dynamic, and the dimensions defaulted.
+
+    A symbolic dimension gets :data:`DEFAULT_BATCH` if it is the first dimension of some input
+    and :data:`DEFAULT_EXTENT` otherwise; one symbol gets one value wherever it appears (the
+    exporters name equal dimensions alike). Inputs without a shape are left out.
+    """
+    first = {d.dim_param for vi in inputs if vi.name not in explicit
+             for d in _dims(vi)[:1] if not d.HasField("dim_value") and d.dim_param}
+    pins: dict[str, tuple[int, ...]] = {}
+    defaulted: list[DefaultedDim] = []
+    for vi in inputs:
+        tt = vi.type.tensor_type
+        if vi.name in explicit or not tt.HasField("shape"):
+            continue
+        dims = []
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+                continue
+            batch = axis == 0 or (d.dim_param and d.dim_param in first)
+            value = DEFAULT_BATCH if batch else DEFAULT_EXTENT
+            dims.append(value)
+            defaulted.append(DefaultedDim(vi.name, axis, d.dim_param or "?", value))
+        if any(x.input == vi.name for x in defaulted):
+            pins[vi.name] = tuple(dims)
+    return pins, tuple(defaulted)
+
+
+def describe_defaults(defaulted: Iterable[DefaultedDim], pins: Mapping[str, Sequence[int]]) -> str:
+    """One line saying which dynamic dimensions got which value, and the flag that pins them."""
+    defaulted = list(defaulted)
+    names = list(dict.fromkeys(d.input for d in defaulted))
+    symbols = dict.fromkeys(f"{d.symbol}={d.value}" for d in defaulted if d.symbol != "?")
+    flags = " ".join(f"--input-shape {n}={','.join(map(str, pins[n]))}" for n in names)
+    what = f" ({', '.join(symbols)})" if symbols else ""
+    return f"dynamic dimensions set to their defaults{what}; to choose, pass {flags}"
+
+
+def _set_dims(vi: onnx.ValueInfoProto, dims: Sequence[int]) -> None:
+    shape = vi.type.tensor_type.shape
+    del shape.dim[:]
+    for d in dims:
+        shape.dim.add().dim_value = int(d)
+
+
+def pinned_value_info(vi: onnx.ValueInfoProto, dims: Sequence[int] | None) -> onnx.ValueInfoProto:
+    """A copy of ``vi``, with the static shape ``dims`` when given."""
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi)
+    if dims is not None:
+        _set_dims(out, dims)
+    return out
+
+
+def pin_inputs(model: onnx.ModelProto, pins: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of ``model`` whose named graph inputs have the given static shapes."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for vi in out.graph.input:
+        if vi.name in pins:
+            _set_dims(vi, pins[vi.name])
+    return out
 
 
 def check_pins(inputs, pins: Mapping[str, Sequence[int]], label: str) -> dict[str, tuple[int, ...]]:
@@ -77,27 +137,3 @@ def check_pins(inputs, pins: Mapping[str, Sequence[int]], label: str) -> dict[st
                         f"but the model fixes it at {old.dim_value}"
                     )
     return {name: tuple(int(d) for d in dims) for name, dims in pins.items()}
-
-
-def infer_values(model: onnx.ModelProto, label: str) -> dict[str, tuple[int, tuple | None]]:
-    """Shape inference on a copy whose large initializers carry dims but no data."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for t in light.graph.initializer:
-        if len(t.dims) and numel(t.dims) > STRIP_ELEMENTS:
-            stub = TensorProto(name=t.name, data_type=t.data_type, dims=t.dims)
-            stub.data_location = TensorProto.EXTERNAL
-            stub.external_data.add(key="location", value="__gspo_stripped__")
-            t.CopyFrom(stub)
-    try:
-        inferred = onnx.shape_inference.infer_shapes(light, check_type=False, data_prop=True)
-    except Exception as e:
-        log.warning("%s: shape inference failed (%s); shapes left unknown", label, _first_line(e))
-        inferred = light
-    g = inferred.graph
-    values: dict[str, tuple[int, tuple | None]] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
-        values[vi.name] = type_of(vi)
-    for t in model.graph.initializer:
-        values[t.name] = (t.data_type, tuple(int(d) for d in t.dims))
-    return values

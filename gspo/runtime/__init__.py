@@ -18,7 +18,6 @@ from gspo.runtime.executor import (
     choose_schedule,
     device_executor,
     make_executor,
-    parse_streams,
     saved_schedule,
 )
 from gspo.runtime.inputs import capture_values, load_inputs, random_inputs
@@ -55,7 +54,6 @@ __all__ = [
     "make_plan",
     "measure_once",
     "median_seconds",
-    "parse_streams",
     "saved_schedule",
     "OutputDiff",
     "SessionConfig",

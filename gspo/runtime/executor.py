@@ -22,21 +22,8 @@ from gspo.streams import (
 )
 from gspo.streams.schedule import check_bounds
 
-__all__ = ["DEVICES", "check_device", "parse_streams", "saved_schedule", "saved_placement", "choose_schedule",
+__all__ = ["DEVICES", "check_device", "saved_schedule", "saved_placement", "choose_schedule",
            "make_executor", "device_executor"]
-
-
-def parse_streams(text: str | int) -> int | None:
-    """``"auto"`` -> ``None``; a positive integer -> itself."""
-    if isinstance(text, int) or str(text).strip().lower() != "auto":
-        try:
-            n = int(text)
-        except ValueError:
-            raise GspoError(f"--streams takes a positive integer or 'auto' (got {text!r})") from None
-        if n < 1:
-            raise GspoError(f"--streams must be at least 1 (got {n})")
-        return n
-    return None
 
 
 def saved_schedule(graph: Graph) -> Schedule | None:

@@ -11,7 +11,8 @@ import warnings
 
 import pytest
 
-from gspo.costmodel.profile import PROFILE_DIRS, Profile, ProfileError, find_profile, load_profile
+from gspo.costmodel.profile import PROFILE_DIRS, find_profile, load_profile, read_profile
+from gspo.costmodel.schema import Profile, ProfileError
 from gspo.runtime import runtime_version
 
 SHIPPED = PROFILE_DIRS[0] / "cpu.json"
@@ -98,4 +99,18 @@ def test_a_profile_of_absurd_numbers_is_one_line_without_numpys_warnings(tmp_pat
 
 def test_the_shipped_profile_passes_the_bounds():
     data = json.loads(SHIPPED.read_text())
-    assert Profile.from_json(data).families
+    assert read_profile(data).families
+
+
+def test_reading_the_record_runs_no_estimate(monkeypatch):
+    """The schema reads a profile's data alone; the estimates are tried when it is read as a file."""
+    import gspo.costmodel.estimate as estimate
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the estimator ran")
+
+    monkeypatch.setattr(estimate.CostModel, "cost", refused)
+    data = json.loads(SHIPPED.read_text())
+    assert json.dumps(Profile.from_json(data).to_json(), sort_keys=True) == json.dumps(data, sort_keys=True)
+    with pytest.raises(AssertionError, match="the estimator ran"):
+        read_profile(data)

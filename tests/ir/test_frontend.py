@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gspo import ir
-from gspo.ir import frontend
+from gspo.ir import frontend, pinning
 from gspo.rules.fold import FoldBatchNorm
 from gspo.runtime import make_session, run
 from tests.helpers import onnx_model
@@ -131,10 +131,10 @@ def test_defaults_follow_the_symbol_and_say_how_to_pin():
     vis = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "sequence"]),
            helper.make_tensor_value_info("mask", TensorProto.INT64, ["batch", "sequence"]),
            helper.make_tensor_value_info("image", F, ["n", 3, "h", "w"])]
-    pins, defaulted = frontend.default_pins(vis, {"image": (2, 3, 32, 32)})
+    pins, defaulted = pinning.default_pins(vis, {"image": (2, 3, 32, 32)})
     assert pins == {"ids": (1, 128), "mask": (1, 128)}
     assert {(d.symbol, d.value) for d in defaulted} == {("batch", 1), ("sequence", 128)}
-    line = frontend.describe_defaults(defaulted, pins)
+    line = pinning.describe_defaults(defaulted, pins)
     assert line.startswith("dynamic dimensions set to their defaults (batch=1, sequence=128)")
     assert "--input-shape ids=1,128 --input-shape mask=1,128" in line
 

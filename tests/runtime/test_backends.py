@@ -32,12 +32,12 @@ def _model():
 def test_a_missing_or_unknown_backend_is_one_clear_line(monkeypatch):
     with pytest.raises(GspoError, match="backend 'tensorrt' cannot run here: unknown backend"):
         check_backends(["ort", "tensorrt"])
-    import gspo.runtime.backends as backends
+    import gspo.runtime.openvino as openvino
 
     def missing():
         raise ImportError("no openvino")
 
-    monkeypatch.setattr(backends, "_openvino", missing)
+    monkeypatch.setattr(openvino, "_openvino", missing)
     with pytest.raises(GspoError, match="OpenVINO is not installed: pip install 'gspo\\[openvino\\]'"):
         check_backends(["openvino"])
     assert check_backends([]) == ("ort",)
@@ -138,10 +138,10 @@ def test_every_backend_returns_outputs_of_their_own_and_reads_inputs_in_place():
 def test_openvinos_large_outputs_go_into_pooled_arrays_a_caller_keeps(monkeypatch):
     if not backend_status("openvino")[0]:
         pytest.skip("OpenVINO is not installed")
-    import gspo.runtime.backends as backends
+    import gspo.runtime.openvino as openvino
     from gspo.ir.builder import GraphBuilder
 
-    monkeypatch.setattr(backends, "LARGE_OUTPUT", 16)  # every output here is "large"
+    monkeypatch.setattr(openvino, "LARGE_OUTPUT", 16)  # every output here is "large"
     b = GraphBuilder(seed=3)
     x = b.input("x", (6, 6))
     g = b.output(b.op("Relu", [x]), b.op("Neg", [x])).build()

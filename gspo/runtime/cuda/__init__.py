@@ -1,6 +1,8 @@
 """CUDA backend: onnxruntime's CUDA provider on cuda-python streams, timed with CUDA events.
 
-``status`` says whether CUDA can run here and what is missing; ``executor`` runs models on the
+``status`` says whether CUDA can run here and what is missing, and describes the device;
+``choice`` picks the runtime CUDA work runs on (onnxruntime-gpu or torch) and ``trial`` the
+executor ``gspo optimize --device cuda`` verifies and times on; ``executor`` runs models on the
 device (:class:`CudaRunner` for a piece between CPU pieces, :class:`CudaExecutor` for a whole
 model on streams, device timing); ``common`` holds what both use (settings, errors, the
 onnxruntime-gpu and cuda-python modules).

@@ -119,7 +119,7 @@ def device_block(device_id: int = 0) -> dict:
     """The report's ``device`` block for the chosen runtime: which runtime, the device, the driver
     and the versions."""
     if cuda_runtime(device_id) == "ort":
-        from gspo.runtime.cuda.trial import device_info
+        from gspo.runtime.cuda.status import device_info
 
         return {"runtime": "ort", **device_info(device_id)}
     from gspo.runtime.torchrt.status import torch_versions

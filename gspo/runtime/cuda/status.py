@@ -3,6 +3,7 @@
 :func:`gpu_status` checks, in order: one onnxruntime installed, with the CUDA provider;
 cuda-python, for the same CUDA major; the CUDA and cuDNN libraries preloaded; a visible device;
 a probe session really on the GPU. Each failure is one line saying what to install or fix.
+:func:`device_name` and :func:`device_info` describe the device (for keys and reports).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from gspo.runtime.cuda.common import (
 from gspo.runtime.runtimes import GPU_INSTALL, installed_runtimes, runtime_conflict
 from gspo.runtime.torchrt.status import cuda_python_version
 
-__all__ = ["backend_key", "device_name", "gpu_status", "require_cuda_provider", "require_gpu"]
+__all__ = ["backend_key", "device_info", "device_name", "gpu_status", "require_cuda_provider", "require_gpu"]
 
 log = logging.getLogger(__name__)
 
@@ -176,3 +177,36 @@ def device_name(device_id: int = 0) -> str:
 def backend_key(device_id: int = 0) -> str:
     """What measurements on the CUDA backend depend on: onnxruntime-gpu's version and the device."""
     return f"cuda-{common.import_ort().__version__}-{device_name(device_id)}"
+
+
+def _version(value: int | None) -> str | None:
+    """CUDA's encoded version (1000 * major + 10 * minor) as ``major.minor``."""
+    return None if not value else f"{value // 1000}.{value % 1000 // 10}"
+
+
+def _cudnn_version(ort) -> str | None:
+    """The cuDNN version onnxruntime-gpu was built for, where its package info says it."""
+    try:
+        from importlib import import_module
+
+        info = import_module(f"{ort.__name__}.capi.build_and_package_info")
+    except (ImportError, AttributeError):
+        info = None
+    return getattr(ort, "cudnn_version", None) or getattr(info, "cudnn_version", None)
+
+
+def device_info(device_id: int = 0) -> dict:
+    """The device that measured: its name, the driver's and the runtime's CUDA versions, the
+    cuDNN version onnxruntime-gpu was built for, and the onnxruntime-gpu and cuda-python versions
+    (``None`` where the runtime does not say; ``error`` when a query failed)."""
+    ort, cudart = common.import_ort(), common.import_cudart()
+    info: dict = {"device": "cuda", "device_id": device_id, "onnxruntime_gpu": getattr(ort, "__version__", None),
+                  "onnxruntime_build_cuda": getattr(ort, "cuda_version", None), "cudnn": _cudnn_version(ort),
+                  "cuda_python": cuda_python_version() or None}
+    try:
+        info["name"] = device_name(device_id)
+        info["driver_cuda"] = _version(check(cudart.cudaDriverGetVersion(), "cudaDriverGetVersion"))
+        info["runtime_cuda"] = _version(check(cudart.cudaRuntimeGetVersion(), "cudaRuntimeGetVersion"))
+    except (GspoError, AttributeError) as e:
+        info["error"] = first_line(e)
+    return info

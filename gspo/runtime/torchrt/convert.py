@@ -27,7 +27,8 @@ import torch
 from gspo.errors import first_line
 from gspo.ir import Graph, Node
 from gspo.ir.subgraph import extract
-from gspo.runtime.torchrt.ops import Call, Unsupported, lookup
+from gspo.runtime.torchrt.ops import lookup
+from gspo.runtime.torchrt.registry import Call, Unsupported
 
 __all__ = ["Fallback", "Program", "convert", "to_numpy", "to_torch", "unsupported"]
 

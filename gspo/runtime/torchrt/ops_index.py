@@ -11,7 +11,8 @@ import math
 import numpy as np
 import torch
 
-from gspo.runtime.torchrt.ops import Call, arg, norm_axis, op, scalars
+from gspo.runtime.torchrt.helpers import arg, norm_axis, scalars
+from gspo.runtime.torchrt.registry import Call, op
 
 
 def _wrap(idx: torch.Tensor, dim: int, known: np.ndarray | None = None) -> torch.Tensor:

@@ -11,7 +11,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from gspo.runtime.torchrt.ops import Call, arg, known_dtype, op
+from gspo.runtime.torchrt.helpers import arg, known_dtype
+from gspo.runtime.torchrt.registry import Call, op
 
 _UNARY = {
     "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log, "Sqrt": torch.sqrt,

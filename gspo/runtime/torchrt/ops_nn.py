@@ -12,17 +12,16 @@ import math
 import torch
 import torch.nn.functional as F
 
-from gspo.runtime.torchrt.ops import (
-    Call,
+from gspo.runtime.torchrt.helpers import (
     arg,
     extra_outputs,
     known_dtype,
     norm_axis,
-    op,
     out_rank,
     torch_pads,
     wants,
 )
+from gspo.runtime.torchrt.registry import Call, op
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}

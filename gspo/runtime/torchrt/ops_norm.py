@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gspo.runtime.torchrt.ops import Call, arg, extra_outputs, norm_axis, op, torch_pads
+from gspo.runtime.torchrt.helpers import arg, extra_outputs, norm_axis, torch_pads
+from gspo.runtime.torchrt.registry import Call, op
 
 
 def _like(p: torch.Tensor | None, t: torch.Tensor) -> torch.Tensor | None:

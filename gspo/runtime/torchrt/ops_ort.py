@@ -11,8 +11,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gspo.runtime.torchrt.ops import Call, arg, n_wanted, op, wants
+from gspo.runtime.torchrt.helpers import arg, n_wanted, wants
 from gspo.runtime.torchrt.ops_norm import rms_norm
+from gspo.runtime.torchrt.registry import Call, op
 
 MS = "com.microsoft"
 

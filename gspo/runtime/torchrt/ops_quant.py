@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from gspo.runtime.torchrt.ops import Call, Unsupported, arg, norm_axis, op
+from gspo.runtime.torchrt.helpers import arg, norm_axis
 from gspo.runtime.torchrt.ops_nn import conv, conv_check
+from gspo.runtime.torchrt.registry import Call, Unsupported, op
 
 _QTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32) + tuple(
     getattr(torch, n) for n in ("uint16",) if hasattr(torch, n))

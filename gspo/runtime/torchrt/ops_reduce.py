@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from gspo.runtime.torchrt.ops import Call, axes_of, norm_axis, op
+from gspo.runtime.torchrt.helpers import axes_of, norm_axis
+from gspo.runtime.torchrt.registry import Call, op
 
 
 def _int(t: torch.Tensor) -> torch.dtype | None:

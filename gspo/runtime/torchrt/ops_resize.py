@@ -14,7 +14,8 @@ import functools
 import numpy as np
 import torch
 
-from gspo.runtime.torchrt.ops import Call, arg, op, scalars
+from gspo.runtime.torchrt.helpers import arg, scalars
+from gspo.runtime.torchrt.registry import Call, op
 
 _TRANSFORMS = ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")
 _NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from gspo.runtime.torchrt.ops import Call, arg, op
+from gspo.runtime.torchrt.helpers import arg
+from gspo.runtime.torchrt.registry import Call, op
 
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
 

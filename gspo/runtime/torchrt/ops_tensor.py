@@ -12,17 +12,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gspo.runtime.torchrt.ops import (
-    Call,
+from gspo.runtime.torchrt.helpers import (
     arg,
     axes_of,
     known_dtype,
     norm_axis,
-    op,
     scalars,
     tensor,
     torch_pads,
 )
+from gspo.runtime.torchrt.registry import Call, op
 
 
 @op("Reshape")

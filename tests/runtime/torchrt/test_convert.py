@@ -18,6 +18,7 @@ from gspo.ir.weights import Literal  # noqa: E402
 from gspo.runtime import make_session, run  # noqa: E402
 from gspo.runtime.torchrt import ops  # noqa: E402
 from gspo.runtime.torchrt.convert import Fallback, convert, to_numpy, to_torch  # noqa: E402
+from gspo.runtime.torchrt.registry import Unsupported  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 CPU = torch.device("cpu")
@@ -204,7 +205,7 @@ def test_to_torch_and_to_numpy_keep_types_and_read_bfloat16_as_float32():
     assert to_torch(np.zeros((0, 2), bool), CPU).shape == (0, 2)
     b = to_numpy(torch.tensor([1.5, 2.0], dtype=torch.bfloat16))
     assert b.dtype == np.float32 and b.tolist() == [1.5, 2.0]
-    with pytest.raises(ops.Unsupported, match="numpy type"):
+    with pytest.raises(Unsupported, match="numpy type"):
         to_torch(np.array(["a"]), CPU)
 
 

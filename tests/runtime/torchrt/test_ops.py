@@ -26,7 +26,8 @@ from gspo.ir import Node, Value, serialize  # noqa: E402
 from gspo.ir.onnx_io import from_model  # noqa: E402
 from gspo.ir.protos import attr_from_proto  # noqa: E402
 from gspo.runtime.torchrt.convert import convert  # noqa: E402
-from gspo.runtime.torchrt.ops import OPS, Call, Unsupported, lookup  # noqa: E402
+from gspo.runtime.torchrt.ops import OPS, lookup  # noqa: E402
+from gspo.runtime.torchrt.registry import Call, Unsupported  # noqa: E402
 from gspo.zoo import MODELS, build  # noqa: E402
 
 CPU = torch.device("cpu")

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo import ir
 from gspo.runtime import make_session, random_inputs, run
-from gspo.runtime.pinned import explain_defaults_failure, onnxruntime_reason
+from gspo.runtime.default_sizes import explain_defaults_failure, onnxruntime_reason
 from tests.helpers import onnx_model, relu_model
 
 HIDDEN = 8

@@ -1,0 +1,205 @@
+"""The OpenVINO backend: OpenVINO's CPU plugin behind onnxruntime's ``run(names, feeds)``
+(:class:`OpenVinoRunner`), compiled for latency at f32 or bf16 inference precision
+(:func:`load_openvino`); whether it is installed (:func:`openvino_status`) and runs bf16 here
+(:func:`bf16_refusal`); a compile tried in a process of its own (:func:`openvino_probe`).
+
+``openvino`` is imported only when asked for (``pip install 'gspo[openvino]'``); the backend
+registry (:mod:`gspo.runtime.backends`) decides when.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from gspo.ir import Graph, serialize
+from gspo.ir.protos import control_flow_depth
+from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
+from gspo.runtime.session import BackendError
+
+__all__ = ["INSTALL", "MAX_OPENVINO_NESTING", "OpenVinoRunner", "bf16_refusal", "load_openvino", "openvino_probe",
+           "openvino_status", "openvino_version", "refuse_nesting"]
+
+#: How to install the backend.
+INSTALL = "pip install 'gspo[openvino]' (the openvino package)"
+_core_lock = threading.Lock()
+_core = None
+
+
+def _openvino():
+    import openvino
+
+    return openvino
+
+
+def openvino_version() -> str:
+    """The installed OpenVINO's version, ``X.Y.Z``."""
+    return _openvino().__version__.split("-")[0]
+
+
+def openvino_status() -> tuple[bool, str]:
+    """Whether OpenVINO is installed, and if not, how to install it."""
+    try:
+        _openvino()
+    except ImportError:
+        return False, f"OpenVINO is not installed: {INSTALL}"
+    return True, f"OpenVINO {openvino_version()} CPU"
+
+
+def bf16_refusal() -> str | None:
+    """Why OpenVINO (installed) would not run bf16 arithmetic on this CPU (``None``: it does):
+    without bf16 instructions it would quietly run f32, and a bf16 placement would only cost a
+    compile."""
+    try:
+        caps = _openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    except Exception as e:  # noqa: BLE001 - OpenVINO raises its own exception types
+        return f"OpenVINO cannot tell this CPU's capabilities: {_reason(e)}"
+    if "BF16" not in caps:
+        return "this CPU has no bf16 instructions (OpenVINO would run f32)"
+    return None
+
+
+class OpenVinoRunner:
+    """An OpenVINO compiled model behind onnxruntime's ``run(names, feeds)``.
+
+    The inputs are read in place. An output of fixed shape of
+    :data:`~gspo.runtime.buffers.LARGE_OUTPUT` bytes or more is written straight into an array of
+    :data:`~gspo.runtime.buffers.BUFFERS` (OpenVINO's own buffer for it is let go); other outputs
+    come back as copies of OpenVINO's.
+    """
+
+    def __init__(self, compiled):
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        #: each output name's port and its position among the model's outputs
+        self._outputs = {name: (i, port) for i, port in enumerate(compiled.outputs) for name in port.get_names()}
+        self._large = {}
+        for i, port in enumerate(compiled.outputs):
+            shape = port.get_partial_shape()
+            if not shape.is_static:
+                continue
+            dtype = np.dtype(port.get_element_type().to_dtype())
+            dims = tuple(int(d) for d in shape.to_shape())
+            if dtype.kind in "biufc" and int(np.prod(dims, dtype=np.int64)) * dtype.itemsize >= LARGE_OUTPUT:
+                self._large[i] = (dims, dtype)
+        if self._large:
+            self._bind()  # OpenVINO frees the buffers it allocated for them when it compiled
+
+    def _bind(self) -> dict[int, np.ndarray]:
+        """Point each large output at an array of the pool; the arrays by output index."""
+        held = {i: BUFFERS.take(*spec) for i, spec in self._large.items()}
+        for i, array in held.items():
+            self._request.set_output_tensor(i, _openvino().Tensor(array, shared_memory=True))
+        return held
+
+    def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        held = self._bind() if self._large else {}
+        try:
+            result = self._request.infer({k: _contiguous(v) for k, v in feeds.items()}, share_inputs=True,
+                                         share_outputs=True)
+        except Exception as e:
+            raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
+        ports = [self._outputs[n] for n in names]
+        return [held[i] if i in held else result[port].copy() for i, port in ports]
+
+
+def _contiguous(value) -> np.ndarray:
+    """``value`` as a C-contiguous array of its own shape (``np.ascontiguousarray`` makes a
+    scalar's shape ``(1,)``, which OpenVINO refuses for an input of shape ``[]``)."""
+    a = np.asarray(value)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _reason(e: Exception) -> str:
+    """The telling line of an OpenVINO exception (its first lines name source files)."""
+    lines = [line.strip(" -") for line in str(e).splitlines() if line.strip()]
+    telling = [line for line in lines if "No conversion rule" in line or "not supported" in line.lower()]
+    useful = [line for line in lines if not line.startswith(("Exception from", "Check ", "To facilitate"))]
+    return (telling or useful or [type(e).__name__])[0][:300]
+
+
+def _openvino_core():
+    global _core
+    with _core_lock:
+        if _core is None:
+            _core = _openvino().Core()
+        return _core
+
+
+#: The deepest nesting of control flow (If, Loop, Scan in one another's branches) a model given
+#: to OpenVINO may have: its compile grows exponentially with the nesting and cannot be
+#: interrupted (here, Ifs nested in one another's then-branches: 14 levels 0.2 s, 16 0.7 s, 18
+#: 2.5 s, 20 9.4 s, 25 over 300 s; in issue 42's model 14 levels 6 s, 18 levels 21.8 s, 25 over
+#: 200 s; benchmarks/edges.md). At 10 levels the slower of the two is about 1-2 s.
+MAX_OPENVINO_NESTING = 10
+
+
+def refuse_nesting(model: bytes | Graph) -> None:
+    """Raise :class:`BackendError` when ``model`` nests control flow beyond :data:`MAX_OPENVINO_NESTING`."""
+    depth = control_flow_depth(model)
+    if depth is None:  # too deep for protobuf to parse: deeper than anything OpenVINO is given
+        depth = MAX_OPENVINO_NESTING + 1
+    if depth > MAX_OPENVINO_NESTING:
+        raise BackendError(f"OpenVINO is not given the model: its control flow (If/Loop/Scan) is nested {depth} deep, "
+                           f"beyond {MAX_OPENVINO_NESTING}, where OpenVINO's compile grows exponentially and cannot "
+                           "be interrupted")
+
+
+def load_openvino(model: bytes | Graph, threads: int, precision: str = "f32") -> OpenVinoRunner:
+    """A runner of ``model`` compiled by OpenVINO's CPU plugin for latency at ``precision``
+    (``threads``: 0 lets OpenVINO choose).
+
+    Raises:
+        BackendError: the model nests control flow too deep (:func:`refuse_nesting`), or OpenVINO
+            cannot compile it (the reason in one line).
+    """
+    refuse_nesting(model)
+    if isinstance(model, Graph):
+        model = serialize(model)
+    # OpenVINO allocates every output as it compiles; the pool's idle arrays go first
+    BUFFERS.clear()
+    core = _openvino_core()
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = int(threads)
+    try:
+        compiled = core.compile_model(core.read_model(io.BytesIO(model)), "CPU", config)
+    except Exception as e:
+        raise BackendError(f"OpenVINO cannot compile the model: {_reason(e)}") from None
+    return OpenVinoRunner(compiled)
+
+
+#: What :func:`openvino_probe` runs: read and compile the model at its path, at the given precision.
+_PROBE = ("import sys, openvino as ov; c = ov.Core(); "
+          "c.compile_model(c.read_model(sys.argv[1]), 'CPU', {'INFERENCE_PRECISION_HINT': sys.argv[2]})")
+
+
+def openvino_probe(model: bytes, precision: str = "f32", timeout: float = 300.0) -> str | None:
+    """Why OpenVINO cannot compile ``model``, found in a process of its own (``None``: it compiles):
+    a model OpenVINO has never been given in this form (a quantized one gspo made) can crash its
+    compile (SIGSEGV), which must not take the caller's process with it."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gspo-probe-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(model)
+        done = subprocess.run([sys.executable, "-c", _PROBE, path, precision], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"OpenVINO's compile ran past {timeout:g} s"
+    finally:
+        os.unlink(path)
+    if done.returncode < 0:
+        return f"OpenVINO's compile crashed (signal {-done.returncode})"
+    if done.returncode:  # its traceback's message, without the frames and the logs before it
+        said = [line for line in done.stderr.splitlines()
+                if line.strip() and not line.startswith(("WARNING", "Traceback", "  "))]
+        return f"OpenVINO cannot compile the model: {_reason(RuntimeError(chr(10).join(said) or 'no reason given'))}"
+    return None
