@@ -3,6 +3,12 @@
 Each family lives in its own module ending in a ``RULES`` list. The rule sets below are the
 table the search and optimize read; adding a rule is adding it to its family's ``RULES`` (and
 setting ``greedy = False`` on a rule that undoes another, as splits and moves do).
+
+A rule is three parts (:mod:`gspo.rules.base`): a :class:`~gspo.rules.pattern.Pattern` naming
+the nodes :meth:`Rule.match` binds at a site (the root, its producers by input position, the
+readers of its outputs), a ``check`` holding the conditions on the bound nodes and returning a
+:class:`Match` with everything the rewrite needs, and an ``apply`` that builds the rewrite from
+that match alone (``tests/rules/test_rule_shape.py`` holds every rule to it).
 """
 
 from __future__ import annotations
@@ -80,7 +86,7 @@ def apply_greedily(graph: Graph, rules: Sequence[Rule], max_steps: int = 100_000
                 present = {n.key for n in graph.nodes}
                 if not all(n.key in present for n in m.site):
                     continue
-                again = rule.check(graph, m.site)
+                again = rule.match_site(graph, m.site)
                 if not isinstance(again, Match):
                     continue
                 graph = rule.apply(graph, again)

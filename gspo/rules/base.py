@@ -1,10 +1,14 @@
 """What every rewrite rule is made of.
 
-A rule states the op types of its source pattern (its root first), finds *sites* in a graph,
-checks each one (returning a :class:`Match` that carries everything the rewrite needs, or raising
-a :class:`Mismatch` that says why not) and applies a match purely: ``apply(graph, match) ->
-graph`` (built with :class:`~gspo.rules.edit.Edit`). The preconditions several rules share are
-the named functions here (:func:`plain_conv`, :func:`single_consumer`, :func:`constant`, ...).
+A rule states its source pattern (a :class:`~gspo.rules.pattern.Pattern`: the named nodes it
+binds, its root first), finds *sites* in a graph, binds the pattern's nodes at each one
+(:meth:`Rule.match`, shared by every rule), checks the conditions on the bound nodes (returning
+a :class:`Match` that carries everything the rewrite needs, or raising a :class:`Mismatch` that
+says why not) and applies a match purely: ``apply(graph, match) -> graph`` (built with
+:class:`~gspo.rules.edit.Edit`) only builds the rewrite from the match: it neither looks at the
+graph again nor decides anything (``tests/rules/test_rule_shape.py`` holds every rule to it).
+The preconditions several rules share are the named functions here (:func:`plain_conv`,
+:func:`conv_mismatch`, :func:`single_consumer`, :func:`constant`, ...).
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ __all__ = [
     "position_ops",
     "need",
     "require",
+    "fail_if",
     "Match",
     "Rule",
     "ConvParams",
     "conv_params",
+    "conv_mismatch",
     "plain_conv",
     "constant_params",
     "attrs_with",
@@ -86,13 +92,22 @@ def require(condition: bool, reason: str) -> None:
         raise Mismatch(reason)
 
 
+def fail_if(reason: str | None) -> None:
+    """A :class:`Mismatch` with ``reason`` when there is one (what :func:`conv_mismatch` says)."""
+    if reason is not None:
+        raise Mismatch(reason)
+
+
 @dataclass(frozen=True)
 class Match:
-    """A site where a rule applies: its nodes (the anchor first) and what the rewrite needs."""
+    """A site where a rule applies, carrying everything its rewrite is built from: the nodes the
+    rewrite replaces (the anchor first; what the QDQ guard examines) and, by name, the other
+    bound nodes and the values the check derived (weights, axes, sizes, ...)."""
 
     rule: str
     nodes: tuple[Node, ...]
-    params: tuple[tuple[str, Any], ...] = ()
+    #: (name, value) pairs, sorted by name; not compared (they may hold arrays).
+    params: tuple[tuple[str, Any], ...] = field(default=(), compare=False)
     #: The site the match was found at (what :meth:`Rule.check` re-examines).
     site: tuple[Node, ...] = field(default=(), compare=False, repr=False)
 
@@ -122,6 +137,9 @@ class OpSet(str):
         self.ops = frozenset(ops)
         return self
 
+    def __reduce__(self):
+        return (OpSet, (str(self), tuple(sorted(self.ops))))
+
 
 def position_ops(position: str) -> frozenset[str]:
     """The op types that can fill a pattern position (one op type, or an :class:`OpSet`)."""
@@ -133,9 +151,13 @@ class Rule:
 
     ``pattern`` lists the op types of the source pattern, its root (the op every site is
     anchored on) first; a position that several op types can fill is an :class:`OpSet`. An
-    empty pattern roots the rule on every op. ``check`` returns a :class:`Match` or raises a
-    :class:`Mismatch` (through :func:`need` and :func:`require`); ``apply`` rewrites a match.
-    A rule whose sites are more than one root node overrides ``sites``.
+    empty pattern roots the rule on every op. A :class:`~gspo.rules.pattern.Pattern` also names
+    the nodes :meth:`match` binds at each site before ``check`` sees them (as a
+    :class:`~gspo.rules.pattern.Bound`: ``site["lin"]``); a plain tuple of op types binds
+    nothing (``check`` gets the site). ``check`` holds the conditions on the bound nodes and
+    returns a :class:`Match` carrying everything ``apply`` needs, or raises a :class:`Mismatch`
+    (through :func:`need` and :func:`require`); ``apply`` builds the rewrite of a match from the
+    match alone. A rule whose sites are more than one root node overrides ``sites``.
     """
 
     pattern: tuple[str, ...] = ()
@@ -174,8 +196,14 @@ class Rule:
         """Candidate sites, anchors first, in graph order (deterministic): each root-op node."""
         return ((n,) for n in nodes_of(graph, *sorted(self.root_ops or ())))
 
-    def check(self, graph: Graph, site: tuple[Node, ...]) -> Match:
-        """The match at ``site``, or a :class:`Mismatch` saying why it does not apply."""
+    def bind(self, graph: Graph, site: Sequence[Node]) -> Sequence[Node] | Fail:
+        """``site`` with the pattern's named nodes bound, or why they cannot be (a pattern that
+        is a plain tuple of op types binds nothing: the site as it is)."""
+        binder = getattr(self.pattern, "bind", None)
+        return tuple(site) if binder is None else binder(graph, site)
+
+    def check(self, graph: Graph, site: Sequence[Node]) -> Match:
+        """The match at the bound ``site``, or a :class:`Mismatch` saying why it does not apply."""
         raise NotImplementedError
 
     def apply(self, graph: Graph, match: Match) -> Graph:
@@ -190,16 +218,24 @@ class Rule:
                 if explain:
                     yield untouchable
                 continue
-            try:
-                result = self.check(graph, site)
-            except Mismatch as e:
-                result = e.fail
+            result = self.match_site(graph, site)
             if isinstance(result, Match):
                 result = qdq_guard(graph, result.nodes) or result
             if isinstance(result, Match):
                 yield dataclasses.replace(result, site=tuple(site))
             elif explain:
                 yield result
+
+    def match_site(self, graph: Graph, site: Sequence[Node]) -> Match | Fail:
+        """The match at ``site`` (its pattern bound, then checked), or why there is none; without
+        the guards :meth:`match` puts first (what a greedy pass re-examines a site with)."""
+        bound = self.bind(graph, site)
+        if isinstance(bound, Fail):
+            return bound
+        try:
+            return self.check(graph, bound)
+        except Mismatch as e:
+            return e.fail
 
     def _match(self, nodes: Sequence[Node], **params: Any) -> Match:
         return Match(self.name, tuple(nodes), tuple(sorted(params.items())))
@@ -376,6 +412,20 @@ def conv_params(graph: Graph, node: Node) -> ConvParams | Fail:
     dil = tuple(attrs.get("dilations", (1,) * n))
     pads = tuple(resolve_pads(attrs, x.shape[2:], kernel, strides, dil))
     return ConvParams(kernel, strides, dil, pads, attrs.get("group", 1), w.shape[0], w.shape[1])
+
+
+#: What two Convs' parameters must share to merge, and the reason when they differ.
+CONV_FIELDS = {"kernel": "kernel sizes differ", "strides": "strides differ", "dilations": "dilations differ",
+               "pads": "pads differ"}
+
+
+def conv_mismatch(p: ConvParams, q: ConvParams, same: Sequence[str] = tuple(CONV_FIELDS)) -> str | None:
+    """Why two Convs cannot be combined into one (merged side by side, summed, or one enlarged to
+    the other's kernel), or ``None``: either is grouped, or they differ in one of the ``same``
+    parameters (kernel, strides, dilations, pads: the first that differs names the reason)."""
+    if p.group != 1 or q.group != 1:
+        return "group is not 1"
+    return next((CONV_FIELDS[f] for f in same if getattr(p, f) != getattr(q, f)), None)
 
 
 def constant_params(graph: Graph, node: Node, first: int = 1, last: int | None = None) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from gspo.ir import Graph, Node
-from gspo.rules.base import Mismatch, Rule, array, need, producer, require, single_consumer
+from gspo.rules.base import Fail, OpSet, Rule, array, need, require, single_consumer
 from gspo.rules.edit import Edit
+from gspo.rules.pattern import Input, Pattern, Root
 
 __all__ = ["CanonicalGelu", "RULES"]
 
@@ -25,56 +26,50 @@ def _scalar(graph: Graph, name: str, value: float, tol: float = 1e-6) -> bool:
     return abs(float(array(graph, w).reshape(-1)[0]) - value) <= tol * max(1.0, abs(value))
 
 
-def _other(node: Node, name: str) -> str:
-    return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+def _beside(graph: Graph, node: Node, value: float, order: tuple[int, int]) -> int | None:
+    """The position of the operand beside the first operand (in ``order``) that is the constant ``value``."""
+    return next((1 - i for i in order if _scalar(graph, node.inputs[i], value)), None)
 
 
-def _half_of(graph: Graph, name: str) -> tuple[Node, str]:
-    """``name`` = ``Mul(a, 0.5)``: that Mul and ``a``, or a Mismatch."""
-    half = need(producer(graph, name, ("Mul",)))
-    for i in (0, 1):
-        if _scalar(graph, half.inputs[i], 0.5):
-            return half, half.inputs[1 - i]
-    raise Mismatch("not a multiplication by 0.5")
+def _halved(graph: Graph, half: Node) -> int | Fail:
+    """The position of the operand ``half`` multiplies by 0.5."""
+    at = _beside(graph, half, 0.5, (0, 1))
+    return Fail("not a multiplication by 0.5") if at is None else at
 
 
-def _halved_operand(graph: Graph, outer: Node) -> tuple[str, str, Node, str]:
-    """For ``outer`` = ``x * h`` with ``h = a * 0.5`` (either operand order): x, h, that Mul and a."""
-    for i in (0, 1):
-        x, h = outer.inputs[i], outer.inputs[1 - i]
-        try:
-            half, a = _half_of(graph, h)
-        except Mismatch:
-            continue
-        return x, h, half, a
-    raise Mismatch("not x * (g * 0.5)")
+def _plus_one(graph: Graph, add: Node) -> int | Fail:
+    """The position of the operand ``add`` adds 1 to (the second operand looked at first)."""
+    at = _beside(graph, add, 1.0, (1, 0))
+    return Fail("not 1 + erf(...)") if at is None else at
 
 
-def _require_erf_term(graph: Graph, a: str, x: str) -> None:
-    """A Mismatch unless ``a`` is ``1 + erf(x / sqrt 2)`` (or ``erf(x * 1/sqrt 2)``)."""
-    add = need(producer(graph, a, ("Add",)))
-    erf_in = next((add.inputs[i] for i in (0, 1) if _scalar(graph, add.inputs[1 - i], 1.0)), None)
-    require(bool(erf_in), "not 1 + erf(...)")
-    erf = need(producer(graph, erf_in, ("Erf",)))
-    scale = producer(graph, erf.inputs[0], ("Div", "Mul"))
-    need(scale, "erf does not read the scaled input")
-    require(scale.inputs[0] == x, "erf does not read the scaled input")
-    root2 = float(np.sqrt(2.0))
-    expected = root2 if scale.op_type == "Div" else 1 / root2
-    require(_scalar(graph, scale.inputs[1], expected, 1e-5), "erf's argument is not x / sqrt(2)")
+def _halves(graph: Graph, node: Node) -> bool:
+    """Whether ``node`` (a Mul) multiplies by 0.5."""
+    return any(_scalar(graph, name, 0.5) for name in node.inputs[:2])
 
 
 class CanonicalGelu(Rule):
     """``x * ((1 + erf(x/sqrt2)) * 0.5)`` -> ``(x * (1 + erf(x/sqrt2))) * 0.5`` (the GELU form onnxruntime fuses)."""
 
-    pattern = ("Mul", "Mul", "Add", "Erf")
+    pattern = Pattern(
+        Root("outer", "Mul"),
+        Input("half", "Mul", of="outer", at=(1, 0), where=_halves, reason="not x * (g * 0.5)"),
+        Input("add", "Add", of="half", at=_halved),
+        Input("erf", "Erf", of="add", at=_plus_one),
+        Input("scale", OpSet("Div", ("Div", "Mul")), of="erf", reason="erf does not read the scaled input", weight=0),
+    )
 
     def check(self, graph, site):
-        outer = site[0]
-        x, h, half, a = _halved_operand(graph, outer)
-        _require_erf_term(graph, a, x)
+        outer, half, scale = site["outer"], site["half"], site["scale"]
+        h = outer.inputs[site.at("half")]
+        x = outer.inputs[1 - site.at("half")]
+        a = half.inputs[site.at("add")]
+        require(scale.inputs[0] == x, "erf does not read the scaled input")
+        root2 = float(np.sqrt(2.0))
+        expected = root2 if scale.op_type == "Div" else 1 / root2
+        require(_scalar(graph, scale.inputs[1], expected, 1e-5), "erf's argument is not x / sqrt(2)")
         need(single_consumer(graph, h))
-        return self._match([outer, half], x=x, a=a, half_const=_other(half, a))
+        return self._match([outer, half], x=x, a=a, half_const=half.inputs[1 - site.at("add")])
 
     def apply(self, graph, match):
         outer, half = match.nodes

@@ -18,16 +18,19 @@ from gspo.rules.base import (
     array,
     axis_of,
     constant,
+    conv_mismatch,
+    fail_if,
     need,
     nodes_of,
     plain_conv,
-    producer,
     require,
     single_consumer,
     split_sizes,
     static_values,
 )
 from gspo.rules.edit import Edit, split_node
+from gspo.rules.merge import part
+from gspo.rules.pattern import Input, Pattern, Reader, Root
 
 __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "RULES"]
 
@@ -35,12 +38,16 @@ __all__ = ["MergeConvsIntoAdd", "MergeMatMulsIntoAdd", "MergeBinaryOfSplits", "R
 _BINARY = ("Add", "Sub", "Mul", "Div", "Max", "Min")
 
 
-def _two_producers(graph, add, op):
-    """The two ``op`` nodes whose outputs (read by ``add`` only, of one shape) ``add`` sums, or a Mismatch."""
-    prods = []
-    for name in add.inputs:
-        prods.append(need(producer(graph, name, (op,)), f"Add is not fed by two {op}s"))
-        need(single_consumer(graph, name))
+def _sum_of(op: str) -> Pattern:
+    """An Add of two ``op`` nodes' outputs, each read by the Add only."""
+    reason = f"Add is not fed by two {op}s"
+    return Pattern(Root("add", "Add"), Input("p", op, of="add", at=0, sole=True, reason=reason),
+                   Input("q", op, of="add", at=1, sole=True, reason=reason))
+
+
+def _two_products(graph, site, op):
+    """The two ``op`` nodes the Add sums, or a Mismatch unless they are two nodes with outputs of one shape."""
+    prods = site["p"], site["q"]
     require(prods[0] is not prods[1] and prods[0].key != prods[1].key, f"both operands are one {op}")
     out0, out1 = (graph.values.get(p.outputs[0].name) for p in prods)
     same = out0 is not None and out1 is not None and out0.is_static and out0.shape == out1.shape
@@ -58,29 +65,28 @@ class _SumOfProducts(Rule):
 class MergeConvsIntoAdd(_SumOfProducts):
     """``Conv(a, w1) + Conv(b, w2)`` -> ``Conv(Concat(a, b), Concat(w1, w2))``."""
 
-    pattern = ("Add", "Conv", "Conv")
+    pattern = _sum_of("Conv")
     merges = True
 
     def check(self, graph, site):
-        add = site[0]
-        convs = _two_producers(graph, add, "Conv")
+        add = site["add"]
+        convs = _two_products(graph, site, "Conv")
         p1, p2 = (plain_conv(graph, c) for c in convs)
-        for attr, reason in (("kernel", "kernel sizes differ"), ("strides", "strides differ"),
-                             ("dilations", "dilations differ"), ("pads", "pads differ")):
-            require(getattr(p1, attr) == getattr(p2, attr), reason)
+        fail_if(conv_mismatch(p1, p2))
         a, b = (graph.values[c.inputs[0]] for c in convs)
         require(a.shape[0] == b.shape[0] and a.shape[2:] == b.shape[2:], "inputs differ in batch or spatial size")
-        return self._match([add, *convs])
+        parts = [part(graph, c) for c in convs]
+        biases = [array(graph, p.bias) for p in parts if p.bias is not None]
+        bias = np.sum(biases, axis=0).astype(biases[0].dtype) if biases else None
+        return self._match([add, *convs], weights=[p.weight for p in parts], bias=bias)
 
     def apply(self, graph, match):
         add, c1, c2 = match.nodes
         e = Edit(graph).drop(add, c1, c2)
         (joined,) = e.node("Concat", [c1.inputs[0], c2.inputs[0]], [make_attr("axis", 1)], like=c1)
-        w = e.weight("w", concat([graph.weights[c1.inputs[1]], graph.weights[c2.inputs[1]]], 1))
-        inputs = [joined, w]
-        biases = [array(graph, graph.weights[c.inputs[2]]) for c in (c1, c2) if len(c.inputs) > 2 and c.inputs[2]]
-        if biases:
-            inputs.append(e.weight("b", Literal.from_array(np.sum(biases, axis=0).astype(biases[0].dtype))))
+        inputs = [joined, e.weight("w", concat(match["weights"], 1))]
+        if match["bias"] is not None:
+            inputs.append(e.weight("b", Literal.from_array(match["bias"])))
         e.node("Conv", inputs, c1.attrs, outputs=[add.outputs[0].name], like=c1)
         return e.commit()
 
@@ -88,26 +94,25 @@ class MergeConvsIntoAdd(_SumOfProducts):
 class MergeMatMulsIntoAdd(_SumOfProducts):
     """``A @ B + C @ D`` -> ``Concat(A, C) @ Concat(B, D)`` for constant 2-D ``B``, ``D``."""
 
-    pattern = ("Add", "MatMul", "MatMul")
+    pattern = _sum_of("MatMul")
     merges = True
 
     def check(self, graph, site):
-        add = site[0]
-        mms = _two_producers(graph, add, "MatMul")
+        add = site["add"]
+        mms = _two_products(graph, site, "MatMul")
         ws = [constant(graph, m.inputs[1]) for m in mms]
         for w in ws:
             require(len(need(w).shape) == 2, "right operand is not 2-D")
         a, c = static_values(graph, *(m.inputs[0] for m in mms))
         same_rows = len(a.shape) == len(c.shape) and a.shape[:-1] == c.shape[:-1]
         require(same_rows, "left operands differ beyond their last axis")
-        return self._match([add, *mms])
+        return self._match([add, *mms], weights=ws, axis=len(a.shape) - 1)
 
     def apply(self, graph, match):
         add, m1, m2 = match.nodes
-        rank = len(graph.values[m1.inputs[0]].shape)
         e = Edit(graph).drop(add, m1, m2)
-        (joined,) = e.node("Concat", [m1.inputs[0], m2.inputs[0]], [make_attr("axis", rank - 1)], like=m1)
-        w = e.weight("w", concat([graph.weights[m1.inputs[1]], graph.weights[m2.inputs[1]]], 0))
+        (joined,) = e.node("Concat", [m1.inputs[0], m2.inputs[0]], [make_attr("axis", match["axis"])], like=m1)
+        w = e.weight("w", concat(match["weights"], 0))
         e.node("MatMul", [joined, w], m1.attrs, outputs=[add.outputs[0].name], like=m1)
         return e.commit()
 
@@ -131,30 +136,32 @@ class MergeBinaryOfSplits(Rule):
     Also Sub, Mul, Div, Max and Min; the operands keep their order, so the numbers are the same
     bit for bit."""
 
-    pattern = ("Split", OpSet("Add", _BINARY), "Split")
+    pattern = Pattern(
+        Root("left", "Split"),
+        Reader("first", OpSet("Add", _BINARY), of="left", reason="the first piece is not read by an elementwise binary op"),
+        Input("right", "Split", of="first", at=1),
+    )
     merges = True
 
     def check(self, graph, site):
-        left = site[0]
-        first = need(single_consumer(graph, left.outputs[0].name))
-        binary = first.op_type in _BINARY and not first.is_opaque and len(first.inputs) == 2
-        require(binary, "the first piece is not read by an elementwise binary op")
+        left, first, right = site["left"], site["first"], site["right"]
+        require(len(first.inputs) == 2, "the first piece is not read by an elementwise binary op")
         require(first.inputs[0] == left.outputs[0].name, "the pieces are the second operand (matched from the other Split)")
-        right = need(producer(graph, first.inputs[1], ("Split",)))
         other = right is not left and right.key != left.key and len(right.outputs) == len(left.outputs)
         require(other, "the other operand is not a piece of another Split of as many pieces")
         a, b = (graph.values.get(s.inputs[0]) for s in (left, right))
         alike = a is not None and b is not None and a.is_static and a.shape == b.shape and a.dtype == b.dtype
         require(alike, "the split tensors differ in shape")
-        require(_axis(graph, left) == _axis(graph, right), "the Splits' axes differ")
-        require(split_sizes(graph, left) == split_sizes(graph, right), "the Splits' boundaries differ")
-        return self._match([left, right, *_pairwise_ops(graph, left, right, first)])
+        axis, sizes = _axis(graph, left), split_sizes(graph, left)
+        require(axis == _axis(graph, right), "the Splits' axes differ")
+        require(sizes == split_sizes(graph, right), "the Splits' boundaries differ")
+        return self._match([left, right, *_pairwise_ops(graph, left, right, first)], axis=axis, sizes=sizes)
 
     def apply(self, graph, match):
         left, right, *ops = match.nodes
         e = Edit(graph).drop(left, right, *ops)
         (whole,) = e.node(ops[0].op_type, [left.inputs[0], right.inputs[0]], ops[0].attrs, like=ops[0])
-        split_node(e, whole, _axis(graph, left), split_sizes(graph, left), [op.outputs[0].name for op in ops], like=left)
+        split_node(e, whole, match["axis"], match["sizes"], [op.outputs[0].name for op in ops], like=left)
         return e.commit()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gspo.rules.base import Rule, can_rewire, need, require
 from gspo.rules.edit import Edit
+from gspo.rules.pattern import Pattern, SiteNode
 
 __all__ = ["MergeDuplicates", "RULES"]
 
@@ -13,7 +14,7 @@ _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 class MergeDuplicates(Rule):
     """``f(x), f(x)`` -> ``f(x)`` once (identical op, attributes and inputs; not random ops)."""
 
-    pattern = ()
+    pattern = Pattern(SiteNode("keep", None, 0), SiteNode("dup", None, 1))
 
     def sites(self, graph):
         """Each node with an identical earlier one: (that earlier node, the node)."""
@@ -28,7 +29,7 @@ class MergeDuplicates(Rule):
                 first[sig] = n
 
     def check(self, graph, site):
-        keep, dup = site
+        keep, dup = site["keep"], site["dup"]
         for v in dup.outputs:
             if v.name:
                 need(can_rewire(graph, v.name))

@@ -8,6 +8,7 @@ same graph reach the same key.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -16,7 +17,7 @@ from gspo.ir import Attr, Graph, Literal, Node, Value, Weight, fresh_name, infer
 from gspo.ir.builder import make_attr
 from gspo.rules.base import Fail, can_rewire, is_output
 
-__all__ = ["Edit", "int64s", "split_node", "bypass", "bypass_check"]
+__all__ = ["Edit", "int64s", "split_node", "Bypass", "bypass", "bypass_check"]
 
 #: Constants up to this many elements are read during shape inference of added nodes.
 _CONST_LIMIT = 1 << 16
@@ -161,11 +162,30 @@ def split_node(edit: Edit, x: str, axis: int, sizes: Sequence[int], outputs: Seq
         edit.node("Split", [x], [make_attr("axis", axis), make_attr("split", list(sizes))], outputs=outputs, like=like)
 
 
-def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Fail | None:
-    """Why the readers of ``old`` cannot be made to read ``new`` instead (see :func:`bypass`)."""
+@dataclass(frozen=True)
+class Bypass:
+    """How the readers of ``old`` come to read ``new`` once ``dropping`` is dropped (what
+    :func:`bypass_check` finds and :func:`bypass` does)."""
+
+    old: str
+    new: str
+    dropping: tuple[Node, ...]
+    #: ``new``'s producer, the index of its output ``new`` and ``old``'s value, when that output
+    #: is renamed to ``old`` (only dropped nodes read ``new``); ``None``: the readers of ``old``
+    #: are pointed at ``new``.
+    rename: tuple[Node, int, Value] | None = None
+
+
+def bypass_check(graph: Graph, old: str, new: str, dropping: Iterable[Node]) -> Bypass | Fail:
+    """How :func:`bypass` makes the readers of ``old`` read ``new``, or why they cannot: rename
+    ``new``'s producer's output to ``old`` when only dropped nodes read ``new`` (readers of
+    ``old`` stay untouched, graph outputs keep their names), else point the readers at ``new``."""
+    dropping = tuple(dropping)
     if _renamable(graph, new, dropping):
-        return None
-    return can_rewire(graph, old, dropping)
+        producer, index = graph.producers[new]
+        return Bypass(old, new, dropping, (producer, index, graph.values[old]))
+    fail = can_rewire(graph, old, dropping)
+    return fail if fail is not None else Bypass(old, new, dropping)
 
 
 def _renamable(graph: Graph, new: str, dropping: Iterable[Node]) -> bool:
@@ -176,18 +196,14 @@ def _renamable(graph: Graph, new: str, dropping: Iterable[Node]) -> bool:
     return all(n.key in dropped for n in graph.consumers.get(new, ()))
 
 
-def bypass(edit: Edit, old: str, new: str, dropping: Iterable[Node]) -> None:
-    """Make ``old``'s readers read ``new``: rename ``new``'s producer's output to ``old`` when
-    only dropped nodes read ``new`` (readers of ``old`` stay untouched, graph outputs keep their
-    names), else point the readers at ``new``."""
-    graph = edit.graph
-    dropping = list(dropping)
-    edit.drop(*dropping)
-    if _renamable(graph, new, dropping):
-        producer, index = graph.producers[new]
+def bypass(edit: Edit, plan: Bypass) -> None:
+    """Make ``plan.old``'s readers read ``plan.new`` (as :func:`bypass_check` found they can)."""
+    edit.drop(*plan.dropping)
+    if plan.rename is not None:
+        producer, index, value = plan.rename
         outs = list(producer.outputs)
-        outs[index] = graph.values[old]
+        outs[index] = value
         edit.drop(producer)
         edit._add.append(producer.replace(outputs=tuple(outs)))
     else:
-        edit.rewire(old, new)
+        edit.rewire(plan.old, plan.new)

@@ -22,9 +22,20 @@ from gspo.ir import Literal, Pad
 from gspo.ir.builder import make_attr
 from gspo.ir.features import DEPTHWISE_CHANNEL_MULTIPLE as CHANNEL_MULTIPLE
 from gspo.ir.features import depthwise_channels, is_misaligned_depthwise
-from gspo.rules.base import Match, Rule, attrs_with, constant_params, conv_params, need, require
+from gspo.rules.base import (
+    Match,
+    Rule,
+    attrs_with,
+    constant_params,
+    conv_mismatch,
+    conv_params,
+    fail_if,
+    need,
+    require,
+)
 from gspo.rules.edit import Edit, int64s
 from gspo.rules.merge import readers_by_input
+from gspo.rules.pattern import Pattern, Root, SiteNode
 
 __all__ = ["CHANNEL_MULTIPLE", "EnlargeConvKernel", "PadDepthwiseChannels", "pad_channels", "slice_channels", "RULES"]
 
@@ -39,7 +50,7 @@ def _enlarged_pads(p, target):
 class EnlargeConvKernel(Rule):
     """``Conv(x, w[kxk])`` beside a larger sibling -> ``Conv(x, zero-pad(w)[KxK])`` with pads grown to match."""
 
-    pattern = ("Conv", "Conv")
+    pattern = Pattern(Root("small", "Conv"), SiteNode("big", "Conv", 1))
 
     def sites(self, graph):
         """Each ordered pair of distinct Convs reading one tensor: (the one to enlarge, its sibling)."""
@@ -50,18 +61,17 @@ class EnlargeConvKernel(Rule):
                         yield (small, big)
 
     def check(self, graph, site):
-        small, big = site
+        small, big = site["small"], site["big"]
         ps, pb = need(conv_params(graph, small)), need(conv_params(graph, big))
-        require(ps.group == 1 and pb.group == 1, "group is not 1")
-        require(ps.strides == pb.strides, "strides differ")
-        require(ps.dilations == pb.dilations, "dilations differ")
+        fail_if(conv_mismatch(ps, pb, same=("strides", "dilations")))
         constant_params(graph, small, last=2)
         target = tuple(max(a, b) for a, b in zip(ps.kernel, pb.kernel))
         require(target != ps.kernel, "the sibling's kernel is not larger")
         require(not any((t - k) % 2 for t, k in zip(target, ps.kernel)), "kernel sizes differ by an odd amount")
         new_pads = _enlarged_pads(ps, target)
         require(new_pads == _enlarged_pads(pb, target), "pads would not match the sibling's")
-        return self._match([small, big], kernel=target, pads=new_pads)
+        grow = tuple(((t - k) // 2,) * 2 for t, k in zip(target, ps.kernel))
+        return self._match([small, big], kernel=target, pads=new_pads, grow=grow, weight=graph.weights[small.inputs[1]])
 
     def match(self, graph, explain=False):
         """Matches as :meth:`Rule.match`, each enlargement of a Conv once (whichever sibling asks)."""
@@ -76,14 +86,10 @@ class EnlargeConvKernel(Rule):
 
     def apply(self, graph, match):
         small = match.nodes[0]
-        p = conv_params(graph, small)
-        target = match["kernel"]
-        w = graph.weights[small.inputs[1]]
-        grow = tuple(((t - k) // 2,) * 2 for t, k in zip(target, p.kernel))
         e = Edit(graph).drop(small)
         inputs = list(small.inputs)
-        inputs[1] = e.weight("w", Pad(w, ((0, 0), (0, 0)) + grow))
-        attrs = attrs_with(small, kernel_shape=list(target), pads=list(match["pads"]), auto_pad=None)
+        inputs[1] = e.weight("w", Pad(match["weight"], ((0, 0), (0, 0)) + match["grow"]))
+        attrs = attrs_with(small, kernel_shape=list(match["kernel"]), pads=list(match["pads"]), auto_pad=None)
         e.node("Conv", inputs, attrs, outputs=[small.outputs[0].name], like=small)
         return e.commit()
 
@@ -110,27 +116,27 @@ def slice_channels(e: Edit, y: str, count: int, outputs=None) -> list[str]:
 class PadDepthwiseChannels(Rule):
     """``DepthwiseConv(x)`` with C channels -> ``Slice(DepthwiseConv(Pad(x)))`` with C rounded up to a multiple of 4 (zero channels)."""
 
-    pattern = ("Conv",)
+    pattern = Pattern(Root("conv", "Conv"))
 
     def check(self, graph, site):
-        conv = site[0]
+        conv = site["conv"]
         p = need(conv_params(graph, conv))
         depthwise = depthwise_channels(graph, conv) is not None
         require(depthwise, "not a depthwise convolution (one input and one output channel per group)")
         require(is_misaligned_depthwise(graph, conv), f"channels already a multiple of {CHANNEL_MULTIPLE}")
         constant_params(graph, conv)
         channels = -(-p.group // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
-        return self._match([conv], channels=channels)
+        bias = graph.weights[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else None
+        return self._match([conv], channels=channels, group=p.group, weight=graph.weights[conv.inputs[1]], bias=bias)
 
     def apply(self, graph, match):
         conv = match.nodes[0]
-        c, cp = conv_params(graph, conv).group, match["channels"]
+        c, cp, w, b = match["group"], match["channels"], match["weight"], match["bias"]
         e = Edit(graph).drop(conv)
-        w = graph.weights[conv.inputs[1]]
         inputs = [pad_channels(e, conv.inputs[0], cp - c),
                   e.weight("w", Pad(w, ((0, cp - c),) + ((0, 0),) * (len(w.shape) - 1)))]
-        if len(conv.inputs) > 2 and conv.inputs[2]:
-            inputs.append(e.weight("b", Pad(graph.weights[conv.inputs[2]], ((0, cp - c),))))
+        if b is not None:
+            inputs.append(e.weight("b", Pad(b, ((0, cp - c),))))
         y = e.node("Conv", inputs, attrs_with(conv, group=cp), like=conv)[0]
         slice_channels(e, y, c, outputs=[conv.outputs[0].name])
         return e.commit()

@@ -5,12 +5,13 @@ Conv + Relu is left to the runtime (onnxruntime fuses it); nothing here needs it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from gspo.ir import Graph, Literal, Node, Scale, Weight
 from gspo.ir.weights import np_dtype
 from gspo.rules.base import (
-    Mismatch,
     OpSet,
     Rule,
     array,
@@ -18,11 +19,10 @@ from gspo.rules.base import (
     broadcasts_within,
     constant,
     need,
-    producer,
     require,
-    single_consumer,
 )
 from gspo.rules.edit import Edit
+from gspo.rules.pattern import EITHER, Input, Pattern, Root
 
 __all__ = [
     "FoldBatchNorm",
@@ -35,6 +35,17 @@ __all__ = [
 
 #: The linear ops a per-channel scale and bias fold into.
 LINEAR = ("Conv", "ConvTranspose", "Gemm")
+
+
+@dataclass(frozen=True)
+class _Linear:
+    """A linear op a per-channel scale and bias fold into: its constant weight, the weight's
+    output-channel axis and its bias as a float64 vector (zeros when it has none)."""
+
+    node: Node
+    weight: Weight
+    axis: int
+    bias: np.ndarray
 
 
 def _channel_axis(lin: Node) -> int:
@@ -62,61 +73,54 @@ def _linear_bias(graph: Graph, lin: Node) -> Weight | None:
     return b
 
 
-def _foldable(graph: Graph, lin: Node) -> None:
-    """A Mismatch unless a per-channel scale and bias can fold into ``lin``: only one node reads
-    it and its weight and bias are constants along an output-channel axis."""
-    need(single_consumer(graph, lin.outputs[0].name))
-    _linear_bias(graph, lin)
-    _channel_axis(lin)
-
-
-def _bias_vector(graph: Graph, lin: Node) -> np.ndarray:
+def _foldable(graph: Graph, lin: Node) -> _Linear:
+    """``lin`` as a linear op a per-channel scale and bias can fold into (its weight and bias
+    constants along an output-channel axis), or a Mismatch."""
     b = _linear_bias(graph, lin)
+    axis = _channel_axis(lin)
     if b is None:
-        return np.zeros(_out_channels(graph, lin), np.float64)
-    return array(graph, b).reshape(-1).astype(np.float64)
+        bias = np.zeros(_out_channels(graph, lin), np.float64)
+    else:
+        bias = array(graph, b).reshape(-1).astype(np.float64)
+    return _Linear(lin, graph.weights[lin.inputs[1]], axis, bias)
 
 
-def _replace_linear(graph: Graph, lin: Node, last: Node, scale: np.ndarray | None, bias: np.ndarray) -> Graph:
+def _replace_linear(graph: Graph, lin: _Linear, last: Node, scale: np.ndarray | None, bias: np.ndarray) -> Graph:
     """``lin`` with its weight scaled per output channel and a new bias, writing ``last``'s output.
 
     The new bias has the weight's element type (a float16 model stays float16); the scale is
     applied in float32 and rounded once, to the weight's type.
     """
     e = Edit(graph)
-    w_name = lin.inputs[1]
-    w = graph.weights[w_name]
+    node = lin.node
+    w_name = node.inputs[1]
     if scale is not None:
-        w_name = e.weight("w", Scale(w, Literal.from_array(scale.astype(np.float32)), _channel_axis(lin)))
-    b_name = e.weight("b", Literal.from_array(bias.astype(np_dtype(w.dtype))))
-    attrs = attrs_with(lin, beta=1.0) if lin.op_type == "Gemm" and lin.attr("beta", 1.0) != 1.0 else lin.attrs
-    e.drop(lin, last)
-    e.node(lin.op_type, [lin.inputs[0], w_name, b_name], attrs, outputs=[last.outputs[0].name], like=lin)
+        w_name = e.weight("w", Scale(lin.weight, Literal.from_array(scale.astype(np.float32)), lin.axis))
+    b_name = e.weight("b", Literal.from_array(bias.astype(np_dtype(lin.weight.dtype))))
+    attrs = attrs_with(node, beta=1.0) if node.op_type == "Gemm" and node.attr("beta", 1.0) != 1.0 else node.attrs
+    e.drop(node, last)
+    e.node(node.op_type, [node.inputs[0], w_name, b_name], attrs, outputs=[last.outputs[0].name], like=node)
     return e.commit()
 
 
 class FoldBatchNorm(Rule):
     """``BatchNormalization(Conv(x, w, b))`` -> ``Conv(x, w*s, (b-mean)*s+beta)`` (also ConvTranspose, Gemm)."""
 
-    pattern = ("BatchNormalization", OpSet("Conv", LINEAR))
+    pattern = Pattern(Root("bn", "BatchNormalization"), Input("lin", OpSet("Conv", LINEAR), of="bn", sole=True))
 
     def check(self, graph, site):
-        bn = site[0]
+        bn, lin = site["bn"], site["lin"]
         training = bn.attr("training_mode", 0) or any(v.name for v in bn.outputs[1:])
         require(not training, "BatchNormalization in training mode")
-        lin = need(producer(graph, bn.inputs[0], LINEAR))
-        need(single_consumer(graph, lin.outputs[0].name))
-        for name in bn.inputs[1:5]:
-            need(constant(graph, name))
-        _foldable(graph, lin)
-        return self._match([bn, lin])
+        gamma, beta, mean, var = (need(constant(graph, name)) for name in bn.inputs[1:5])
+        fold = _foldable(graph, lin)
+        gamma, beta, mean, var = (array(graph, w).astype(np.float64) for w in (gamma, beta, mean, var))
+        s = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
+        return self._match([bn, lin], linear=fold, scale=s, bias=(fold.bias - mean) * s + beta)
 
     def apply(self, graph, match):
-        bn, lin = match.nodes
-        gamma, beta, mean, var = (array(graph, graph.weights[n]).astype(np.float64) for n in bn.inputs[1:5])
-        s = gamma / np.sqrt(var + bn.attr("epsilon", 1e-5))
-        bias = (_bias_vector(graph, lin) - mean) * s + beta
-        return _replace_linear(graph, lin, bn, s, bias)
+        bn = match.nodes[0]
+        return _replace_linear(graph, match["linear"], bn, match["scale"], match["bias"])
 
 
 def _channel_constant(graph: Graph, node: Node, lin_out: str) -> np.ndarray:
@@ -131,61 +135,54 @@ def _channel_constant(graph: Graph, node: Node, lin_out: str) -> np.ndarray:
     return np.broadcast_to(vec, (out_shape[1],)).copy()
 
 
-def fed_by(graph: Graph, node: Node, ops: tuple[str, ...]) -> tuple[int, Node]:
-    """The first of ``node``'s two operands produced by one of ``ops``: its index and producer."""
-    for i in (0, 1):
-        prod = producer(graph, node.inputs[i], ops)
-        if isinstance(prod, Node):
-            return i, prod
-    raise Mismatch(f"{node.op_type} is not fed by {'/'.join(ops)}")
+def _fed_by_linear(op: str) -> Pattern:
+    """``op`` with either operand produced by a linear op (read by it only)."""
+    return Pattern(Root("node", op), Input("lin", OpSet("Conv", LINEAR), of="node", at=EITHER, sole=True,
+                                           reason=f"{op} is not fed by {'/'.join(LINEAR)}"))
 
 
 class _FoldElementwise(Rule):
     """An elementwise op with a per-channel constant folded into the linear op feeding it."""
 
     def check(self, graph, site):
-        node = site[0]
-        _, lin = fed_by(graph, node, LINEAR)
-        _foldable(graph, lin)
-        _channel_constant(graph, node, lin.outputs[0].name)
-        return self._match([node, lin])
+        node, lin = site["node"], site["lin"]
+        fold = _foldable(graph, lin)
+        vec = _channel_constant(graph, node, lin.outputs[0].name)
+        return self._match([node, lin], linear=fold, constant=vec)
 
 
 class FoldMulIntoLinear(_FoldElementwise):
     """``Mul(Conv(x, w, b), c)`` -> ``Conv(x, w*c, b*c)`` for a per-channel constant ``c`` (also Gemm)."""
 
-    pattern = ("Mul", OpSet("Conv", LINEAR))
+    pattern = _fed_by_linear("Mul")
 
     def apply(self, graph, match):
-        node, lin = match.nodes
-        vec = _channel_constant(graph, node, lin.outputs[0].name)
-        return _replace_linear(graph, lin, node, vec, _bias_vector(graph, lin) * vec)
+        fold, vec = match["linear"], match["constant"]
+        return _replace_linear(graph, fold, match.nodes[0], vec, fold.bias * vec)
 
 
 class FoldAddIntoLinear(_FoldElementwise):
     """``Add(Conv(x, w, b), c)`` -> ``Conv(x, w, b+c)`` for a per-channel constant ``c`` (also Gemm)."""
 
-    pattern = ("Add", OpSet("Conv", LINEAR))
+    pattern = _fed_by_linear("Add")
 
     def apply(self, graph, match):
-        node, lin = match.nodes
-        vec = _channel_constant(graph, node, lin.outputs[0].name)
-        return _replace_linear(graph, lin, node, None, _bias_vector(graph, lin) + vec)
+        fold, vec = match["linear"], match["constant"]
+        return _replace_linear(graph, fold, match.nodes[0], None, fold.bias + vec)
 
 
 class MatMulAddToGemm(Rule):
     """``Add(MatMul(A, B), c)`` -> ``Gemm(A, B, c)`` for 2-D ``A`` and constant ``B`` and ``c``."""
 
-    pattern = ("Add", "MatMul")
+    pattern = Pattern(Root("add", "Add"), Input("mm", "MatMul", of="add", at=EITHER, sole=True,
+                                                reason="Add is not fed by MatMul"))
 
     def check(self, graph, site):
-        add = site[0]
-        i, mm = fed_by(graph, add, ("MatMul",))
+        add, mm = site["add"], site["mm"]
         a = graph.values.get(mm.inputs[0])
         require(a is not None and a.shape is not None and len(a.shape) == 2, "MatMul input is not 2-D")
         require(len(need(constant(graph, mm.inputs[1])).shape) == 2, "MatMul weight is not 2-D")
-        need(single_consumer(graph, mm.outputs[0].name))
-        other = add.inputs[1 - i]
+        other = add.inputs[1 - site.at("mm")]
         c = need(constant(graph, other))
         require(len(c.shape) <= 2, "bias has rank > 2")
         broadcasts_within(graph.values[mm.outputs[0].name].shape, c.shape, "bias")

@@ -11,10 +11,12 @@ The Split's outputs keep the merged ops' output names, so their readers are unto
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 
 import numpy as np
 
-from gspo.ir import Graph, Literal, Node, Pad, concat
+from gspo.ir import Graph, Literal, Node, Pad, Weight, concat
 from gspo.ir.builder import make_attr
 from gspo.ir.dag import reachability
 from gspo.ir.weights import np_dtype
@@ -27,19 +29,21 @@ from gspo.rules.base import (
     axis_of,
     constant,
     constant_params,
+    conv_mismatch,
     conv_params,
+    fail_if,
     is_static,
     need,
     nodes_of,
     plain_conv,
-    producer,
     require,
     single_consumer,
 )
 from gspo.rules.edit import Edit, split_node
+from gspo.rules.pattern import Group, Input, Inputs, Pattern, Root
 
 __all__ = ["MergeParallelConvs", "MergeParallelMatMuls", "BatchSharedWeightMatMuls", "MergeSplitConvs", "RULES",
-           "readers_by_input", "shared_input_sites"]
+           "readers_by_input", "shared_input_sites", "Part", "part"]
 
 
 def readers_by_input(graph: Graph, ops: tuple[str, ...]) -> OrderedDict[str, list[Node]]:
@@ -50,13 +54,31 @@ def readers_by_input(graph: Graph, ops: tuple[str, ...]) -> OrderedDict[str, lis
     return out
 
 
-def _conv_signature(graph: Graph, node: Node) -> tuple:
-    """What two plain Convs must share to merge: kernel, strides, dilations and pads."""
+@dataclass(frozen=True)
+class Part:
+    """The constant weight and bias (``None``: none) of a Conv, MatMul or Gemm a rule merges."""
+
+    weight: Weight
+    bias: Weight | None
+
+    def bias_or_zeros(self, channels: int) -> Weight:
+        """The bias, or ``channels`` zeros of the weight's element type."""
+        if self.bias is not None:
+            return self.bias
+        return Literal.from_array(np.zeros(channels, np_dtype(self.weight.dtype)))
+
+
+def part(graph: Graph, node: Node) -> Part:
+    """The weight and bias of ``node``, once a check has found them constant."""
+    bias = graph.weights[node.inputs[2]] if len(node.inputs) > 2 and node.inputs[2] else None
+    return Part(graph.weights[node.inputs[1]], bias)
+
+
+def _conv_signature(graph: Graph, node: Node) -> tuple[Hashable, object]:
+    """What two plain Convs must share to merge (kernel, strides, dilations and pads), and their
+    parameters."""
     p = plain_conv(graph, node)
-    return (p.kernel, p.strides, p.dilations, p.pads)
-
-
-_DIFFS = ("kernel sizes differ", "strides differ", "dilations differ", "pads differ")
+    return (p.kernel, p.strides, p.dilations, p.pads), p
 
 
 def _signatures(graph: Graph, nodes, signature) -> list:
@@ -70,28 +92,20 @@ def _signatures(graph: Graph, nodes, signature) -> list:
     return out
 
 
-def _best_group(sigs: list) -> list[int]:
-    """The positions of the largest group (at least two) of equal signatures, or a Mismatch."""
+def _best_group(sigs: list, differ: Callable[[object, object], str | None]) -> list[int]:
+    """The positions of the largest group (at least two) of equal signatures, or a Mismatch (why
+    the first two that have one differ: ``differ`` of what came with their signatures)."""
     groups: OrderedDict = OrderedDict()
     for i, s in enumerate(sigs):
         if not isinstance(s, Fail):
-            groups.setdefault(s, []).append(i)
+            groups.setdefault(s[0], []).append(i)
     best = max(groups.values(), key=len, default=[])
     if len(best) >= 2:
         return best
     ok = [s for s in sigs if not isinstance(s, Fail)]
     if len(ok) >= 2:
-        a, b = ok[0], ok[1]
-        for k, reason in enumerate(_DIFFS if isinstance(a[0], tuple) else ("attributes differ",) * 8):
-            require(a[k] == b[k], reason)
+        fail_if(differ(ok[0][1], ok[1][1]))
     raise next((s for s in sigs if isinstance(s, Fail)), Fail("fewer than two mergeable readers")).mismatch()
-
-
-def _bias(graph: Graph, node: Node, channels: int):
-    """The bias of a Conv or Gemm, or zeros of its weight's element type."""
-    if len(node.inputs) > 2 and node.inputs[2]:
-        return graph.weights[node.inputs[2]]
-    return Literal.from_array(np.zeros(channels, np_dtype(graph.weights[node.inputs[1]].dtype)))
 
 
 def shared_input_sites(graph: Graph, ops: tuple[str, ...]):
@@ -104,7 +118,7 @@ def shared_input_sites(graph: Graph, ops: tuple[str, ...]):
 class MergeParallelConvs(Rule):
     """``Conv(x,w1), Conv(x,w2)`` -> ``Split(Conv(x, Concat(w1,w2)))``."""
 
-    pattern = ("Conv", "Conv")
+    pattern = Pattern(Group("convs", "Conv"))
     merges = True
 
     def sites(self, graph):
@@ -112,37 +126,38 @@ class MergeParallelConvs(Rule):
         return shared_input_sites(graph, ("Conv",))
 
     def check(self, graph, site):
-        group = _best_group(_signatures(graph, site, _conv_signature))
-        return self._match([site[i] for i in group])
+        convs = site["convs"]
+        chosen = [convs[i] for i in _best_group(_signatures(graph, convs, _conv_signature), conv_mismatch)]
+        parts = [part(graph, n) for n in chosen]
+        return self._match(chosen, parts=parts, sizes=[p.weight.shape[0] for p in parts])
 
     def apply(self, graph, match):
-        convs = match.nodes
+        convs, parts, sizes = match.nodes, match["parts"], match["sizes"]
         e = Edit(graph).drop(*convs)
-        weights = [graph.weights[n.inputs[1]] for n in convs]
-        sizes = [w.shape[0] for w in weights]
-        inputs = [convs[0].inputs[0], e.weight("w", concat(weights, 0))]
-        if any(len(n.inputs) > 2 and n.inputs[2] for n in convs):
-            inputs.append(e.weight("b", concat([_bias(graph, n, c) for n, c in zip(convs, sizes)], 0)))
+        inputs = [convs[0].inputs[0], e.weight("w", concat([p.weight for p in parts], 0))]
+        if any(p.bias is not None for p in parts):
+            inputs.append(e.weight("b", concat([p.bias_or_zeros(c) for p, c in zip(parts, sizes)], 0)))
         (merged,) = e.node("Conv", inputs, convs[0].attrs, like=convs[0])
         split_node(e, merged, 1, sizes, [n.outputs[0].name for n in convs], like=convs[0])
         return e.commit()
 
 
-def _linear_signature(graph: Graph, node: Node) -> tuple:
+def _linear_signature(graph: Graph, node: Node) -> tuple[Hashable, object]:
     """What two MatMuls (or Gemms) on one input must share to merge, or a Mismatch."""
     b = need(constant(graph, node.inputs[1]))
     require(len(b.shape) == 2, "right operand is not 2-D")
     if node.op_type == "MatMul":
-        return ("MatMul",)
+        return ("MatMul",), None
     if len(node.inputs) > 2 and node.inputs[2]:
         require(len(need(constant(graph, node.inputs[2])).shape) == 1, "Gemm bias is not a vector")
-    return ("Gemm", node.attr("transA", 0), node.attr("transB", 0), node.attr("alpha", 1.0), node.attr("beta", 1.0))
+    attrs = (node.attr("transA", 0), node.attr("transB", 0), node.attr("alpha", 1.0), node.attr("beta", 1.0))
+    return ("Gemm", *attrs), None
 
 
 class MergeParallelMatMuls(Rule):
     """``MatMul(x,B1), MatMul(x,B2)`` -> ``Split(MatMul(x, Concat(B1,B2)))`` (also Gemm)."""
 
-    pattern = (OpSet("MatMul", ("MatMul", "Gemm")),) * 2
+    pattern = Pattern(Group("nodes", OpSet("MatMul", ("MatMul", "Gemm"))))
     merges = True
 
     def sites(self, graph):
@@ -150,23 +165,24 @@ class MergeParallelMatMuls(Rule):
         return shared_input_sites(graph, ("MatMul", "Gemm"))
 
     def check(self, graph, site):
-        group = _best_group(_signatures(graph, site, _linear_signature))
-        return self._match([site[i] for i in group])
+        nodes = site["nodes"]
+        chosen = [nodes[i] for i in _best_group(_signatures(graph, nodes, _linear_signature),
+                                                lambda a, b: "attributes differ")]
+        first = chosen[0]
+        axis = 0 if first.op_type == "Gemm" and first.attr("transB", 0) else 1
+        parts = [part(graph, n) for n in chosen]
+        rank = len(graph.values[first.outputs[0].name].shape)
+        return self._match(chosen, parts=parts, sizes=[p.weight.shape[axis] for p in parts], axis=axis, rank=rank)
 
     def apply(self, graph, match):
-        nodes = match.nodes
+        nodes, parts, sizes = match.nodes, match["parts"], match["sizes"]
         first = nodes[0]
         e = Edit(graph).drop(*nodes)
-        weights = [graph.weights[n.inputs[1]] for n in nodes]
-        trans_b = first.op_type == "Gemm" and first.attr("transB", 0)
-        axis = 0 if trans_b else 1
-        sizes = [w.shape[axis] for w in weights]
-        inputs = [first.inputs[0], e.weight("w", concat(weights, axis))]
-        if first.op_type == "Gemm" and any(len(n.inputs) > 2 and n.inputs[2] for n in nodes):
-            inputs.append(e.weight("b", concat([_bias(graph, n, c) for n, c in zip(nodes, sizes)], 0)))
+        inputs = [first.inputs[0], e.weight("w", concat([p.weight for p in parts], match["axis"]))]
+        if first.op_type == "Gemm" and any(p.bias is not None for p in parts):
+            inputs.append(e.weight("b", concat([p.bias_or_zeros(c) for p, c in zip(parts, sizes)], 0)))
         (merged,) = e.node(first.op_type, inputs, first.attrs, like=first)
-        rank = len(graph.values[first.outputs[0].name].shape)
-        split_node(e, merged, rank - 1, sizes, [n.outputs[0].name for n in nodes], like=first)
+        split_node(e, merged, match["rank"] - 1, sizes, [n.outputs[0].name for n in nodes], like=first)
         return e.commit()
 
 
@@ -192,7 +208,7 @@ class BatchSharedWeightMatMuls(Rule):
     constant 2-D ``B``, 2-D ``a_i`` and MatMuls that do not depend on each other (an unrolled
     RNN's input projections: every step's input times the same weight)."""
 
-    pattern = ("MatMul", "MatMul")
+    pattern = Pattern(Group("matmuls", "MatMul"))
     merges = True
 
     def sites(self, graph):
@@ -206,38 +222,30 @@ class BatchSharedWeightMatMuls(Rule):
                 yield tuple(nodes)
 
     def check(self, graph, site):
-        w = need(constant(graph, site[0].inputs[1]))
+        matmuls = site["matmuls"]
+        w = need(constant(graph, matmuls[0].inputs[1]))
         require(len(w.shape) == 2, "right operand is not 2-D")
-        usable = [n for n in site if _is_2d(graph, n.inputs[0])]
+        usable = [n for n in matmuls if _is_2d(graph, n.inputs[0])]
         require(len(usable) >= 2, "left operands are not 2-D with known shapes")
         chosen = _independent(graph, usable)
         require(len(chosen) >= 2, "the MatMuls sharing the weight depend on each other")
-        return self._match(chosen)
+        return self._match(chosen, rows=[graph.values[n.inputs[0]].shape[0] for n in chosen])
 
     def apply(self, graph, match):
         nodes = match.nodes
         first = nodes[0]
         e = Edit(graph).drop(*nodes)
-        rows = [graph.values[n.inputs[0]].shape[0] for n in nodes]
         (stacked,) = e.node("Concat", [n.inputs[0] for n in nodes], [make_attr("axis", 0)], like=first)
         (merged,) = e.node("MatMul", [stacked, first.inputs[1]], first.attrs, like=first)
-        split_node(e, merged, 0, rows, [n.outputs[0].name for n in nodes], like=first)
+        split_node(e, merged, 0, match["rows"], [n.outputs[0].name for n in nodes], like=first)
         return e.commit()
 
 
-def _split_pieces(graph: Graph, cat: Node) -> tuple[Node, list[Node]]:
-    """The Split whose every piece goes through one Conv into ``cat``, in order, and those
-    Convs, or a Mismatch."""
-    convs = []
-    for name in cat.inputs:
-        conv = need(producer(graph, name, ("Conv",)), "a concatenated piece is not a Conv's output")
-        need(single_consumer(graph, name))
-        convs.append(conv)
-    split = need(producer(graph, convs[0].inputs[0], ("Split",)), "the Convs do not read the pieces of a Split")
+def _pieces_in_order(graph: Graph, split: Node, convs: tuple[Node, ...]) -> None:
+    """A Mismatch unless ``convs`` read ``split``'s pieces, in order, each read by its Conv only."""
     require([c.inputs[0] for c in convs] == list(split.output_names), "the Convs do not read the Split's pieces in order")
     for c in convs:
         need(single_consumer(graph, c.inputs[0]), "a piece of the Split is read by more than its Conv")
-    return split, convs
 
 
 def _embedded_pads(p, kernel) -> tuple[int, ...]:
@@ -258,13 +266,17 @@ class MergeSplitConvs(Rule):
     once the kernels are centred in the largest.
     """
 
-    pattern = ("Concat", "Conv", "Split")
+    pattern = Pattern(
+        Root("cat", "Concat"),
+        Inputs("convs", "Conv", of="cat", sole=True, reason="a concatenated piece is not a Conv's output"),
+        Input("split", "Split", of="convs", reason="the Convs do not read the pieces of a Split"),
+    )
     merges = True
 
     def check(self, graph, site):
-        cat = site[0]
+        cat, split, convs = site["cat"], site["split"], site["convs"]
         require(is_static(graph, cat.outputs[0].name) and _channel_axis(graph, cat) == 1, "not a Concat of channels")
-        split, convs = _split_pieces(graph, cat)
+        _pieces_in_order(graph, split, convs)
         require(_channel_axis(graph, split) == 1, "the Split is not along channels")
         params = []
         for c in convs:
@@ -275,24 +287,27 @@ class MergeSplitConvs(Rule):
         kernel = tuple(max(k) for k in zip(*(p.kernel for p in params)))
         pads = {_embedded_pads(p, kernel) for p in params}
         require(len(pads) == 1, "pads would not line up")
-        return self._match([cat, split, *convs], kernel=kernel, pads=next(iter(pads)))
+        parts = [part(graph, c) for c in convs]
+        return self._match([cat, split, *convs], kernel=kernel, pads=next(iter(pads)), parts=parts,
+                           weights=[_embedded(p.weight, kernel) for p in parts], group=sum(p.group for p in params))
 
     def apply(self, graph, match):
         cat, split, *convs = match.nodes
-        kernel = match["kernel"]
+        parts, weights = match["parts"], match["weights"]
         e = Edit(graph).drop(cat, split, *convs)
-        weights = []
-        for c in convs:
-            w = graph.weights[c.inputs[1]]
-            grow = tuple(((k - pk) // 2,) * 2 for k, pk in zip(kernel, w.shape[2:]))
-            weights.append(Pad(w, ((0, 0), (0, 0)) + grow) if any(g != (0, 0) for g in grow) else w)
         inputs = [split.inputs[0], e.weight("w", concat(weights, 0))]
-        if any(len(c.inputs) > 2 and c.inputs[2] for c in convs):
-            inputs.append(e.weight("b", concat([_bias(graph, c, w.shape[0]) for c, w in zip(convs, weights)], 0)))
-        group = sum(conv_params(graph, c).group for c in convs)
-        attrs = attrs_with(convs[0], kernel_shape=list(kernel), pads=list(match["pads"]), group=group, auto_pad=None)
+        if any(p.bias is not None for p in parts):
+            inputs.append(e.weight("b", concat([p.bias_or_zeros(w.shape[0]) for p, w in zip(parts, weights)], 0)))
+        attrs = attrs_with(convs[0], kernel_shape=list(match["kernel"]), pads=list(match["pads"]), group=match["group"],
+                           auto_pad=None)
         e.node("Conv", inputs, attrs, outputs=[cat.outputs[0].name], like=convs[0])
         return e.commit()
+
+
+def _embedded(w: Weight, kernel) -> Weight:
+    """Weight ``w`` with its kernel zero-padded, centred, to ``kernel`` (``w`` when it has that kernel)."""
+    grow = tuple(((k - pk) // 2,) * 2 for k, pk in zip(kernel, w.shape[2:]))
+    return Pad(w, ((0, 0), (0, 0)) + grow) if any(g != (0, 0) for g in grow) else w
 
 
 def _channel_axis(graph: Graph, node: Node) -> int:

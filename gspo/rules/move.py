@@ -21,12 +21,11 @@ from gspo.rules.base import (
     constant,
     is_static,
     need,
-    producer,
     require,
-    single_consumer,
     split_sizes,
 )
 from gspo.rules.edit import Edit, bypass, bypass_check, split_node
+from gspo.rules.pattern import EITHER, Input, Inputs, Pattern, Readers, Root
 
 __all__ = [
     "PushThroughConcat",
@@ -100,32 +99,32 @@ def _inputs_with(node: Node, ew: _Elementwise, var: str, const: str | None) -> l
 _axis = axis_of
 
 
+#: Any elementwise op (as a pattern position).
+_EW = OpSet("Relu", ELEMENTWISE)
+
+
 class PushThroughConcat(Rule):
     """``Relu(Concat(a, b))`` -> ``Concat(Relu(a), Relu(b))`` (any elementwise op)."""
 
-    pattern = (OpSet("Relu", ELEMENTWISE), "Concat")
+    pattern = Pattern(Root("node", _EW), Input("cat", "Concat", of="node", at=EITHER, sole=True))
     greedy = False
 
     def check(self, graph, site):
-        node = site[0]
+        node, cat = site["node"], site["cat"]
         ew = elementwise(graph, node)
-        cat = need(producer(graph, node.inputs[ew.var], ("Concat",)))
-        need(single_consumer(graph, cat.outputs[0].name))
+        require(node.inputs[ew.var] == cat.outputs[0].name, "the Concat is not the variable operand")
         require(is_static(graph, *cat.inputs, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
         sizes = [graph.values[i].shape[axis] for i in cat.inputs]
-        _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
-        return self._match([node, cat])
+        pieces = _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
+        return self._match([node, cat], ew=ew, pieces=pieces)
 
     def apply(self, graph, match):
         node, cat = match.nodes
-        ew = elementwise(graph, node)
-        axis = _axis(graph, cat, cat.outputs[0].name)
-        sizes = [graph.values[i].shape[axis] for i in cat.inputs]
-        pieces = _const_pieces(graph, ew, graph.values[cat.outputs[0].name].shape, axis, sizes)
+        ew = match["ew"]
         e = Edit(graph).drop(node, cat)
         outs = []
-        for part, c in zip(cat.inputs, pieces):
+        for part, c in zip(cat.inputs, match["pieces"]):
             c_name = e.weight("c", c) if c is not None else None
             outs += e.node(node.op_type, _inputs_with(node, ew, part, c_name), node.attrs, like=node)
         e.node("Concat", outs, cat.attrs, outputs=[node.outputs[0].name], like=cat)
@@ -154,24 +153,21 @@ def _same_elementwise(graph: Graph, nodes, axis: int, shape) -> _Elementwise:
 class PullThroughConcat(Rule):
     """``Concat(Relu(a), Relu(b))`` -> ``Relu(Concat(a, b))`` (any elementwise op)."""
 
-    pattern = ("Concat", OpSet("Relu", ELEMENTWISE))
+    pattern = Pattern(Root("cat", "Concat"),
+                      Inputs("prods", _EW, of="cat", sole=True, reason="a piece is not produced by an elementwise op"))
     greedy = False
 
     def check(self, graph, site):
-        cat = site[0]
-        prods = []
-        for name in cat.inputs:
-            prods.append(need(producer(graph, name), "a piece is not produced by an elementwise op"))
-            need(single_consumer(graph, name))
+        cat, prods = site["cat"], site["prods"]
         require(len({p.key for p in prods}) == len(prods), "a piece appears twice")
         require(is_static(graph, cat.outputs[0].name), "unknown shapes")
         axis = _axis(graph, cat, cat.outputs[0].name)
-        _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
-        return self._match([cat, *prods])
+        ew = _same_elementwise(graph, prods, axis, graph.values[cat.outputs[0].name].shape)
+        return self._match([cat, *prods], ew=ew)
 
     def apply(self, graph, match):
         cat, *prods = match.nodes
-        ew = elementwise(graph, prods[0])
+        ew = match["ew"]
         e = Edit(graph).drop(cat, *prods)
         (joined,) = e.node("Concat", [p.inputs[ew.var] for p in prods], cat.attrs, like=cat)
         e.node(prods[0].op_type, _inputs_with(prods[0], ew, joined, ew.const), prods[0].attrs,
@@ -182,115 +178,94 @@ class PullThroughConcat(Rule):
 class PushThroughSplit(Rule):
     """``Split(Relu(x))`` -> ``Relu`` of each piece of ``Split(x)`` (any elementwise op)."""
 
-    pattern = ("Split", OpSet("Relu", ELEMENTWISE))
+    pattern = Pattern(Root("split", "Split"),
+                      Input("node", _EW, of="split", sole=True, reason="the split tensor is not an elementwise op's output"))
     greedy = False
 
     def check(self, graph, site):
-        split = site[0]
-        node = need(producer(graph, split.inputs[0]))
+        split, node = site["split"], site["node"]
         ew = elementwise(graph, node)
-        need(single_consumer(graph, split.inputs[0]))
         sizes = split_sizes(graph, split)
         require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
-        _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
-        return self._match([split, node])
+        pieces = _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
+        return self._match([split, node], ew=ew, sizes=sizes, axis=axis, pieces=pieces)
 
     def apply(self, graph, match):
         split, node = match.nodes
-        ew = elementwise(graph, node)
-        sizes = split_sizes(graph, split)
-        axis = _axis(graph, split, split.inputs[0])
-        pieces = _const_pieces(graph, ew, graph.values[split.inputs[0]].shape, axis, sizes)
+        ew, sizes, axis = match["ew"], match["sizes"], match["axis"]
         x = node.inputs[ew.var]
         names = [fresh_name("split", x, axis, tuple(sizes), i) for i in range(len(sizes))]
         e = Edit(graph).drop(split, node)
         split_node(e, x, axis, sizes, names, like=split)
-        for piece, c, out in zip(names, pieces, split.outputs):
+        for piece, c, out in zip(names, match["pieces"], split.outputs):
             c_name = e.weight("c", c) if c is not None else None
             e.node(node.op_type, _inputs_with(node, ew, piece, c_name), node.attrs, outputs=[out.name], like=node)
         return e.commit()
 
 
-def _piece_readers(graph: Graph, split: Node) -> list[Node]:
-    """The one interpreted reader of each of ``split``'s pieces, all different, or a Mismatch."""
-    users = []
-    for v in split.outputs:
-        u = need(single_consumer(graph, v.name))
-        require(not u.is_opaque, "a piece is read by an opaque node")
-        users.append(u)
-    require(len({u.key for u in users}) == len(users), "one node reads two pieces")
-    return users
-
-
 class PullThroughSplit(Rule):
     """``Relu`` of each piece of ``Split(x)`` -> ``Split(Relu(x))`` (any elementwise op)."""
 
-    pattern = ("Split", OpSet("Relu", ELEMENTWISE))
+    pattern = Pattern(Root("split", "Split"),
+                      Readers("users", _EW, of="split", reason="a piece is not read by an elementwise op"))
     greedy = False
 
     def check(self, graph, site):
-        split = site[0]
-        users = _piece_readers(graph, split)
+        split, users = site["split"], site["users"]
+        require(len({u.key for u in users}) == len(users), "one node reads two pieces")
         require(is_static(graph, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         ew = _same_elementwise(graph, users, axis, graph.values[split.inputs[0]].shape)
         variable = all(u.inputs[ew.var] == v.name for u, v in zip(users, split.outputs))
         require(variable, "the pieces are not the ops' variable inputs")
-        return self._match([split, *users])
+        return self._match([split, *users], ew=ew, sizes=split_sizes(graph, split), axis=axis)
 
     def apply(self, graph, match):
         split, *users = match.nodes
-        ew = elementwise(graph, users[0])
-        sizes = split_sizes(graph, split)
-        axis = _axis(graph, split, split.inputs[0])
+        ew = match["ew"]
         e = Edit(graph).drop(split, *users)
         (whole,) = e.node(users[0].op_type, _inputs_with(users[0], ew, split.inputs[0], ew.const), users[0].attrs, like=users[0])
-        split_node(e, whole, axis, sizes, [u.outputs[0].name for u in users], like=split)
+        split_node(e, whole, match["axis"], match["sizes"], [u.outputs[0].name for u in users], like=split)
         return e.commit()
+
+
+def _only_reader(graph: Graph, split: Node, cat: Node) -> bool:
+    """Whether ``cat`` is the only reader of ``split``'s pieces (none is a graph output)."""
+    return all(u == cat for v in split.outputs for u in graph.consumers.get(v.name, ())) and not any(
+        v.name in graph.output_names() for v in split.outputs
+    )
 
 
 class RemoveSplitConcat(Rule):
     """``Concat(Split(x))`` of all the pieces in order, on the same axis -> ``x``."""
 
-    pattern = ("Concat", "Split")
+    pattern = Pattern(Root("cat", "Concat"), Input("split", "Split", of="cat"))
     greedy = False
 
     def check(self, graph, site):
-        cat = site[0]
-        split = need(producer(graph, cat.inputs[0], ("Split",)))
+        cat, split = site["cat"], site["split"]
         require(tuple(cat.inputs) == split.output_names, "not all pieces, in order")
         require(is_static(graph, split.inputs[0]), "unknown shapes")
         require(_axis(graph, cat, cat.outputs[0].name) == _axis(graph, split, split.inputs[0]), "axes differ")
-        dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
-        need(bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping))
-        return self._match([cat, split])
-
-    @staticmethod
-    def _only_concat(graph, split, cat):
-        """Whether ``cat`` is the only reader of ``split``'s pieces (none is a graph output)."""
-        return all(u == cat for v in split.outputs for u in graph.consumers.get(v.name, ())) and not any(
-            v.name in graph.output_names() for v in split.outputs
-        )
+        dropping = [cat] + ([split] if _only_reader(graph, split, cat) else [])
+        plan = need(bypass_check(graph, cat.outputs[0].name, split.inputs[0], dropping))
+        return self._match([cat, split], bypass=plan)
 
     def apply(self, graph, match):
-        cat, split = match.nodes
-        dropping = [cat] + ([split] if self._only_concat(graph, split, cat) else [])
         e = Edit(graph)
-        bypass(e, cat.outputs[0].name, split.inputs[0], dropping)
+        bypass(e, match["bypass"])
         return e.commit()
 
 
 class RemoveConcatSplit(Rule):
     """``Split(Concat(a, b))`` at the same boundaries, on the same axis -> ``a, b``."""
 
-    pattern = ("Split", "Concat")
+    pattern = Pattern(Root("split", "Split"), Input("cat", "Concat", of="split", sole=True))
     greedy = False
 
     def check(self, graph, site):
-        split = site[0]
-        cat = need(producer(graph, split.inputs[0], ("Concat",)))
-        need(single_consumer(graph, cat.outputs[0].name))
+        split, cat = site["split"], site["cat"]
         require(is_static(graph, *cat.inputs, split.inputs[0]), "unknown shapes")
         axis = _axis(graph, split, split.inputs[0])
         require(_axis(graph, cat, cat.outputs[0].name) == axis, "axes differ")
@@ -316,32 +291,27 @@ class SwapNestedSplits(Rule):
     projection, which :class:`~gspo.rules.combine.MergeBinaryOfSplits` can then add once.
     """
 
-    pattern = ("Split", "Split")
+    pattern = Pattern(Root("outer", "Split"), Readers("inners", "Split", of="outer", reason="a piece is not split again"))
 
     def check(self, graph, site):
-        outer = site[0]
+        outer, inners = site["outer"], site["inners"]
         require(is_static(graph, outer.inputs[0]), "unknown shapes")
-        inners = []
-        for v in outer.outputs:
-            u = need(single_consumer(graph, v.name))
-            require(u.op_type == "Split" and not u.is_opaque and u.inputs[0] == v.name, "a piece is not split again")
-            inners.append(u)
+        split_again = all(u.inputs[0] == v.name for u, v in zip(inners, outer.outputs))
+        require(split_again, "a piece is not split again")
         require(len({u.key for u in inners}) == len(inners), "one Split reads two pieces")
         a = _axis(graph, outer, outer.inputs[0])
         b = {_axis(graph, u, u.inputs[0]) for u in inners}
         require(len(b) == 1 and a not in b, "the pieces are split on different axes, or on the same axis")
         sizes = [split_sizes(graph, u) for u in inners]
-        split_sizes(graph, outer)
+        outer_sizes = split_sizes(graph, outer)
         require(all(s == sizes[0] for s in sizes), "the pieces are split at different boundaries")
         require(len(sizes[0]) < len(inners), "swapping would not make fewer Splits")
-        return self._match([outer, *inners])
+        return self._match([outer, *inners], a=a, b=b.pop(), outer_sizes=outer_sizes, inner_sizes=sizes[0])
 
     def apply(self, graph, match):
         outer, *inners = match.nodes
-        x = outer.inputs[0]
-        a = _axis(graph, outer, x)
-        b = _axis(graph, inners[0], inners[0].inputs[0])
-        outer_sizes, inner_sizes = split_sizes(graph, outer), split_sizes(graph, inners[0])
+        x, a, b = outer.inputs[0], match["a"], match["b"]
+        outer_sizes, inner_sizes = match["outer_sizes"], match["inner_sizes"]
         names = [fresh_name("split", x, b, tuple(inner_sizes), j) for j in range(len(inner_sizes))]
         e = Edit(graph).drop(outer, *inners)
         split_node(e, x, b, inner_sizes, names, like=inners[0])

@@ -12,12 +12,12 @@ from gspo.rules.base import (
     constant,
     conv_params,
     need,
-    producer,
     require,
     single_consumer,
     static_values,
 )
 from gspo.rules.edit import Edit, bypass, bypass_check, int64s
+from gspo.rules.pattern import Input, Pattern, Root
 
 __all__ = [
     "RemoveIdentity",
@@ -75,23 +75,22 @@ class RemoveIdentity(Rule):
     """``Identity(x)`` -> ``x`` (also inference ``Dropout``, and a Slice, Reshape, Expand, Cast,
     Flatten, Transpose, Pad, Concat or Split that provably returns its input unchanged)."""
 
-    pattern = (OpSet("Identity", PASS_THROUGH),)
+    pattern = Pattern(Root("node", OpSet("Identity", PASS_THROUGH)))
 
     def check(self, graph, site):
-        node = site[0]
+        node = site["node"]
         if node.op_type == "Dropout":
             training = node.attr("training_mode", 0) or (len(node.inputs) > 2 and node.inputs[2])
             require(not training, "Dropout may be in training mode")
             require(not any(v.name for v in node.outputs[1:]), "Dropout mask is used")
         elif node.op_type != "Identity":
             passes_through(graph, node)
-        need(bypass_check(graph, node.outputs[0].name, node.inputs[0], [node]))
-        return self._match([node])
+        plan = need(bypass_check(graph, node.outputs[0].name, node.inputs[0], [node]))
+        return self._match([node], bypass=plan)
 
     def apply(self, graph, match):
-        node = match.nodes[0]
         e = Edit(graph)
-        bypass(e, node.outputs[0].name, node.inputs[0], [node])
+        bypass(e, match["bypass"])
         return e.commit()
 
 
@@ -135,12 +134,10 @@ def zero_pads(graph: Graph, pad: Node) -> list[int]:
 class FoldPadIntoConv(Rule):
     """``Conv(Pad(x, p))`` -> ``Conv(x)`` with its pads grown by ``p`` (zero padding of spatial axes)."""
 
-    pattern = ("Conv", "Pad")
+    pattern = Pattern(Root("conv", "Conv"), Input("pad", "Pad", of="conv", sole=True))
 
     def check(self, graph, site):
-        conv = site[0]
-        pad = need(producer(graph, conv.inputs[0], ("Pad",)))
-        need(single_consumer(graph, pad.outputs[0].name))
+        conv, pad = site["conv"], site["pad"]
         extra = zero_pads(graph, pad)
         p = need(conv_params(graph, conv))
         require(conv.attr("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET"), "Conv pads automatically")
@@ -158,35 +155,33 @@ class FoldPadIntoConv(Rule):
         return e.commit()
 
 
-def _inner_of_pair(graph: Graph, outer: Node) -> Node:
-    """The node of ``outer``'s op type feeding ``outer``, read by ``outer`` only, or a Mismatch."""
-    inner = need(producer(graph, outer.inputs[0], (outer.op_type,)))
-    need(single_consumer(graph, inner.outputs[0].name))
-    return inner
+def _pair(op: str) -> Pattern:
+    """``op`` of ``op``: the outer one, and the inner one, read by the outer only."""
+    return Pattern(Root("outer", op), Input("inner", op, of="outer", sole=True))
 
 
 class CollapseTransposes(Rule):
     """``Transpose(Transpose(x, p1), p2)`` -> ``Transpose(x, p1[p2])`` (or ``x`` when that is the identity)."""
 
-    pattern = ("Transpose", "Transpose")
+    pattern = _pair("Transpose")
 
     def check(self, graph, site):
-        t2 = site[0]
-        t1 = _inner_of_pair(graph, t2)
+        t2, t1 = site["outer"], site["inner"]
         rank = len(graph.values[t1.inputs[0]].shape or ())
         p1 = t1.attr("perm", tuple(reversed(range(rank))))
         p2 = t2.attr("perm", tuple(reversed(range(rank))))
         perm = tuple(p1[i] for i in p2)
+        plan = None
         if perm == tuple(range(rank)):
-            need(bypass_check(graph, t2.outputs[0].name, t1.inputs[0], [t1, t2]))
-        return self._match([t2, t1], perm=perm)
+            plan = need(bypass_check(graph, t2.outputs[0].name, t1.inputs[0], [t1, t2]))
+        return self._match([t2, t1], perm=perm, bypass=plan)
 
     def apply(self, graph, match):
         t2, t1 = match.nodes
         perm = match["perm"]
         e = Edit(graph)
-        if perm == tuple(range(len(perm))):
-            bypass(e, t2.outputs[0].name, t1.inputs[0], [t1, t2])
+        if match["bypass"] is not None:
+            bypass(e, match["bypass"])
         else:
             e.drop(t1, t2)
             e.node("Transpose", [t1.inputs[0]], attrs_with(t2, perm=list(perm)), outputs=[t2.outputs[0].name], like=t2)
@@ -196,24 +191,23 @@ class CollapseTransposes(Rule):
 class CollapseReshapes(Rule):
     """``Reshape(Reshape(x, s1), s2)`` -> ``Reshape(x, s2)`` (or ``x`` when the shape comes back)."""
 
-    pattern = ("Reshape", "Reshape")
+    pattern = _pair("Reshape")
 
     def check(self, graph, site):
-        r2 = site[0]
-        r1 = _inner_of_pair(graph, r2)
+        r2, r1 = site["outer"], site["inner"]
         x, out = static_values(graph, r1.inputs[0], r2.outputs[0].name)
+        plan = None
         if x.shape == out.shape:
-            need(bypass_check(graph, r2.outputs[0].name, r1.inputs[0], [r1, r2]))
-        return self._match([r2, r1])
+            plan = need(bypass_check(graph, r2.outputs[0].name, r1.inputs[0], [r1, r2]))
+        return self._match([r2, r1], bypass=plan, shape=out.shape)
 
     def apply(self, graph, match):
         r2, r1 = match.nodes
-        x, out = graph.values[r1.inputs[0]], graph.values[r2.outputs[0].name]
         e = Edit(graph)
-        if x.shape == out.shape:
-            bypass(e, r2.outputs[0].name, r1.inputs[0], [r1, r2])
+        if match["bypass"] is not None:
+            bypass(e, match["bypass"])
         else:
-            shape = e.weight("shape", Literal.from_array(int64s(out.shape)))
+            shape = e.weight("shape", Literal.from_array(int64s(match["shape"])))
             e.drop(r1, r2)
             e.node("Reshape", [r1.inputs[0], shape], (), outputs=[r2.outputs[0].name], like=r2)
         return e.commit()
@@ -251,24 +245,23 @@ class FoldChannelSlice(Rule):
     and 1.15x vs 1.18x over the unpadded model in two interleaved sets).
     """
 
-    pattern = ("Conv", "Slice")
+    pattern = Pattern(Root("conv", "Conv"), Input("slice", "Slice", of="conv"))
 
     def check(self, graph, site):
-        conv = site[0]
-        sl = need(producer(graph, conv.inputs[0], ("Slice",)))
+        conv, sl = site["conv"], site["slice"]
         require(conv.attr("group", 1) == 1, "group is not 1")
         kept = leading_channel_slice(graph, sl)
         w = need(constant(graph, conv.inputs[1]))
         require(len(w.shape) >= 3 and w.shape[1] == kept, "weight does not match the sliced channels")
-        return self._match([conv, sl])
+        extra = graph.values[sl.inputs[0]].shape[1] - kept
+        only = isinstance(single_consumer(graph, sl.outputs[0].name), Node)
+        return self._match([conv, sl], weight=w, extra=extra, drop_slice=only)
 
     def apply(self, graph, match):
         conv, sl = match.nodes
-        x = sl.inputs[0]
-        extra = graph.values[x].shape[1] - graph.values[sl.outputs[0].name].shape[1]
-        w = graph.weights[conv.inputs[1]]
+        x, w, extra = sl.inputs[0], match["weight"], match["extra"]
         e = Edit(graph).drop(conv)
-        if isinstance(single_consumer(graph, sl.outputs[0].name), Node):
+        if match["drop_slice"]:
             e.drop(sl)
         inputs = [x, e.weight("w", Pad(w, ((0, 0), (0, extra)) + ((0, 0),) * (len(w.shape) - 2))), *conv.inputs[2:]]
         e.node("Conv", inputs, conv.attrs, outputs=[conv.outputs[0].name], like=conv)

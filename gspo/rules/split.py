@@ -9,6 +9,8 @@ from gspo.ir import slice_weight
 from gspo.ir.builder import make_attr
 from gspo.rules.base import Rule, constant, need, plain_conv, require
 from gspo.rules.edit import Edit
+from gspo.rules.merge import part
+from gspo.rules.pattern import Pattern, Root
 
 __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 
@@ -16,18 +18,17 @@ __all__ = ["SplitConv", "SplitMatMul", "RULES"]
 class SplitConv(Rule):
     """``Conv(x, w)`` -> ``Concat(Conv(x, w[:h]), Conv(x, w[h:]))`` along output channels."""
 
-    pattern = ("Conv",)
+    pattern = Pattern(Root("conv", "Conv"))
     greedy = False
 
     def check(self, graph, site):
-        conv = site[0]
+        conv = site["conv"]
         require(plain_conv(graph, conv).cout >= 2, "fewer than 2 output channels")
-        return self._match([conv])
+        return self._match([conv], part=part(graph, conv))
 
     def apply(self, graph, match):
         conv = match.nodes[0]
-        w = graph.weights[conv.inputs[1]]
-        b = graph.weights.get(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] else None
+        w, b = match["part"].weight, match["part"].bias
         half = w.shape[0] // 2
         e = Edit(graph).drop(conv)
         outs = []
@@ -43,23 +44,21 @@ class SplitConv(Rule):
 class SplitMatMul(Rule):
     """``MatMul(x, B)`` -> ``Concat(MatMul(x, B[:, :h]), MatMul(x, B[:, h:]))`` along output columns."""
 
-    pattern = ("MatMul",)
+    pattern = Pattern(Root("mm", "MatMul"))
     greedy = False
 
     def check(self, graph, site):
-        mm = site[0]
+        mm = site["mm"]
         b = need(constant(graph, mm.inputs[1]))
         require(len(b.shape) == 2, "right operand is not 2-D")
         require(b.shape[1] >= 2, "fewer than 2 output columns")
         out = graph.values.get(mm.outputs[0].name)
         require(out is not None and out.is_static, "unknown shapes")
-        return self._match([mm])
+        return self._match([mm], weight=b, rank=len(out.shape))
 
     def apply(self, graph, match):
-        mm = match.nodes[0]
-        b = graph.weights[mm.inputs[1]]
+        mm, b, rank = match.nodes[0], match["weight"], match["rank"]
         half = b.shape[1] // 2
-        rank = len(graph.values[mm.outputs[0].name].shape)
         e = Edit(graph).drop(mm)
         outs = []
         for lo, hi in ((0, half), (half, b.shape[1])):

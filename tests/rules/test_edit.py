@@ -31,9 +31,10 @@ def test_two_edits_adding_the_same_node_name_it_alike():
 def test_bypass_points_the_readers_at_the_input():
     g = _relu_of_relu()
     relu = g.nodes_by_op["Relu"][0]
-    assert bypass_check(g, relu.outputs[0].name, relu.inputs[0], [relu]) is None
+    plan = bypass_check(g, relu.outputs[0].name, relu.inputs[0], [relu])
+    assert plan.rename is None  # x is a graph input: the Sigmoid is pointed at it
     e = Edit(g)
-    bypass(e, relu.outputs[0].name, relu.inputs[0], [relu])
+    bypass(e, plan)
     out = e.commit()
     assert [n.op_type for n in out.nodes] == ["Sigmoid"]
     assert out.nodes[0].inputs == relu.inputs

@@ -12,6 +12,7 @@ from gspo import ir
 from gspo.rules import DEFAULT_RULES, MERGE_RULES, WHOLE_MODEL_RULES, apply_greedily, cse, fold
 from gspo.rules import GREEDY_RULES as GREEDY
 from gspo.runtime import verify
+from gspo.runtime.verify import Tolerance
 from gspo.zoo import MODELS, build
 from tests.ir.conformance import DATA
 
@@ -41,7 +42,7 @@ def test_greedy_merging_keeps_full_zoo_models_equivalent(name):
     h, counts = apply_greedily(g, GREEDY)
     assert counts, f"{name}: nothing applied"
     saved = ir.load_bytes(ir.serialize(h))
-    res = verify(g, saved, rtol=1e-3, atol=1e-4, runs=1)
+    res = verify(g, saved, Tolerance(rtol=1e-3, atol=1e-4), runs=1)
     assert res.equivalent, (counts, [(d.name, d.max_abs) for d in res.outputs])
 
 
@@ -54,7 +55,7 @@ def test_whole_model_greedy_nasrnn_adds_each_step_once():
     assert counts["SwapNestedSplits"] == 1 and counts["MergeBinaryOfSplits"] == 5
     assert sum(n.op_type == "MatMul" for n in h.nodes) == 6  # one batched, one per step
     assert sum(n.op_type == "Add" for n in h.nodes) == 20  # the cell's own 3 per step, plus 1
-    res = verify(g, ir.load_bytes(ir.serialize(h)), rtol=1e-3, atol=1e-4, runs=1)
+    res = verify(g, ir.load_bytes(ir.serialize(h)), Tolerance(rtol=1e-3, atol=1e-4), runs=1)
     assert res.equivalent, counts
 
 
@@ -62,7 +63,7 @@ def test_whole_model_greedy_nasrnn_adds_each_step_once():
 def test_greedy_merging_keeps_onnx_model_zoo_graphs_equivalent(path):
     g = ir.load(path)
     h, counts = apply_greedily(g, GREEDY)
-    res = verify(g, ir.load_bytes(ir.serialize(h)), rtol=1e-3, atol=1e-4, runs=1)
+    res = verify(g, ir.load_bytes(ir.serialize(h)), Tolerance(rtol=1e-3, atol=1e-4), runs=1)
     assert res.equivalent, counts
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gspo import ir
 from gspo.rules import Fail, Match, Rule
 from gspo.runtime import verify
+from gspo.runtime.verify import Tolerance
 
 RTOL, ATOL = 1e-4, 1e-5
 
@@ -27,7 +28,7 @@ def apply_first(rule: Rule, graph):
 
 def assert_equivalent(original, rewritten, runs: int = 2):
     saved = ir.load_bytes(ir.serialize(rewritten))
-    res = verify(original, saved, rtol=RTOL, atol=ATOL, runs=runs)
+    res = verify(original, saved, Tolerance(rtol=RTOL, atol=ATOL), runs=runs)
     assert res.equivalent, [(d.name, d.max_abs, d.max_rel) for d in res.outputs]
     return saved
 
