@@ -9,7 +9,7 @@ estimates as it reads it: :mod:`~gspo.costmodel.usable`) and :mod:`~gspo.costmod
 rows in, a profile out). Calibration measures through
 :mod:`gspo.runtime`'s timing harness: :mod:`~gspo.costmodel.calibrate` (and its database,
 :mod:`~gspo.costmodel.db`), the benchmark suite (:mod:`~gspo.costmodel.microbench`,
-:mod:`~gspo.costmodel.pieces`), the speed reference (:mod:`~gspo.costmodel.reference`) and the
+:mod:`~gspo.costmodel.subgraphs`), the speed reference (:mod:`~gspo.costmodel.reference`) and the
 held-out evaluation (:mod:`~gspo.costmodel.evaluate`).
 """
 

@@ -3,7 +3,7 @@
 Sequential: pieces of the full zoo models (partitioned at several thresholds), each measured as
 one onnxruntime session. Parallel: pieces with at least two independent ops, measured with the
 multi-stream runtime (streams capped at the cores). None of these graphs is in the calibration
-suite (see :mod:`gspo.costmodel.pieces`). Reports mean absolute percentage error and Spearman
+suite (see :mod:`gspo.costmodel.subgraphs`). Reports mean absolute percentage error and Spearman
 rank correlation, and the machine's noise: every subgraph is measured in two separate passes,
 and the error of one pass against the other is what even an exact model would show.
 
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 from gspo.costmodel.calibrate import speed_reference
 from gspo.costmodel.estimate import CostModel
-from gspo.costmodel.pieces import held_out_subgraphs
 from gspo.costmodel.profile import Profile
 from gspo.costmodel.reference import normalize
+from gspo.costmodel.subgraphs import held_out_subgraphs
 from gspo.runtime import CpuExecutor, make_session, median_seconds, random_inputs
 from gspo.streams import assign_streams
 

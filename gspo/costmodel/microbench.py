@@ -34,7 +34,7 @@ class Bench:
     def build(self) -> Graph:
         """The benchmark's graph."""
         if self.kind == "piece":
-            from gspo.costmodel.pieces import zoo_piece
+            from gspo.costmodel.subgraphs import zoo_piece
 
             return zoo_piece(self.spec["label"])
         return {"op": _build_op, "branches": _build_branches, "chain": _build_chain}[self.kind](self.spec)
@@ -294,9 +294,9 @@ def chains(seed: int = 0, count: int = 50) -> list[Bench]:
 
 def zoo_pieces(sequential: int = 60, parallel: int = 40) -> list[Bench]:
     """Pieces of the full zoo models shaped like what the search costs, disjoint from the
-    evaluation's held-out pieces (see :mod:`gspo.costmodel.pieces`): sequential ones are timed as
+    evaluation's held-out pieces (see :mod:`gspo.costmodel.subgraphs`): sequential ones are timed as
     one session, parallel ones as one session and on streams."""
-    from gspo.costmodel.pieces import calibration_pieces
+    from gspo.costmodel.subgraphs import calibration_pieces
 
     out = [Bench("piece", {"label": lbl, "parallel": False}) for lbl, _ in calibration_pieces(sequential, False)]
     out += [Bench("piece", {"label": lbl, "parallel": True}) for lbl, _ in calibration_pieces(parallel, True)]

@@ -353,7 +353,7 @@ def test_family_scales_recover_in_context_factors():
 
 
 def test_calibration_pieces_are_disjoint_from_the_held_out_ones():
-    from gspo.costmodel.pieces import calibration_pieces, held_out_subgraphs, shape_signature
+    from gspo.costmodel.subgraphs import calibration_pieces, held_out_subgraphs, shape_signature
 
     for parallel in (False, True):
         held = held_out_subgraphs(100, False, "tiny") + held_out_subgraphs(100, True, "tiny")
