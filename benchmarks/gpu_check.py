@@ -112,7 +112,7 @@ def timed(ex, feeds):
 def interleave(runners: list, runs: int, warmup: int = 5) -> dict:
     """Medians (ms) of runners timed in rotating order, one process, CUDA events."""
     from gspo.runtime import interleaved
-    from gspo.search.trial import spread
+    from gspo.search.stats import spread
 
     timings = interleaved(runners, runs=runs, warmup=warmup)
     return {t.label: {"median_ms": t.median * 1e3, "min_ms": t.min * 1e3, "spread": spread(t)} for t in timings}
@@ -283,7 +283,7 @@ def _optimize(ctx: Ctx, name: str, path: Path, kind: str) -> tuple[dict, object]
     r = res.report
     row = {"seconds": round(time.perf_counter() - start, 1), "chosen": r.chosen, "streams": r.streams,
            "syncs": r.syncs, "rules": r.substitutions, "speedup_in_optimize": r.speedup, "verdict": r.verdict,
-           "max_rel_err": r.max_rel_err, "cpu_fallback": r.device.get("cpu_fallback")}
+           "max_rel_err": r.max_rel_err, "cpu_fallback": r["device"].get("cpu_fallback")}
     return row, res
 
 

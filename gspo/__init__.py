@@ -20,14 +20,15 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gspo' has no attribute {name!r}")
 
 
-def optimize(model, **options):
-    """Optimize an ONNX model (path or graph): see :func:`gspo.search.optimize.optimize`.
+def optimize(model, config=None, **options):
+    """Optimize an ONNX model (path or graph) with ``config`` (an
+    :class:`~gspo.search.OptimizeConfig`) and keyword options: see :func:`gspo.search.driver.optimize`.
 
     Example:
         >>> import gspo                                          # doctest: +SKIP
         >>> result = gspo.optimize("model.onnx", time_budget=60)  # doctest: +SKIP
         >>> result.save("fast.onnx"); result.report["speedup"]    # doctest: +SKIP
     """
-    from gspo.search.optimize import optimize as _optimize
+    from gspo.search.driver import optimize as _optimize
 
-    return _optimize(model, **options)
+    return _optimize(model, config, **options)

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from gspo.cli import cli
-from tests.runtime.test_pinned import HIDDEN, vad_like
+from tests.runtime.test_default_sizes import HIDDEN, vad_like
 
 FAST = ("--budget", "2", "--jobs", "1", "--time-budget", "20", "--select", "estimated")
 

@@ -192,7 +192,7 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
                                                                args.runs, 3, pause=PAUSE_S)}
         runners["gspo"].close()
     fp32 = min(v for k, v in timings.items() if k.startswith("fp32"))
-    block = result.report.precision
+    block = result.report["precision"]
     return {"model": name, "budget": str(budget), "optimize_s": round(optimize_s, 1), "chosen": block["chosen"],
             "gspo_validation": block["validation"]["outputs"], "fp32_best_ms": round(fp32, 3),
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},

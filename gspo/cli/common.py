@@ -141,7 +141,7 @@ def _load_refusal(data: bytes) -> str | None:
 
 
 def _say_defaults(path: str, graph) -> None:
-    from gspo.ir.frontend import describe_defaults
+    from gspo.ir.pinning import describe_defaults
 
     if graph.extras.defaulted:
         pins = {v.name: v.shape for v in graph.inputs}
@@ -152,14 +152,14 @@ def _say_defaults(path: str, graph) -> None:
 def explaining(graphs, seed: int | None):
     """When onnxruntime fails to run one of ``graphs`` at the sizes gspo chose for its dynamic
     dimensions (random inputs from ``seed``; None: the user's inputs), say so in one line with
-    the flags that fix it (:func:`gspo.runtime.pinned.explain_defaults_failure`)."""
+    the flags that fix it (:func:`gspo.runtime.default_sizes.explain_defaults_failure`)."""
     from gspo.runtime import BackendError
 
     try:
         yield
     except BackendError:
         if seed is not None:
-            from gspo.runtime.pinned import explain_defaults_failure
+            from gspo.runtime.default_sizes import explain_defaults_failure
 
             for graph in graphs:
                 message = explain_defaults_failure(graph, seed)
@@ -261,6 +261,19 @@ def streams_option(fn):
     )(fn)
 
 
+def parse_streams(text: str | int) -> int | None:
+    """``"auto"`` -> ``None``; a positive integer -> itself."""
+    if isinstance(text, int) or str(text).strip().lower() != "auto":
+        try:
+            n = int(text)
+        except ValueError:
+            raise GspoError(f"--streams takes a positive integer or 'auto' (got {text!r})") from None
+        if n < 1:
+            raise GspoError(f"--streams must be at least 1 (got {n})")
+        return n
+    return None
+
+
 def _set_cuda_runtime(ctx, param, value):
     if value is not None:
         from gspo.runtime.cuda.choice import set_cuda_runtime
@@ -282,7 +295,10 @@ def cuda_runtime_option(fn):
 def device_option(fn):
     """The ``--device cpu|cuda`` option, and ``--cuda-runtime``."""
     fn = cuda_runtime_option(fn)
-    return click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)(fn)
+    from gspo.search.options import DeviceOptions, default
+
+    return click.option("--device", type=click.Choice(["cpu", "cuda"]), default=default(DeviceOptions, "name"),
+                        show_default=True)(fn)
 
 
 # ------------------------------------------------------------------ calibrate

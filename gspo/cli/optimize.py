@@ -22,6 +22,7 @@ from gspo.cli.common import (
 )
 from gspo.errors import GspoError
 from gspo.outputs import OutputError, atomic_write, check_outputs
+from gspo.search.options import SearchOptions, TimingOptions, VerifyOptions, default
 
 if TYPE_CHECKING:
     from gspo.search.report import Report
@@ -35,18 +36,20 @@ if TYPE_CHECKING:
                    "with --device cuda, the newest GPU profile in the user cache].")
 @click.option("--foreign-profile", is_flag=True,
               help="Use a profile made on another device or onnxruntime version (with a warning).")
-@click.option("--alpha", type=Number(1), default=1.05, show_default=True, help="Explore graphs up to alpha x the best cost.")
-@click.option("--budget", type=click.IntRange(min=0), default=40, show_default=True, help="Graphs expanded per piece at most.")
-@click.option("--time-budget", type=Number(0, MAX_SECONDS, low_open=True), default=90.0, show_default=True,
+@click.option("--alpha", type=Number(1), default=default(SearchOptions, "alpha"), show_default=True, help="Explore graphs up to alpha x the best cost.")
+@click.option("--budget", type=click.IntRange(min=0), default=default(SearchOptions, "max_expansions"), show_default=True, help="Graphs expanded per piece at most.")
+@click.option("--time-budget", type=Number(0, MAX_SECONDS, low_open=True), default=default(TimingOptions, "time_budget"),
+              show_default=True,
               help="Seconds for the whole optimization, at most a week (anytime: the best so far is verified and written).")
 @click.option("-t", "--threshold", type=click.IntRange(min=2), default=None, help="Largest piece in ops [default: 64].")
 @click.option("--max-streams", type=click.IntRange(min=1), default=None, help="Stream cap [default: the CPU cores; 4 on cuda].")
-@click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=0,
+@click.option("--jobs", type=click.IntRange(0, MAX_JOBS), default=default(SearchOptions, "jobs"),
               help=f"Processes searching pieces, at most the CPU cores ({MAX_JOBS}) [default: all of them].")
 @click.option("--no-streams", is_flag=True, help="Substitutions only (the TASO-like ablation).")
 @click.option("--no-rules", is_flag=True, help="Streams only (the Nimble-like ablation).")
-@click.option("--seed", type=SEED, default=0, show_default=True, help="Seed of the random verification inputs.")
-@click.option("--select", type=click.Choice(["measured", "estimated"]), default="measured", show_default=True,
+@click.option("--seed", type=SEED, default=default(VerifyOptions, "seed"), show_default=True, help="Seed of the random verification inputs.")
+@click.option("--select", type=click.Choice(["measured", "estimated"]), default=default(TimingOptions, "select"),
+              show_default=True,
               help="Pick verified candidates by measured latency, or by the cost model (the same bytes for "
                    "the same input, seed and profile, as long as the time budget does not cut the search).")
 @click.option("--report", type=click.Path(dir_okay=False), help="Write the full report (JSON).")
@@ -69,9 +72,7 @@ if TYPE_CHECKING:
               help="Validation samples the budget is judged on, never the calibration data (.npz or folder) "
                    "[default: random, with a warning].")
 @handle_errors
-def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget, time_budget, threshold, max_streams, jobs,
-                 no_streams, no_rules, seed, select, report, inputs_file, backends, force, input_shapes, precision,
-                 max_error, calibration, validation):
+def optimize_cmd(model, output, **options):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
 
     Folds the exporter's constants and shape arithmetic, partitions the model, searches each
@@ -97,27 +98,23 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         gspo optimize m.onnx -o fast.onnx --precision bf16,int8 --max-error top1=0.99 --validation val/
     """
     from gspo import ir
-    from gspo.partition import DEFAULT_THRESHOLD
     from gspo.runtime.inputs import read_npz
     from gspo.search import OptimizeError, optimize
     from gspo.search.dynamic import DECLARED
 
-    check_outputs({"-o": output, "--report": report}, (model, inputs_file, calibration, validation), force,
+    o = options
+    report, force, inputs_file = o["report"], o["force"], o["inputs_file"]
+    check_outputs({"-o": output, "--report": report}, (model, inputs_file, o["calibration"], o["validation"]), force,
                   models=[model], model_outputs=["-o"])
-    if no_streams and no_rules:
+    if o["no_streams"] and o["no_rules"]:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
-    shapes = ir.parse_input_shapes(input_shapes)
+    shapes = ir.parse_input_shapes(o["input_shapes"])
     feeds = read_npz(inputs_file) if inputs_file else None
-    chosen_backends = _backends(backends)
+    chosen_backends = _backends(o["backends"])
     bar = progress_printer("optimizing")
     try:
-        result = optimize(
-            model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds, device=device,
-            profile=profile, force_profile=foreign_profile, alpha=alpha, budget=budget, time_budget=time_budget,
-            threshold=threshold or DEFAULT_THRESHOLD, max_streams=max_streams, jobs=jobs,
-            use_streams=not no_streams, use_rules=not no_rules, seed=seed, select=select, backends=chosen_backends,
-            precision=precision or (), max_error=max_error, calibration=calibration, validation=validation,
-        )
+        result = optimize(model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds,
+                          **_api_options(o, chosen_backends))
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
         sys.exit(1)
@@ -129,6 +126,17 @@ def optimize_cmd(model, output, device, profile, foreign_profile, alpha, budget,
         click.echo(f"note: {note}")
     _echo_outcome(r, pinned=bool(shapes) and r.dynamic_dims != DECLARED)
     click.echo(f"wrote {output}")
+
+
+def _api_options(o: dict, backends: tuple[str, ...] | None) -> dict:
+    """The command's options as ``optimize``'s keyword options (those not given keep the
+    config's defaults: :mod:`gspo.search.options`)."""
+    given = dict(threshold=o["threshold"], precision=o["precision"])
+    return dict(device=o["device"], profile=o["profile"], force_profile=o["foreign_profile"], alpha=o["alpha"],
+                budget=o["budget"], time_budget=o["time_budget"], max_streams=o["max_streams"], jobs=o["jobs"],
+                use_streams=not o["no_streams"], use_rules=not o["no_rules"], seed=o["seed"], select=o["select"],
+                backends=backends, max_error=o["max_error"], calibration=o["calibration"], validation=o["validation"],
+                **{k: v for k, v in given.items() if v})
 
 
 def _backends(text: str | None) -> tuple[str, ...] | None:
@@ -157,11 +165,12 @@ def _echo_outcome(r: Report, pinned: bool) -> None:
         click.echo(f"latency  {r.latency_before_ms:.3f} ms -> {r.latency_after_ms:.3f} ms  (x{r.speedup:.3f}, "
                    f"measured; spread {100 * r.timing_spread:.1f}%{rounds})")
     click.echo(f"estimate {r.estimated_before_ms:.3f} ms -> {r.estimated_after_ms:.3f} ms (cost model)")
-    if r.device.get("device") == "cuda":
-        runtime = {"torch": "PyTorch", "ort": "onnxruntime-gpu"}.get(r.device.get("runtime"), "CUDA")
-        click.echo(f"measured on {r.device.get('name', 'the CUDA device')} with {runtime} (CUDA events, TF32 off)")
-        for f in r.device.get("cpu_fallback") or []:
-            click.echo(f"on the CPU (onnxruntime), not on the GPU: {f['op']} {f['node']!r}: {f['reason']}")
+    if r.device.device == "cuda":
+        entries = r.device.entries
+        runtime = {"torch": "PyTorch", "ort": "onnxruntime-gpu"}.get(entries.get("runtime"), "CUDA")
+        click.echo(f"measured on {entries.get('name', 'the CUDA device')} with {runtime} (CUDA events, TF32 off)")
+        for f in r.device.cpu_fallback or []:
+            click.echo(f"on the CPU (onnxruntime), not on the GPU: {f.op} {f.node!r}: {f.reason}")
     if r.unchanged:
         pins = " with its input shapes pinned" if pinned else ""
         how = "as measured" if r.latency_before_ms is not None else "in the time budget"
@@ -176,7 +185,7 @@ def _echo_outcome(r: Report, pinned: bool) -> None:
         click.echo(f"equivalent to the input: largest difference {r.max_rel_err:.2g} of an output's magnitude")
     if r.dynamic_dims:
         click.echo(f"dynamic dimensions: {r.dynamic_dims}")
-    placed = {b: n for b, n in r.placement["chosen"].items() if b != "ort"}
+    placed = {b: n for b, n in (r.placement.chosen or {}).items() if b != "ort"}
     if placed:
         ops = ", ".join(f"{n} ops on {b}" for b, n in placed.items())
         click.echo(f"placement: {ops} (saved in the model; run it with gspo run or the Python API)")
@@ -184,10 +193,10 @@ def _echo_outcome(r: Report, pinned: bool) -> None:
         from gspo.cli.precision import echo_precision
 
         echo_precision(r.precision)
-    if r.settings.get("advice"):
-        click.echo(f"settings: {r.settings['advice']} (saved in the model; gspo run and gspo bench apply them)")
+    if r.settings.advice:
+        click.echo(f"settings: {r.settings.advice} (saved in the model; gspo run and gspo bench apply them)")
     if r.skipped:
-        click.echo("skipped to hold the time budget: " + "; ".join(f"{x['stage']}: {x['what']}" for x in r.skipped)
+        click.echo("skipped to hold the time budget: " + "; ".join(f"{x.stage}: {x.what}" for x in r.skipped)
                    + " (reasons in --report)")
     if r.candidates_rejected_by_verification:
         click.echo(f"verification rejected {r.candidates_rejected_by_verification} candidate(s) "

@@ -3,7 +3,12 @@ error per output on the validation data."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
+
+if TYPE_CHECKING:
+    from gspo.precision.report import PrecisionReport
 
 __all__ = ["echo_precision", "metrics_line"]
 
@@ -15,28 +20,28 @@ def metrics_line(metrics: dict) -> str:
     return "  ".join(f"{name} {shown(name, value)}" for name, value in metrics.items())
 
 
-def echo_precision(block: dict) -> None:
+def echo_precision(block: PrecisionReport) -> None:
     """The report's ``precision`` block as lines."""
-    for warning in block["warnings"]:
+    for warning in block.warnings:
         click.echo(f"warning: {warning}", err=True)
-    for note in block["notes"]:
+    for note in block.notes:
         click.echo(f"precision: {note}")
-    for k in block["kinds"]:
-        if k["dropped"]:
-            click.echo(f"precision: {k['kind']}: {k['dropped']}")
+    for k in block.kinds:
+        if k.dropped:
+            click.echo(f"precision: {k.kind}: {k.dropped}")
             continue
-        reduced = len(k["pieces_reduced"])
-        speed = f", x{k['speedup_over_fp32']:.2f} over the best fp32" if k["speedup_over_fp32"] else ""
-        timed = f"{k['median_ms']:.3f} ms{speed}" if k["median_ms"] is not None else "not timed"
-        click.echo(f"precision: {k['kind']}: {reduced} of {block['pieces']} pieces reduced, {timed}")
-    chosen = block["chosen"]
+        reduced = len(k.pieces_reduced)
+        speed = f", x{k.speedup_over_fp32:.2f} over the best fp32" if k.speedup_over_fp32 else ""
+        timed = f"{k.median_ms:.3f} ms{speed}" if k.median_ms is not None else "not timed"
+        click.echo(f"precision: {k.kind}: {reduced} of {block.pieces} pieces reduced, {timed}")
+    chosen = block.chosen
     if chosen == "fp32":
-        click.echo(f"precision: kept fp32 (exact): no reduced precision was both within {block['max_error']} and "
+        click.echo(f"precision: kept fp32 (exact): no reduced precision was both within {block.max_error} and "
                    "measurably faster")
         return
-    click.echo(f"precision: chose {chosen}, x{block['speedup_over_fp32']:.2f} over the best fp32 model; "
-               f"error on the validation data ({block['data']['validation']}), budget {block['max_error']}:")
-    for name, metrics in block["validation"]["outputs"].items():
+    click.echo(f"precision: chose {chosen}, x{block.speedup_over_fp32:.2f} over the best fp32 model; "
+               f"error on the validation data ({block.data['validation']}), budget {block.max_error}:")
+    for name, metrics in block.validation.to_json()["outputs"].items():
         click.echo(f"  {name}  {metrics_line(metrics)}")
     if "bf16" in chosen:
         click.echo("precision: the bf16 placement is saved in the model's metadata: run it with gspo run, "

@@ -244,6 +244,12 @@ class Accuracy:
                 "outputs": {name: {m: _json_float(v) for m, v in metrics.items()} for name, metrics in self.outputs.items()},
                 "broken": list(self.broken)}
 
+    @classmethod
+    def from_json(cls, data: Mapping) -> Accuracy:
+        """The accuracy of :meth:`to_json`'s dict (``"inf"`` read back as a float)."""
+        return cls({name: {m: float(v) for m, v in metrics.items()} for name, metrics in data["outputs"].items()},
+                   tuple(data["broken"]), data["holds"], float(data["excess"]), data["samples"])
+
 
 def _json_float(x: float) -> float | str:
     return float(x) if math.isfinite(x) else str(float(x))

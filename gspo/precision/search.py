@@ -14,8 +14,7 @@ for speed.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,6 +25,7 @@ from gspo.precision.accuracy import Accuracy, ErrorBudget, measure
 from gspo.precision.variants import Kind
 from gspo.runtime.bench import interleaved
 from gspo.runtime.executor import make_executor
+from gspo.search.deadline import Deadline
 from gspo.streams import node_id
 
 __all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "time_fitted"]
@@ -85,9 +85,10 @@ class _Out(Exception):
 
 
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-        deadline: float | None, clock: Callable[[], float] = time.perf_counter) -> Fitted:
+        deadline: Deadline | None) -> Fitted:
     """Fit ``kind`` to the budget (see the module docstring). ``reference`` holds the source
-    model's outputs on ``data.calibration`` and ``data.validation`` under those keys."""
+    model's outputs on ``data.calibration`` and ``data.validation`` under those keys; the fit ends
+    at ``deadline`` (``None``: it does not)."""
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops)]
     fitted = Fitted(kind, None, pieces={i: "nothing in it this kind reduces" for i in range(len(pieces.ops))
                                         if i not in touched})
@@ -96,7 +97,7 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
         return fitted
 
     def judge(chosen, which: str) -> tuple[Graph, Accuracy]:
-        if deadline is not None and clock() > deadline:
+        if deadline is not None and deadline.expired():
             raise _Out
         graph = kind.build(pieces.union(chosen))
         return graph, evaluate(graph, getattr(data, which), reference[which], budget)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import time
 from collections.abc import Callable, Sequence
 
 from gspo.ir import Graph
-from gspo.precision.accuracy import ErrorBudget
+from gspo.precision.accuracy import Accuracy, ErrorBudget
+from gspo.precision.report import KindReport, PrecisionReport
 from gspo.precision.search import ALPHA, Fitted, Pieces, evaluate, fit, outputs_of, time_fitted
 from gspo.precision.variants import kinds, plain, with_placement
+from gspo.search.deadline import Deadline
 from gspo.streams import Placement
 
 __all__ = ["PRECISION_SHARE", "exact_seconds", "refine", "saved_fp32", "with_precision"]
@@ -23,23 +24,22 @@ PRECISION_SHARE = 0.5
 
 def reduced(cfg) -> bool:
     """Whether ``cfg`` asks for a reduced precision."""
-    return any(p != "fp32" for p in cfg.precision)
+    return any(p != "fp32" for p in cfg.precision.precisions)
 
 
 def exact_seconds(cfg) -> float | None:
     """The exact search's share of the time budget: all of it, or with ``--precision`` what the
     precision stage leaves (:data:`PRECISION_SHARE`)."""
-    if cfg.time_budget is None or not reduced(cfg):
-        return cfg.time_budget
-    return cfg.time_budget * (1 - PRECISION_SHARE)
+    if cfg.timing.time_budget is None or not reduced(cfg):
+        return cfg.timing.time_budget
+    return cfg.timing.time_budget * (1 - PRECISION_SHARE)
 
 
-def with_precision(result, prepared, cfg, backends: Sequence[str], started: float, progress=None):
+def with_precision(result, prepared, cfg, backends: Sequence[str], deadline: Deadline, progress=None):
     """``result`` through the precision stage when ``--precision`` asks for one (else as it is),
-    until the whole time budget's deadline (from ``started``, on :func:`time.perf_counter`)."""
+    until ``deadline``, the whole time budget's."""
     if not reduced(cfg):
         return result
-    deadline = None if cfg.time_budget is None else started + cfg.time_budget
     return refine(result, prepared, cfg, backends, deadline, (lambda text: progress(text, 0, 0)) if progress else None)
 
 
@@ -50,25 +50,25 @@ def saved_fp32(result) -> Graph:
     return with_placement(graph, result.placement)
 
 
-def refine(result, prepared, cfg, backends: Sequence[str], deadline: float | None,
+def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | None,
            progress: Callable[[str], None] | None = None):
     """``result`` (the best fp32 model) replaced by the fastest reduced-precision model that holds
-    ``cfg.max_error`` on the validation data, when one is faster beyond the timing's noise; the
+    ``cfg.precision.max_error`` on the validation data, when one is faster beyond the timing's noise; the
     report gets its ``precision`` block either way."""
     from gspo.precision.samples import precision_data
     from gspo.runtime.quantize import activation_ranges
 
     say = progress or (lambda text: None)
-    budget = ErrorBudget.parse(cfg.max_error)
-    data = precision_data(prepared.original, cfg.calibration, cfg.validation, seed=cfg.seed)
+    budget = ErrorBudget.parse(cfg.precision.max_error)
+    data = precision_data(prepared.original, cfg.precision.calibration, cfg.precision.validation, seed=cfg.verify.seed)
     source = plain(prepared.original)
     reference = {"calibration": outputs_of(source, data.calibration),
                  "validation": outputs_of(source, data.validation)}
     fp32 = saved_fp32(result)
     base = plain(result.graph)
-    pieces = Pieces.of(base, cfg.threshold)
+    pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
-    found, notes = kinds(base, cfg.precision, backends, lambda: activation_ranges(base, data.calibration))
+    found, notes = kinds(base, cfg.precision.precisions, backends, lambda: activation_ranges(base, data.calibration))
     fitted = []
     for k in found:
         say(f"fitting {k.name}")
@@ -76,13 +76,13 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: float | Non
     survivors = [f for f in fitted if f.reduced is not None]
     fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
     fp32_s, rounds = (None, {})
-    if survivors and (deadline is None or time.perf_counter() < deadline):
+    if survivors and (deadline is None or not deadline.expired()):
         say("timing")
         fp32_s, rounds = time_fitted(fp32, survivors, data.validation[0])
     elif survivors:
         notes.append("the time budget ended before the reduced-precision models could be timed: kept fp32")
-    best = _pick(survivors, rounds, cfg.final_margin) if fp32_s is not None else None
-    block = _block(cfg, budget, data, pieces, fitted, notes, best, fp32_s, fp32_acc)
+    best = _pick(survivors, rounds, cfg.timing.final_margin) if fp32_s is not None else None
+    block = _block(cfg, budget, data, pieces, fitted, notes, best, (fp32_s, fp32_acc))
     report = dataclasses.replace(result.report, precision=block)
     if best is None:
         return dataclasses.replace(result, report=report)
@@ -93,7 +93,7 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: float | Non
 def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:
     """The fastest survivor, if it beat fp32 by ``margin`` in so many rounds that chance is ruled
     out at :data:`ALPHA` (a one-sided sign test)."""
-    from gspo.search.trial import sign_test
+    from gspo.search.stats import sign_test
 
     base = rounds["fp32"]
     best = None
@@ -106,23 +106,28 @@ def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None
     return best
 
 
-def _block(cfg, budget: ErrorBudget, data, pieces: Pieces, fitted: list[Fitted], notes: list[str],
-           best: Fitted | None, fp32_s: float | None, fp32_acc) -> dict:
-    """The report's ``precision`` block."""
-    def ms(s):
-        return None if s is None else round(1e3 * s, 4)
+def _kind_report(f: Fitted, fp32_s: float | None) -> KindReport:
+    return KindReport(
+        kind=f.kind.name, precision=f.kind.precision, backend=f.kind.backend,
+        pieces_reduced=list(f.reduced) if f.reduced is not None else [], dropped=f.note or None,
+        median_ms=_ms(f.median_s), speedup_over_fp32=round(fp32_s / f.median_s, 4) if fp32_s and f.median_s else None,
+        calibration=f.calibration, validation=f.validation,
+        pieces={str(i): why for i, why in sorted(f.pieces.items())})
 
-    kinds_ = [{"kind": f.kind.name, "precision": f.kind.precision, "backend": f.kind.backend,
-               "pieces_reduced": list(f.reduced) if f.reduced is not None else [],
-               "dropped": f.note or None, "median_ms": ms(f.median_s),
-               "speedup_over_fp32": round(fp32_s / f.median_s, 4) if fp32_s and f.median_s else None,
-               "calibration": f.calibration.to_json() if f.calibration else None,
-               "validation": f.validation.to_json() if f.validation else None,
-               "pieces": {str(i): why for i, why in sorted(f.pieces.items())}} for f in fitted]
-    chosen = None if best is None else best.kind.name
-    return {"requested": list(cfg.precision), "max_error": str(budget), "data": dict(data.source),
-            "warnings": list(data.warnings), "notes": notes, "pieces": len(pieces.ops),
-            "piece_ops": [len(p) for p in pieces.ops], "fp32_median_ms": ms(fp32_s),
-            "fp32_validation": fp32_acc.to_json(), "kinds": kinds_, "chosen": chosen or "fp32",
-            "speedup_over_fp32": round(fp32_s / best.median_s, 4) if best is not None else 1.0,
-            "validation": best.validation.to_json() if best is not None else fp32_acc.to_json()}
+
+def _ms(s: float | None) -> float | None:
+    return None if s is None else round(1e3 * s, 4)
+
+
+def _block(cfg, budget: ErrorBudget, data, pieces: Pieces, fitted: list[Fitted], notes: list[str],
+           best: Fitted | None, fp32: tuple[float | None, Accuracy]) -> PrecisionReport:
+    """The report's ``precision`` block; ``fp32``: the fp32 model's median seconds (``None``:
+    not timed) and its accuracy on the validation data."""
+    fp32_s, fp32_acc = fp32
+    return PrecisionReport(
+        requested=list(cfg.precision.precisions), max_error=str(budget), data=dict(data.source), warnings=list(data.warnings),
+        notes=notes, pieces=len(pieces.ops), piece_ops=[len(p) for p in pieces.ops], fp32_median_ms=_ms(fp32_s),
+        fp32_validation=fp32_acc, kinds=[_kind_report(f, fp32_s) for f in fitted],
+        chosen="fp32" if best is None else best.kind.name,
+        speedup_over_fp32=round(fp32_s / best.median_s, 4) if best is not None else 1.0,
+        validation=best.validation if best is not None else fp32_acc)

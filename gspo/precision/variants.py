@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
 from gspo.precision import PRECISIONS
-from gspo.runtime.backends import backend_status, openvino_probe
+from gspo.runtime.backends import backend_status
+from gspo.runtime.openvino import openvino_probe
 from gspo.streams import Placement, node_id
 
 __all__ = ["PRECISIONS", "Kind", "kinds", "plain", "with_placement"]

@@ -1,18 +1,31 @@
-"""The joint search (GSPO Algorithm 1) and the whole-model ``optimize`` pipeline."""
+"""The joint search (GSPO Algorithm 1) and the whole-model ``optimize`` pipeline.
 
-from gspo.search.backtrack import Candidate, SearchConfig, SearchResult, joint_cost, search
-from gspo.search.optimize import OptimizeConfig, OptimizeError, OptimizeResult, optimize
-from gspo.search.report import Report
+The names below are imported on first use (``gspo.search.options``, which the command line reads
+its defaults from as it starts, imports nothing heavy).
+"""
 
-__all__ = [
-    "Candidate",
-    "OptimizeConfig",
-    "OptimizeError",
-    "OptimizeResult",
-    "Report",
-    "SearchConfig",
-    "SearchResult",
-    "joint_cost",
-    "optimize",
-    "search",
-]
+from importlib import import_module
+
+_WHERE = {
+    "Candidate": "gspo.search.candidate",
+    "OptimizeConfig": "gspo.search.options",
+    "OptimizeError": "gspo.search.config",
+    "OptimizeResult": "gspo.search.result",
+    "Report": "gspo.search.report",
+    "SearchConfig": "gspo.search.backtrack",
+    "SearchResult": "gspo.search.backtrack",
+    "Strategies": "gspo.search.strategies",
+    "joint_cost": "gspo.search.backtrack",
+    "optimize": "gspo.search.driver",
+    "search": "gspo.search.backtrack",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'gspo.search' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value

@@ -11,7 +11,7 @@ Notes:
     deterministic). Popping a graph expands it with every match of every rule; a rewritten graph
     seen before (same structural key) is skipped; one within ``alpha`` times the best cost is
     pushed; one cheaper than the best becomes the best and joins the candidate list. The search
-    stops on an empty queue, after ``budget`` expansions, or after ``time_budget`` seconds.
+    stops on an empty queue, after ``max_expansions`` expansions, or at its deadline.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from gspo.ir import Graph, GraphError
 from gspo.ir.onnx_io import check_graph
 from gspo.rules import DEFAULT_RULES, Rule, applicable
+from gspo.search.candidate import Candidate
+from gspo.search.deadline import Deadline
 from gspo.streams import Schedule, assign_streams
 
 __all__ = ["SearchConfig", "Candidate", "SearchResult", "search", "joint_cost"]
@@ -38,12 +39,11 @@ CostFn = Callable[[Graph, "Schedule | None"], float]
 
 @dataclass(frozen=True)
 class SearchConfig:
-    """Settings of one search (the CLI builds this).
+    """Settings of one search (``optimize`` makes it from its search options, :meth:`of`).
 
     Attributes:
         alpha: keep exploring graphs up to ``alpha`` x the best cost (>= 1).
-        budget: most graphs expanded per piece.
-        time_budget: most seconds per piece (``None``: no limit).
+        max_expansions: most graphs expanded per piece (``optimize``'s ``budget``).
         max_streams: stream cap for JOCG_P (``None``: no cap).
         use_rules / use_streams: the two halves of the joint search (ablations).
         keep: K, how many of the best candidates go to on-board verification.
@@ -52,8 +52,7 @@ class SearchConfig:
     """
 
     alpha: float = 1.05
-    budget: int = 40
-    time_budget: float | None = None
+    max_expansions: int = 40
     max_streams: int | None = 2
     use_rules: bool = True
     use_streams: bool = True
@@ -61,14 +60,11 @@ class SearchConfig:
     rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
     validate: bool = True
 
-
-@dataclass(frozen=True)
-class Candidate:
-    """A graph the search reached: its schedule (``None``: one stream), estimated cost and the rules applied."""
-    graph: Graph
-    schedule: Schedule | None  # None: one stream
-    cost: float
-    applied: tuple[str, ...]  # rule names, in order
+    @classmethod
+    def of(cls, options) -> SearchConfig:
+        """The settings of each piece's search in ``optimize``'s search options
+        (:class:`~gspo.search.options.SearchOptions`: every field of this record is one of its)."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)})
 
 
 @dataclass(frozen=True)
@@ -116,7 +112,7 @@ class _State:
 
     config: SearchConfig
     cost_fn: CostFn
-    deadline: float | None
+    deadline: Deadline
     best: Candidate
     best_seq: float  # the best one-stream estimate, which can differ from ``best`` when it has streams
     improving: list[Candidate] = field(default_factory=list)
@@ -130,7 +126,7 @@ class _State:
     reasons: Counter[str] = field(default_factory=Counter)
 
     def push(self, cand: Candidate) -> None:
-        heapq.heappush(self.queue, (cand.cost, next(self.counter), cand))
+        heapq.heappush(self.queue, (cand.estimate, next(self.counter), cand))
 
     def drop(self, rule: Rule, why: object, what: str) -> None:
         """Count a rewrite a rule got wrong; it is never costed."""
@@ -160,17 +156,17 @@ def _consider(state: _State, current: Candidate, rule: Rule, rewritten: Graph) -
     """Cost a new graph; queue it within alpha of the best, keep it when it improves."""
     state.generated += 1
     c, s, c_seq = joint_cost(rewritten, state.cost_fn, state.config)
-    cand = Candidate(rewritten, s, c, current.applied + (rule.name,))
-    if c <= state.config.alpha * state.best.cost:
+    cand = Candidate(rewritten, s, current.rules + (rule.name,), c)
+    if c <= state.config.alpha * state.best.estimate:
         state.push(cand)
-    if c < state.best.cost:
+    if c < state.best.estimate:
         state.best = cand
         state.improving.append(cand)
     # The best one-stream graphs too: when the parallel estimate is wrong (it errs optimistic on
     # CPU), verification still has the substitutions alone to choose from.
     if s is not None and c_seq < state.best_seq:
         state.best_seq = c_seq
-        state.improving_seq.append(Candidate(rewritten, None, c_seq, cand.applied))
+        state.improving_seq.append(Candidate(rewritten, None, cand.rules, c_seq))
 
 
 def _expand(state: _State, current: Candidate, rules: Sequence[Rule]) -> None:
@@ -178,7 +174,7 @@ def _expand(state: _State, current: Candidate, rules: Sequence[Rule]) -> None:
     (on a large graph one expansion rewrites and costs hundreds of matches)."""
     for rule in applicable(rules, current.graph):
         for match in rule.match(current.graph):
-            if state.deadline is not None and time.perf_counter() > state.deadline:
+            if state.deadline.expired():
                 raise _OutOfTime
             rewritten = _rewrite(state, current, rule, match)
             if rewritten is not None:
@@ -189,29 +185,31 @@ def _ranked(state: _State, start: Candidate) -> tuple[Candidate, ...]:
     """The K best improving graphs, then the K best one-stream ones not already among them."""
     config = state.config
     improving = state.improving + ([start] if config.use_streams and not config.use_rules else [])
-    ranked = sorted(improving, key=lambda c: c.cost)[: config.keep]
+    ranked = sorted(improving, key=lambda c: c.estimate)[: config.keep]
     keys = {(c.graph.key, c.schedule is None) for c in ranked}
-    ranked += [c for c in sorted(state.improving_seq, key=lambda c: c.cost)[: config.keep]
+    ranked += [c for c in sorted(state.improving_seq, key=lambda c: c.estimate)[: config.keep]
                if (c.graph.key, True) not in keys]
     return tuple(ranked)
 
 
-def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None) -> SearchResult:
-    """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost."""
-    started = time.perf_counter()
+def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None,
+           deadline: Deadline | None = None) -> SearchResult:
+    """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost, until
+    ``deadline`` (``None``: no deadline)."""
+    deadline = deadline if deadline is not None else Deadline(None)
+    started = deadline.now()
     rules = tuple(rules if rules is not None else config.rules) if config.use_rules else ()
     cost, schedule, seq = joint_cost(graph, cost_fn, config)
-    start = Candidate(graph, schedule, cost, ())
-    deadline = None if config.time_budget is None else started + config.time_budget
+    start = Candidate(graph, schedule, (), cost)
     state = _State(config, cost_fn, deadline, best=start, best_seq=seq, seen={graph.key})
     state.push(start)
     out_of_time = False
     try:
-        while state.queue and state.expanded < config.budget:
+        while state.queue and state.expanded < config.max_expansions:
             _, _, current = heapq.heappop(state.queue)
             state.expanded += 1
             _expand(state, current, rules)
     except _OutOfTime:
         out_of_time = True
     return SearchResult(start, state.best, _ranked(state, start), state.expanded, state.generated,
-                        time.perf_counter() - started, state.invalid, tuple(sorted(state.reasons.items())), out_of_time)
+                        deadline.now() - started, state.invalid, tuple(sorted(state.reasons.items())), out_of_time)

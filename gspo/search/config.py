@@ -1,4 +1,5 @@
-"""optimize's settings, its result, and its error."""
+"""optimize's settings checked as the command line checks them, and its error (the settings
+themselves: :mod:`gspo.search.options`)."""
 
 from __future__ import annotations
 
@@ -7,28 +8,14 @@ import math
 import numbers
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from gspo.errors import GspoError
-from gspo.ir import Graph, save
-from gspo.ir.onnx_io import save_bytes
-from gspo.partition import DEFAULT_THRESHOLD
-from gspo.rules import DEFAULT_RULES, Rule
-from gspo.runtime.verify import (
-    DEFAULT_ATOL,
-    DEFAULT_NTOL,
-    DEFAULT_RTOL,
-    Tolerance,
-    check_has_outputs,
-)
-from gspo.streams import Placement, Schedule
-
-if TYPE_CHECKING:
-    from gspo.search.report import Report
+from gspo.ir import Graph
+from gspo.rules import Rule
+from gspo.runtime.verify import check_has_outputs
+from gspo.search.options import FLAT, OptimizeConfig
 
 log = logging.getLogger(__name__)
 
@@ -163,14 +150,15 @@ def _shown(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_options(options: dict) -> OptimizeConfig:
-    """:func:`~gspo.search.optimize.optimize`'s keyword options as a validated
-    :class:`OptimizeConfig` (lists given for ``backends`` or ``rules`` taken as tuples).
+def check_options(options: dict, base: OptimizeConfig | None = None) -> OptimizeConfig:
+    """:func:`~gspo.search.driver.optimize`'s keyword options as a validated
+    :class:`OptimizeConfig`: ``base`` (default: the defaults) with those options replacing its
+    values (lists given for ``backends`` or ``rules`` taken as tuples).
 
     Raises:
         GspoError: an unknown option, or one of the wrong type or out of range (one line).
     """
-    known = {f.name for f in fields(OptimizeConfig)}
+    known = {flat for flat, _, _ in FLAT}
     unknown = sorted(set(options) - known)
     if unknown:
         raise GspoError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
@@ -178,8 +166,10 @@ def check_options(options: dict) -> OptimizeConfig:
              for k, v in options.items()}
     if isinstance(given.get("precision"), str):
         given["precision"] = tuple(p.strip().lower() for p in given["precision"].split(",") if p.strip())
-    cfg = OptimizeConfig(**given)
-    cfg.validate()
+    if base is not None and not isinstance(base, OptimizeConfig):
+        raise GspoError(f"the config must be an OptimizeConfig (got {type(base).__name__})")
+    cfg = (base if base is not None else OptimizeConfig()).replace(**given)
+    validate(cfg)
     return cfg
 
 
@@ -219,159 +209,42 @@ def refuse_no_outputs(model) -> None:
         raise GspoError(f"{model}: the model has no outputs: it computes nothing")
 
 
-@dataclass(frozen=True)
-class OptimizeConfig:
-    """Settings of ``optimize`` (the CLI builds this from its options)."""
+def validate(cfg: OptimizeConfig) -> None:
+    """Raise :class:`GspoError` with a one-line message on an option of the wrong type or out of
+    the range the command line allows (:data:`CHECKS`), or options that do not make sense
+    together; on ``cuda``, set the CUDA runtime asked for and require a working GPU."""
+    options = cfg.options()
+    for name, (flag, check) in CHECKS.items():
+        value = options[name]
+        problem = check(value)
+        if problem:
+            raise GspoError(f"{flag} {problem} (got {_shown(value)})")
+    _check_precision(cfg)
+    if cfg.device.name == "cuda":
+        if cfg.device.backends is not None:
+            raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
+        from gspo.runtime.cuda.choice import require_cuda, set_cuda_runtime
 
-    device: str = "cpu"
-    #: The runtime on ``cuda``: "auto" (onnxruntime-gpu where its CUDA provider works, else
-    #: torch), "ort" or "torch" (:mod:`gspo.runtime.cuda.choice`); None: as ``--cuda-runtime``
-    #: or ``GSPO_CUDA_RUNTIME`` set it, else auto.
-    cuda_runtime: str | None = None
-    profile: str | None = None
-    force_profile: bool = False
-    alpha: float = 1.05
-    budget: int = 40
-    #: Seconds for the whole optimization (anytime): 90 keeps a full zoo model under 2 minutes
-    #: on 2 cores (benchmarks/RESULTS.md); None = no limit.
-    time_budget: float | None = 90.0
-    threshold: int = DEFAULT_THRESHOLD
-    #: The stream cap (``None``: the device's) and the search's processes (0: one per core);
-    #: optimize resolves both (:func:`~gspo.search.optimize.resolved`) before any stage reads them.
-    max_streams: int | None = None
-    jobs: int = 0
-    use_rules: bool = True
-    use_streams: bool = True
-    keep: int = 3
-    seed: int = 0
-    rtol: float = DEFAULT_RTOL
-    atol: float = DEFAULT_ATOL
-    ntol: float = DEFAULT_NTOL
-    #: Random input sets every candidate is verified on (user inputs replace them).
-    verify_runs: int = 2
-    timing_runs: int = 30
-    #: Seconds of timing per piece, and per whole-model comparison, at most (runs shrink to fit,
-    #: at least 5).
-    piece_timing_budget: float = 1.0
-    final_timing_budget: float = 8.0
-    #: How much faster than the unmodified piece a piece's pick must measure: the best of several
-    #: noisy options is biased low, so the bar is high.
-    margin: float = 0.05
-    #: The same for the whole model, whose choice is made among two or three options and must
-    #: hold in two separate timings (the confirmation): a lower bar, so that a real gain of 2-5%
-    #: (NASNet-A Large's padded stem, measured 3.6-8.3% in four sets) is not thrown away as noise.
-    final_margin: float = 0.02
-    #: "measured": pick by measured latency (never slower as measured; may differ between runs
-    #: when candidates are within noise). "estimated": pick by the cost model among the verified
-    #: candidates (byte-identical output for the same input, seed and profile).
-    select: str = "measured"
-    #: Pass the model through the front end (constant folding, shape arithmetic as constants).
-    frontend: bool = True
-    #: Backends to place the model or its pieces on (``None``: every one installed here).
-    backends: tuple[str, ...] | None = None
-    #: Calibration database caching piece timings per backend (``None``: the user's cache).
-    db_path: str | None = None
-    rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
-    #: Reduced precisions to search besides fp32 (``("bf16", "int8")``; empty: exact fp32 only),
-    #: within ``max_error`` (the accuracy budget, e.g. ``"nmse=1e-3"``), measured on the
-    #: ``validation`` data (an .npz file or a folder of them) after tuning on ``calibration``.
-    precision: tuple[str, ...] = ()
-    max_error: str | None = None
-    calibration: str | None = None
-    validation: str | None = None
-
-    def validate(self) -> None:
-        """Raise :class:`GspoError` with a one-line message on an option of the wrong type or
-        out of the range the command line allows (:data:`CHECKS`)."""
-        for name, (flag, check) in CHECKS.items():
-            value = getattr(self, name)
-            problem = check(value)
-            if problem:
-                raise GspoError(f"{flag} {problem} (got {_shown(value)})")
-        self._check_precision()
-        if self.device == "cuda":
-            if self.backends is not None:
-                raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
-            from gspo.runtime.cuda.choice import require_cuda, set_cuda_runtime
-
-            if self.cuda_runtime is not None:
-                set_cuda_runtime(self.cuda_runtime)
-            require_cuda()
-
-    def _check_precision(self) -> None:
-        """The precision options make sense together (one line when not)."""
-        reduced = [p for p in self.precision if p != "fp32"]
-        if reduced and not self.max_error:
-            raise GspoError("--precision needs an accuracy budget: give --max-error (e.g. nmse=1e-3, cosine=0.999, "
-                            "top1=0.99)")
-        if not reduced:
-            given = [f for f, v in (("--max-error", self.max_error), ("--calibration", self.calibration),
-                                    ("--validation", self.validation)) if v]
-            if given:
-                raise GspoError(f"{given[0]} applies to reduced precision: give --precision bf16, int8 or both")
-            return
-        if self.device == "cuda":
-            raise GspoError("--precision runs on the cpu device (OpenVINO bf16, int8 QDQ); not with --device cuda")
-        from gspo.precision.accuracy import ErrorBudget
-
-        ErrorBudget.parse(self.max_error)
-
-    @property
-    def tolerance(self) -> Tolerance:
-        """The equivalence tolerance these settings give."""
-        return Tolerance(self.rtol, self.atol, self.ntol)
+        if cfg.device.cuda_runtime is not None:
+            set_cuda_runtime(cfg.device.cuda_runtime)
+        require_cuda()
 
 
-@dataclass(frozen=True)
-class OptimizeResult:
-    """What ``optimize`` found: the graph to save, its schedule (``None``: one stream), the report
-    (:class:`~gspo.search.report.Report`; ``report["speedup"]`` reads a field as from a dict).
+def _check_precision(cfg: OptimizeConfig) -> None:
+    """The precision options make sense together (one line when not)."""
+    p = cfg.precision
+    reduced = [x for x in p.precisions if x != "fp32"]
+    if reduced and not p.max_error:
+        raise GspoError("--precision needs an accuracy budget: give --max-error (e.g. nmse=1e-3, cosine=0.999, "
+                        "top1=0.99)")
+    if not reduced:
+        given = [f for f, v in (("--max-error", p.max_error), ("--calibration", p.calibration),
+                                ("--validation", p.validation)) if v]
+        if given:
+            raise GspoError(f"{given[0]} applies to reduced precision: give --precision bf16, int8 or both")
+        return
+    if cfg.device.name == "cuda":
+        raise GspoError("--precision runs on the cpu device (OpenVINO bf16, int8 QDQ); not with --device cuda")
+    from gspo.precision.accuracy import ErrorBudget
 
-    ``keep_dynamic``: the result was checked at other input sizes and is saved with the input's
-    dynamic dimensions.
-    """
-
-    original: Graph
-    graph: Graph
-    schedule: Schedule | None
-    report: Report
-    keep_dynamic: bool = False
-    #: The bytes of the model file as read (once) and loaded, when they are the result as they
-    #: are (nothing changed, no input shape pinned, no external data): saving then writes them.
-    source: bytes | None = None
-    #: The backend of each op, when not onnxruntime for all (``gspo run`` follows it).
-    placement: Placement | None = None
-
-    @property
-    def unchanged(self) -> bool:
-        """Whether the result is the input as given (same graph, no schedule, no placement)."""
-        return self.graph.key == self.original.key and self.schedule is None and self.placement is None
-
-    def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
-        """Write the optimized model (its schedule and placement, if any, in the model's
-        metadata); an unchanged model read from a file is written as the bytes read then (the
-        file is not read again).
-
-        Raises:
-            OutputError: ``path`` exists (also one that appeared meanwhile) and ``overwrite``
-                is false, or it cannot be written.
-        """
-        if self.unchanged and self.source is not None:
-            return save_bytes(self.source, path, overwrite)
-        return save(self.graph, path, self.schedule.to_json() if self.schedule else None, overwrite,
-                    keep_dynamic=self.keep_dynamic, placement=self.placement.to_json() if self.placement else None)
-
-
-@dataclass
-class Prepared:
-    """The model as given and as searched, the inputs every check runs on, and what happened."""
-
-    original: Graph
-    work: Graph
-    feeds: list[dict[str, np.ndarray]]
-    notes: list[str]
-    #: The model file's bytes both graphs were loaded from, when they are the model as given
-    #: (``None``: given as a Graph, with input shapes pinned, or with external data).
-    data: bytes | None = None
-    #: Seconds one run of the original took (0.0: not run; the time budget's estimates use it).
-    run_s: float = 0.0
+    ErrorBudget.parse(p.max_error)

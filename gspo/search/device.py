@@ -13,16 +13,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from gspo.cache import user_profiles_dir
 from gspo.costmodel import device_description, load_profile
 from gspo.costmodel.profile import Profile, ProfileError
 from gspo.errors import GspoError
+from gspo.ir import Graph
 from gspo.runtime import runtime_version
+from gspo.search.report_parts import DeviceReport, Fallback
 
-__all__ = ["CUDA_STREAMS", "device_report", "device_streams", "newest_gpu_profile", "option_executor",
-           "search_profile"]
+__all__ = ["CUDA_STREAMS", "CpuDevice", "CudaDevice", "Device", "device_of", "newest_gpu_profile", "search_profile"]
 
 log = logging.getLogger(__name__)
 
@@ -56,61 +59,107 @@ def newest_gpu_profile(directory: Path | None = None) -> Path:
     return max(found, key=lambda p: (p.stat().st_mtime_ns, p.name))
 
 
-def search_profile(device: str, name: str | None, force: bool, directory: Path | None = None) -> Profile:
-    """The profile the search ranks candidates with on ``device`` (see the module docstring).
+class Device(Protocol):
+    """What the device changes in ``gspo optimize`` (see the module docstring)."""
 
-    Raises:
-        ProfileError: missing, corrupt, for another onnxruntime (without ``force``), or, on
-            ``cuda``, not a GPU profile.
-    """
-    if device != "cuda":
+    #: ``"cpu"`` or ``"cuda"``, as ``--device`` names it.
+    name: str
+    #: Whether the whole model and its pieces are also placed on the CPU's other backends, each
+    #: option timed at the thread counts worth trying, and the final comparison's time kept for
+    #: the options most likely to win there (the CPU); else the pieces' own streams are tried on
+    #: the whole model (a GPU).
+    places_on_backends: bool
+
+    def profile(self, name: str | None, force: bool, directory: Path | None = None) -> Profile:
+        """The profile the search ranks candidates with (``name``: ``--profile``)."""
+
+    def executor(self) -> Callable | None:
+        """What a :class:`~gspo.search.trial.Trial` builds its options with (``None``: its
+        default, the CPU executor)."""
+
+    def streams(self, cores: int) -> int:
+        """The stream cap when ``--max-streams`` is not given."""
+
+    def report(self, graph: Graph | None = None) -> DeviceReport:
+        """The report's ``device`` block for the chosen ``graph``."""
+
+
+@dataclass(frozen=True)
+class CpuDevice:
+    """The CPU: the CPU profile, :class:`~gspo.runtime.CpuExecutor`, a stream per core."""
+
+    name: str = "cpu"
+    places_on_backends: bool = True
+
+    def profile(self, name: str | None, force: bool, directory: Path | None = None) -> Profile:
         return load_profile(name or "cpu", device_description("cpu"), runtime_version(), force=force or name is None)
-    from gspo.runtime.cuda.choice import runtime_key
 
-    where = name if name is not None else str(newest_gpu_profile(directory))
-    profile = load_profile(where, None, runtime_key(), force=force)
-    if not profile.device.startswith("cuda:"):
-        raise ProfileError(f"--profile {where}: made for {profile.device!r}, not a GPU; "
-                           "--device cuda takes a profile from `gspo calibrate --gpu NAME`")
-    log.info("ranking with the GPU profile %s (%s)", where, profile.device)
-    return profile
-
-
-def device_streams(device: str, cores: int) -> int:
-    """The stream cap when ``--max-streams`` is not given: the cores on the CPU, :data:`CUDA_STREAMS` on a GPU."""
-    return CUDA_STREAMS if device == "cuda" else cores
-
-
-def option_executor(device: str) -> Callable | None:
-    """What a :class:`~gspo.search.trial.Trial` builds its options with on ``device`` (``None``:
-    its default, the CPU executor)."""
-    if device != "cuda":
+    def executor(self) -> Callable | None:
         return None
-    from gspo.runtime.cuda.trial import verifying_executor
 
-    return verifying_executor
+    def streams(self, cores: int) -> int:
+        return cores
 
-
-def device_report(device: str, graph=None) -> dict:
-    """The report's ``device`` block: which device measured, and the versions that matter; on the
-    torch runtime, the ops of ``graph`` (the chosen one) run by onnxruntime's CPU provider instead,
-    and why (``cpu_fallback``)."""
-    if device != "cuda":
-        return {"device": "cpu", "name": device_description("cpu"), "onnxruntime": runtime_version()}
-    from gspo.runtime.cuda.choice import device_block
-
-    try:
-        block = device_block()
-        if block.get("runtime") == "torch" and graph is not None:
-            from gspo.runtime.torchrt.convert import unsupported
-
-            block["cpu_fallback"] = [{"node": f.node, "op": f.op_type, "reason": f.reason} for f in unsupported(graph)]
-        return block
-    except GspoError as e:  # the measurements stand; say what could not be read
-        return {"device": "cuda", "error": str(e)}
+    def report(self, graph: Graph | None = None) -> DeviceReport:
+        return DeviceReport({"device": "cpu", "name": device_description("cpu"), "onnxruntime": runtime_version()})
 
 
-def baseline_refusal(outcomes, label: str) -> str | None:
-    """Why the option ``label`` (the unmodified piece, the original model) was rejected, if it
-    was: on a device, the graph as given may itself be refused (CUDA fell back to the CPU)."""
-    return next((o.rejected for o in outcomes if o.label == label and o.timing is None), None)
+@dataclass(frozen=True)
+class CudaDevice:
+    """An NVIDIA GPU through ``runtime`` (:mod:`gspo.runtime.cuda.choice`; ``None``: as chosen
+    there): a GPU profile, the verifying CUDA executor, :data:`CUDA_STREAMS` streams."""
+
+    runtime: str | None = None
+    name: str = "cuda"
+    places_on_backends: bool = False
+
+    def profile(self, name: str | None, force: bool, directory: Path | None = None) -> Profile:
+        """``name`` (which must be a GPU profile), else the newest ``cuda:*`` profile in the
+        user's cache, else an error saying to calibrate one.
+
+        Raises:
+            ProfileError: missing, corrupt, for another runtime (without ``force``), or not a GPU profile.
+        """
+        from gspo.runtime.cuda.choice import runtime_key
+
+        where = name if name is not None else str(newest_gpu_profile(directory))
+        profile = load_profile(where, None, runtime_key(), force=force)
+        if not profile.device.startswith("cuda:"):
+            raise ProfileError(f"--profile {where}: made for {profile.device!r}, not a GPU; "
+                               "--device cuda takes a profile from `gspo calibrate --gpu NAME`")
+        log.info("ranking with the GPU profile %s (%s)", where, profile.device)
+        return profile
+
+    def executor(self) -> Callable | None:
+        from gspo.runtime.cuda.trial import verifying_executor
+
+        return verifying_executor
+
+    def streams(self, cores: int) -> int:
+        return CUDA_STREAMS
+
+    def report(self, graph: Graph | None = None) -> DeviceReport:
+        """Which runtime measured and the versions that matter; on the torch runtime, the ops of
+        ``graph`` run by onnxruntime's CPU provider instead, and why (``cpu_fallback``)."""
+        from gspo.runtime.cuda.choice import device_block
+
+        try:
+            block = device_block()
+            fallback = None
+            if block.get("runtime") == "torch" and graph is not None:
+                from gspo.runtime.torchrt.convert import unsupported
+
+                fallback = [Fallback(f.node, f.op_type, f.reason) for f in unsupported(graph)]
+            return DeviceReport({k: v for k, v in block.items() if k != "cpu_fallback"}, fallback)
+        except GspoError as e:  # the measurements stand; say what could not be read
+            return DeviceReport({"device": "cuda", "error": str(e)})
+
+
+def device_of(name: str, runtime: str | None = None) -> Device:
+    """The device ``--device`` names (``runtime``: ``--cuda-runtime``, on ``cuda``)."""
+    return CudaDevice(runtime) if name == "cuda" else CpuDevice()
+
+
+def search_profile(device: str, name: str | None, force: bool, directory: Path | None = None) -> Profile:
+    """The profile the search ranks candidates with on ``device`` (:meth:`Device.profile`)."""
+    return device_of(device).profile(name, force, directory)

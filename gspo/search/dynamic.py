@@ -11,12 +11,12 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.onnx_io import serialize
 from gspo.runtime import (
-    compare_outputs,
     make_session,
     random_inputs,
     run,
 )
-from gspo.search.config import Prepared
+from gspo.search.candidate import compare
+from gspo.search.prepared import Prepared
 from gspo.streams import Schedule
 
 #: ``dynamic_dims`` when the inputs are written as the model declares them (see
@@ -24,7 +24,7 @@ from gspo.streams import Schedule
 DECLARED = "as the model declares them: onnxruntime refuses it with its inputs pinned"
 
 
-def _feeds_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:
+def _inputs_at(graph: Graph, dims: Mapping[tuple[str, int], int], seed: int) -> dict[str, np.ndarray]:
     """Random inputs for ``graph`` with the dynamic dimensions ``dims`` ((input, axis) -> size)."""
     resized = tuple(dataclasses.replace(v, shape=tuple(dims.get((v.name, i), d) for i, d in enumerate(v.shape)))
                     for v in graph.inputs)
@@ -48,13 +48,12 @@ def keeps_dynamic(prepared: Prepared, graph: Graph, schedule: Schedule | None, c
         ref = make_session(serialize(prepared.original, keep_dynamic=True))
         got = make_session(serialize(graph, schedule.to_json() if schedule else None, keep_dynamic=True))
         for dims in sizes:
-            feeds = _feeds_at(prepared.work, dims, cfg.seed)
+            feeds = _inputs_at(prepared.plain, dims, cfg.verify.seed)
             try:
                 want = run(ref, feeds)
             except GspoError:
                 continue  # the original does not run at this size either: nothing to compare
-            t = cfg.tolerance
-            res = compare_outputs(want, run(got, feeds), t.rtol, t.atol, t.ntol)
+            res = compare(want, run(got, feeds), cfg.tolerance)
             if not res.equivalent:
                 return False, f"fixed: at other sizes the result differs ({res.worst.name})"
     except GspoError as e:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.dag import dependencies
-from gspo.search.trial import Option
+from gspo.search.candidate import Candidate, estimate_or
 from gspo.streams import Schedule, check_schedule
 from gspo.streams.assign import make_events
 from gspo.streams.schedule import node_id
@@ -46,13 +46,10 @@ def joint_schedule(merged: Graph, schedules: Sequence[Schedule | None]) -> Sched
     return schedule if schedule.num_streams > 1 else None
 
 
-def joint_option(merged: Graph, chosen: Sequence[Option], rules: tuple[str, ...], cost_fn) -> list[Option]:
+def joint_option(merged: Graph, chosen: Sequence[Candidate], rules: tuple[str, ...], cost_fn) -> list[Candidate]:
     """The merged model on :func:`joint_schedule` as a whole-model option (none without one)."""
     schedule = joint_schedule(merged, [o.schedule for o in chosen])
     if schedule is None:
         return []
-    try:
-        estimate = cost_fn(merged, schedule)
-    except (GspoError, KeyError, TypeError, ValueError):
-        estimate = None
-    return [Option("optimized+joint", merged, schedule, rules, estimate, kind="merged")]
+    estimate = estimate_or(cost_fn, merged, schedule, None)
+    return [Candidate(merged, schedule, rules, estimate, label="optimized+joint", kind="merged")]

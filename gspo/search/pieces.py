@@ -3,95 +3,124 @@ piece's choice, within the time budget's share for verification."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
+from dataclasses import dataclass
 
+import numpy as np
+
+from gspo.ir import Graph
 from gspo.partition import Partition
 from gspo.rules import GREEDY_RULES, apply_greedily
 from gspo.runtime import capture_values
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.search.backtrack import Candidate
 from gspo.search.budget import Budget
-from gspo.search.config import OptimizeConfig, Prepared
-from gspo.search.device import baseline_refusal, option_executor
+from gspo.search.candidate import Candidate, Measured, baseline_refusal, distinct, estimated_cost
+from gspo.search.config import OptimizeConfig
+from gspo.search.deadline import Deadline
 from gspo.search.pool import PieceSearch
-from gspo.search.report import estimated_cost
-from gspo.search.trial import Option, Outcome, ReferenceError_, Trial, distinct, pick
+from gspo.search.prepared import Prepared
+from gspo.search.report_parts import PieceCandidate, PieceReport
+from gspo.search.stats import pick
+from gspo.search.strategies import Strategies
+from gspo.search.trial import ReferenceError_, Trial
 from gspo.streams import assign_streams
 
-__all__ = ["verify_pieces"]
+__all__ = ["Boundary", "VerifiedPieces", "verify_pieces"]
 
 
-def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, allowed) -> list[Option]:
+@dataclass(frozen=True)
+class Boundary:
+    """The values that reach the pieces, one map of them per input set."""
+
+    values: list[dict[str, np.ndarray]]
+
+    def feeds_at(self, graph: Graph) -> list[dict[str, np.ndarray]]:
+        """The feeds of ``graph`` (a piece) per input set."""
+        return [{v.name: b[v.name] for v in graph.inputs} for b in self.values]
+
+
+@dataclass(frozen=True)
+class VerifiedPieces:
+    """Each piece's verified choice and report, and the values that reach the pieces (``None``:
+    not captured, the time budget could not hold it)."""
+
+    chosen: list[Candidate]
+    reports: list[PieceReport]
+    boundary: Boundary | None
+
+
+def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, allowed) -> list[Candidate]:
     """The unmodified piece, its greedy variant, the search's candidates (and each on one
     stream), and the unmodified piece on streams; without repeats."""
     start, improving = cands[0], cands[1:]
-    options = [Option("unmodified", piece.graph, None, (), start.cost, kind="unmodified")]
-    if cfg.use_rules:
+    options = [Candidate(piece.graph, None, (), start.estimate, label="unmodified", kind="unmodified")]
+    if cfg.search.use_rules:
         greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
         if greedy.key != piece.graph.key:
-            options.append(Option("greedy", greedy, None, tuple(Counter(counts).elements()), kind="greedy"))
+            options.append(Candidate(greedy, None, tuple(Counter(counts).elements()), label="greedy", kind="greedy"))
     for i, c in enumerate(improving):
-        options.append(Option(f"candidate{i}", c.graph, c.schedule, c.applied, c.cost, kind="candidate"))
+        options.append(Candidate(c.graph, c.schedule, c.rules, c.estimate, label=f"candidate{i}", kind="candidate"))
     for i, c in enumerate(improving):
         if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
-            options.append(Option(f"candidate{i}-1stream", c.graph, None, c.applied, kind="substitutions"))
-    if cfg.use_streams:
-        s = assign_streams(piece.graph, max_streams=cfg.max_streams)
+            options.append(Candidate(c.graph, None, c.rules, label=f"candidate{i}-1stream", kind="substitutions"))
+    if cfg.search.use_streams:
+        s = assign_streams(piece.graph, max_streams=cfg.search.max_streams)
         if s.num_streams > 1:
-            options.append(Option("unmodified+streams", piece.graph, s, kind="streams"))
+            options.append(Candidate(piece.graph, s, label="unmodified+streams", kind="streams"))
     return distinct(options)
 
 
-def _choose_piece(piece, options: list[Option], feeds, cfg: OptimizeConfig, timing_budget: float,
-                  cost_fn) -> tuple[Option, list[Outcome], str]:
+def _choose_piece(piece, options: list[Candidate], feeds, cfg: OptimizeConfig, timing_s: float,
+                  tools: Strategies) -> tuple[Candidate, list[Measured], str]:
     """Verify and time a piece's options on the values that reach it; the pick, every outcome,
     and a note when the piece could not be tried."""
     if len(options) < 2:
         return options[0], [], ""
     try:
-        with Trial(piece.graph, options, feeds, cfg.tolerance, executor=option_executor(cfg.device)) as trial:
-            outcomes = trial.time(cfg.timing_runs, timing_budget)
+        with Trial(piece.graph, options, feeds, cfg.tolerance, executor=tools.device.executor(),
+                   measure=tools.measure) as trial:
+            outcomes = trial.time(cfg.timing.runs, Deadline.after(timing_s, tools.clock))
     except ReferenceError_ as e:
         return options[0], [], f"left unchanged: onnxruntime cannot run the piece alone ({e})"
     if refused := baseline_refusal(outcomes, "unmodified"):
-        return options[0], outcomes, f"left unchanged: the piece as given cannot be measured on {cfg.device}: {refused}"
-    best = pick(outcomes, "unmodified", cfg.margin, cfg.select, lambda o: estimated_cost(o, cost_fn))
-    return best.option, outcomes, ""
+        return options[0], outcomes, f"left unchanged: the piece as given cannot be measured on {tools.device.name}: {refused}"
+    best = pick(outcomes, "unmodified", cfg.timing.margin, cfg.timing.select, lambda o: estimated_cost(o, tools.cost))
+    return best.candidate, outcomes, ""
 
 
-def _piece_report(k, piece, searched: PieceSearch, chosen: Option, outcomes: list[Outcome], note: str) -> dict:
-    return {
-        "piece": k, "ops": piece.size, "expanded": searched.expanded, "generated": searched.generated,
-        "search_s": searched.seconds, "estimated_unmodified_s": searched.unmodified_cost, "chosen": chosen.label,
-        "note": note, "invalid_rewrites": dict(searched.invalid_reasons),
-        "candidates": [{"label": o.label, "measured_s": o.median_s, "rejected": o.rejected,
-                        "estimated_s": o.option.estimated_s if o.option.kind == "candidate" else None,
-                        "rules": list(dict.fromkeys(o.option.rules))} for o in outcomes],
-    }
+def _piece_report(k, piece, searched: PieceSearch, chosen: Candidate, outcomes: list[Measured],
+                  note: str) -> PieceReport:
+    return PieceReport(
+        piece=k, ops=piece.size, expanded=searched.expanded, generated=searched.generated,
+        search_s=searched.seconds, estimated_unmodified_s=searched.unmodified_cost, chosen=chosen.label,
+        note=note, invalid_rewrites=dict(searched.invalid_reasons),
+        candidates=[PieceCandidate(o.label, o.median_s, o.rejected,
+                                   o.candidate.estimate if o.candidate.kind == "candidate" else None,
+                                   list(dict.fromkeys(o.candidate.rules))) for o in outcomes],
+    )
 
 
-def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> list[dict] | None:
+def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> Boundary | None:
     """The values that reach each piece (per input set); ``None`` when the budget cannot hold
     building a session of the whole model to capture them."""
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.work.nodes))):
+    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.plain.nodes))):
         budget.skip("verify", "capturing the values that reach each piece (no piece verified or placed)",
                     "the time budget could not hold it")
         return None
-    return capture_values(prepared.work, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs])
+    return Boundary(capture_values(prepared.plain, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs]))
 
 
-def _unmodified(piece, searched: PieceSearch) -> Option:
-    return Option("unmodified", piece.graph, None, (), searched.unmodified_cost, kind="unmodified")
+def _unmodified(piece, searched: PieceSearch) -> Candidate:
+    return Candidate(piece.graph, None, (), searched.unmodified_cost, label="unmodified", kind="unmodified")
 
 
-def _optimize_pieces(parts: Partition, searched, boundary, cfg: OptimizeConfig, cost_fn, budget: Budget,
-                     progress) -> tuple[list[Option], list[dict]]:
+def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg: OptimizeConfig,
+                     tools: Strategies, budget: Budget, progress) -> tuple[list[Candidate], list[PieceReport]]:
     """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
     least promising options are dropped when a piece's share cannot hold them all; the budget
     says how many)."""
     pieces = parts.pieces
-    allowed = {r.name for r in cfg.rules}
+    allowed = {r.name for r in cfg.search.rules}
     chosen, reports, dropped, untried = [], [], 0, 0
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
     for k, piece in enumerate(pieces):
@@ -104,17 +133,17 @@ def _optimize_pieces(parts: Partition, searched, boundary, cfg: OptimizeConfig, 
             continue
         cands = searched[k].candidates(piece.graph)
         options = _piece_options(piece, cands, cfg, allowed)
-        timing_budget = cfg.piece_timing_budget
+        timing_s = cfg.timing.piece_timing_budget
         if budget.limited:
             share = budget.remaining() / (len(pieces) - k)
-            timing_budget = min(timing_budget, share / 2)
+            timing_s = min(timing_s, share / 2)
             kept = options[:max(1, int(share / seconds_per_option))]
             dropped, options = dropped + len(options) - len(kept), kept
-        feeds = [{v.name: b[v.name] for v in piece.graph.inputs} for b in boundary]
-        began = time.perf_counter()
-        best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_budget, cost_fn)
+        feeds = boundary.feeds_at(piece.graph)
+        began = budget.clock()
+        best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_s, tools)
         if outcomes:
-            seconds_per_option = max(0.05, (time.perf_counter() - began - timing_budget) / len(options))
+            seconds_per_option = max(0.05, (budget.clock() - began - timing_s) / len(options))
         chosen.append(best)
         reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
         if progress:
@@ -131,16 +160,16 @@ def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> 
         budget.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
 
 
-def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, cost_fn,
-                  placing: bool, budget: Budget, progress) -> tuple[list[Option], list[dict], list | None]:
+def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, tools: Strategies,
+                  placing: bool, budget: Budget, progress) -> VerifiedPieces:
     """Each piece's verified choice and report, and the values that reach the pieces, in the
     time ``budget`` holds before the final comparison's share (less the placement's share when
-    ``placing`` on other backends). ``cfg`` is resolved (:func:`~gspo.search.optimize.resolved`:
+    ``placing`` on other backends). ``cfg`` is resolved (:func:`~gspo.search.driver.resolved`:
     its ``max_streams`` caps each piece's streams)."""
     if parts is None:
-        return [], [], None
+        return VerifiedPieces([], [], None)
     until_final = budget.until_final()
     boundary = _boundary(prepared, parts, until_final)
     verify = until_final.share(1 - budget.shares.placement) if placing else until_final
-    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, cost_fn, verify, progress)
-    return chosen, reports, boundary
+    chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, tools, verify, progress)
+    return VerifiedPieces(chosen, reports, boundary)

@@ -26,15 +26,21 @@ from gspo.cache import calibration_db_path
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import SessionConfig, interleaved, make_session, run
-from gspo.runtime.backends import DEFAULT_BACKEND, load_runner
-from gspo.runtime.verify import Tolerance, compare_outputs, output_steps
-from gspo.search.budget import Budget, BuildRates
+from gspo.runtime import backends as runtime_backends
+from gspo.runtime.backends import DEFAULT_BACKEND
+from gspo.runtime.verify import Tolerance, output_steps
+from gspo.search.budget import Budget
+from gspo.search.candidate import compare
+from gspo.search.report_parts import MixedEstimate
+from gspo.search.strategies import Measure
 from gspo.streams import Placement, node_id
 
 __all__ = ["PieceTimes", "MIXED_MARGIN", "default_db_path", "time_pieces", "mixed_placement", "crossing_cost"]
 
 #: How much faster than the best single backend a mixed placement must be estimated to be tried.
 MIXED_MARGIN = 0.03
+#: The sessions the pieces are timed in (onnxruntime's defaults).
+_CONFIG = SessionConfig()
 
 
 def default_db_path() -> Path:
@@ -61,15 +67,16 @@ def _signature(graph: Graph, backend: str, threads: int) -> str:
     return f"placement:{backend}:t{threads}:{graph.key.hex()}"
 
 
-def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], config: SessionConfig,
-             tolerance: Tolerance, runs: int, rates: BuildRates) -> PieceTimes:
-    """Time ``graph`` on every backend (checked against onnxruntime's outputs first); ``rates``
-    learn what building each session took."""
+def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], tolerance: Tolerance,
+             runs: int, budget: Budget, measure: Measure) -> PieceTimes:
+    """Time ``graph`` on every backend with ``measure`` (checked against onnxruntime's outputs
+    first); the budget's build rates learn what building each session took (on its clock)."""
     out = PieceTimes()
+    config, rates, clock = _CONFIG, budget.rates, budget.clock
     try:
-        began = time.perf_counter()
+        began = clock()
         data = make_session(graph, config)  # the reference
-        rates.record(DEFAULT_BACKEND, len(graph.nodes), time.perf_counter() - began)
+        rates.record(DEFAULT_BACKEND, len(graph.nodes), clock() - began)
         expected = [run(data, f) for f in feeds]
     except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
         out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
@@ -77,10 +84,10 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
     runners = []
     for b in backends:
         try:
-            began = time.perf_counter()
-            runner = data if b == DEFAULT_BACKEND else load_runner(b, _bytes(graph), config)
+            began = clock()
+            runner = data if b == DEFAULT_BACKEND else runtime_backends.load_runner(b, _bytes(graph), config)
             if b != DEFAULT_BACKEND:
-                rates.record(b, len(graph.nodes), time.perf_counter() - began)
+                rates.record(b, len(graph.nodes), clock() - began)
             names = list(expected[0])
             if runner is not data:  # not the reference against itself (a second output of it in memory)
                 _check(runner, names, feeds, expected, tolerance, output_steps(graph))
@@ -90,7 +97,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
         runners.append((b, runner, names))
     del expected  # not held while timed (the reference's next outputs would take as much again)
     feed = dict(feeds[0])
-    timings = interleaved([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
+    timings = measure([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
     out.seconds = {t.label: t.median for t in timings}
     return out
 
@@ -98,8 +105,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
 def _check(runner, names: list[str], feeds, expected: list[dict], tolerance: Tolerance, steps: dict) -> None:
     """Raise :class:`GspoError` when ``runner``'s outputs differ from the reference's ``expected``."""
     for f, want in zip(feeds, expected):
-        res = compare_outputs(want, dict(zip(names, runner.run(names, dict(f)))),
-                              tolerance.rtol, tolerance.atol, tolerance.ntol, steps)
+        res = compare(want, dict(zip(names, runner.run(names, dict(f)))), tolerance, steps)
         if not res.equivalent:
             raise GspoError(f"output {res.worst.name} differs ({res.worst.reason})")
 
@@ -111,12 +117,14 @@ def _bytes(graph: Graph) -> bytes:
 
 
 def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, np.ndarray]]], backends: Sequence[str],
-                db=None, config: SessionConfig = SessionConfig(), tolerance: Tolerance = Tolerance(),
-                runs: int = 10, budget: Budget | None = None) -> list[PieceTimes]:
-    """Each piece's time on each backend: from ``db`` when measured before, else measured (and
-    stored). A piece whose measuring ``budget`` cannot hold (the sessions it builds, and as long
-    as the pieces measured before took per op) is left to onnxruntime, and the budget says so."""
+                db=None, tolerance: Tolerance = Tolerance(), runs: int = 10, budget: Budget | None = None,
+                measure: Measure = interleaved) -> list[PieceTimes]:
+    """Each piece's time on each backend (by ``measure``, :func:`gspo.runtime.interleaved`): from
+    ``db`` when measured before, else measured (and stored). A piece whose measuring ``budget``
+    cannot hold (the sessions it builds, and as long as the pieces measured before took per op)
+    is left to onnxruntime, and the budget says so."""
     budget = budget if budget is not None else Budget(None)
+    config = _CONFIG
     results, left, spent, measured_ops = [], 0, 0.0, 0
     for graph, piece_feeds in zip(pieces, feeds):
         known = {b: db.get(_signature(graph, b, config.intra_op_threads)) for b in backends} if db else {}
@@ -129,9 +137,9 @@ def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, n
             results.append(PieceTimes())
             left += 1
             continue
-        began = time.perf_counter()
-        t = _measure(graph, piece_feeds, backends, config, tolerance, runs, budget.rates)
-        spent, measured_ops = spent + time.perf_counter() - began, measured_ops + ops
+        began = budget.clock()
+        t = _measure(graph, piece_feeds, backends, tolerance, runs, budget, measure)
+        spent, measured_ops = spent + budget.clock() - began, measured_ops + ops
         if db is not None:
             for b in backends:
                 data = {"refused": t.refused[b]} if b in t.refused else {"seconds": t.seconds.get(b)}
@@ -177,7 +185,7 @@ def _crossings(pieces: Sequence[Graph], choice: Sequence[str]) -> list[int]:
 
 
 def mixed_placement(pieces: Sequence[Graph], times: Sequence[PieceTimes], fixed: float, bandwidth: float,
-                    backends: Sequence[str]) -> tuple[Placement | None, dict]:
+                    backends: Sequence[str]) -> tuple[Placement | None, MixedEstimate]:
     """The per-piece best placement, when its estimate (crossings included) beats every single
     backend by :data:`MIXED_MARGIN`; else ``None``. Also the estimates, for the report."""
     choice = [t.best() for t in times]
@@ -185,8 +193,8 @@ def mixed_placement(pieces: Sequence[Graph], times: Sequence[PieceTimes], fixed:
     crossings = _crossings(pieces, choice)
     crossing_s = sum(crossing_cost(nb, fixed, bandwidth) for nb in crossings if nb)
     mixed = sum(t.seconds.get(c, 0.0) for t, c in zip(times, choice)) + crossing_s
-    estimate = {"mixed_s": mixed, "whole_s": whole, "crossings": sum(1 for nb in crossings if nb),
-                "crossing_s": crossing_s, "pieces": {b: choice.count(b) for b in backends}}
+    estimate = MixedEstimate(mixed, whole, sum(1 for nb in crossings if nb), crossing_s,
+                             {b: choice.count(b) for b in backends})
     if len(set(choice)) < 2 or mixed >= min(whole.values()) * (1 - MIXED_MARGIN):
         return None, estimate
     where = {node_id(n): c for g, c in zip(pieces, choice) for n in g.nodes}

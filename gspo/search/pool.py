@@ -7,22 +7,23 @@ import dataclasses
 import logging
 import multiprocessing
 import signal
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from gspo.ir import Graph
-from gspo.search.backtrack import Candidate, SearchConfig, joint_cost, search
+from gspo.search.backtrack import SearchConfig, joint_cost, search
+from gspo.search.candidate import Candidate
+from gspo.search.deadline import Deadline
 from gspo.streams import Schedule
 
-__all__ = ["Found", "PieceSearch", "search_pieces", "GRACE_S"]
+__all__ = ["PieceSearch", "search_pieces", "GRACE_S"]
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Found:
+class _Found:
     """One graph a search reached, as a search process sends it back: the piece's nodes and
     weights after the rewrites (the rest of the graph is the piece's own), its schedule, its
     estimated cost and the rules applied."""
@@ -31,18 +32,18 @@ class Found:
     weights: dict
     retired_weights: dict
     schedule: Schedule | None
-    cost: float
-    applied: tuple[str, ...]
+    estimate: float
+    rules: tuple[str, ...]
 
     @classmethod
-    def of(cls, c: Candidate) -> Found:
+    def of(cls, c: Candidate) -> _Found:
         g = c.graph
-        return cls(g.nodes, dict(g.weights), dict(g.retired_weights), c.schedule, c.cost, c.applied)
+        return cls(g.nodes, dict(g.weights), dict(g.retired_weights), c.schedule, c.estimate, c.rules)
 
     def candidate(self, piece: Graph) -> Candidate:
         """The candidate on ``piece``'s graph."""
         g = dataclasses.replace(piece, nodes=self.nodes, weights=self.weights, retired_weights=self.retired_weights)
-        return Candidate(g, self.schedule, self.cost, self.applied)
+        return Candidate(g, self.schedule, self.rules, self.estimate)
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class PieceSearch:
     verification; the counts of the search and why rewritten graphs were dropped."""
 
     index: int
-    found: tuple[Found, ...]
+    found: tuple[_Found, ...]
     expanded: int
     generated: int
     seconds: float
@@ -64,7 +65,7 @@ class PieceSearch:
     @property
     def unmodified_cost(self) -> float:
         """The estimated cost of the piece as given."""
-        return self.found[0].cost
+        return self.found[0].estimate
 
     def candidates(self, piece: Graph) -> list[Candidate]:
         """Every graph found, on ``piece``'s graph (the piece as given first)."""
@@ -78,8 +79,16 @@ class _Work:
     pieces: Sequence
     cost_fn: Callable
     search: SearchConfig
-    deadline: float | None  # a time.perf_counter() value (the same clock in the forked workers)
+    #: The search's deadline (its clock runs on in the forked workers), and the seconds each
+    #: piece gets from its start at most (``None``: no limit but the deadline).
+    deadline: Deadline
+    per_piece_s: float | None
     search_fn: Callable = search
+
+    def piece_deadline(self) -> Deadline:
+        """The deadline of a piece whose search starts now (a piece started late gets what is
+        left of the search's share)."""
+        return self.deadline.within(self.per_piece_s)
 
 
 #: Seconds a search process may run past the search's deadline before it is ended (a search
@@ -92,12 +101,8 @@ _INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 
 def _search_piece(index: int, work: _Work) -> PieceSearch:
-    scfg = work.search
-    if work.deadline is not None:  # a piece started late gets what is left of the search's share
-        left = max(0.0, work.deadline - time.perf_counter())
-        scfg = dataclasses.replace(scfg, time_budget=left if scfg.time_budget is None else min(scfg.time_budget, left))
-    result = work.search_fn(work.pieces[index].graph, work.cost_fn, scfg)
-    return PieceSearch(index, tuple(Found.of(c) for c in (result.start, *result.candidates)), result.expanded,
+    result = work.search_fn(work.pieces[index].graph, work.cost_fn, work.search, deadline=work.piece_deadline())
+    return PieceSearch(index, tuple(_Found.of(c) for c in (result.start, *result.candidates)), result.expanded,
                        result.generated, result.seconds, result.invalid_reasons, result.out_of_time)
 
 
@@ -106,33 +111,33 @@ def _as_given(index: int, work: _Work, why: str) -> PieceSearch:
     graph = work.pieces[index].graph
     cost, schedule, _ = joint_cost(graph, work.cost_fn, work.search)
     log.warning("piece %d is kept as given: %s", index, why)
-    return PieceSearch(index, (Found.of(Candidate(graph, schedule, cost, ())),), 0, 0, 0.0,
+    return PieceSearch(index, (_Found.of(Candidate(graph, schedule, (), cost)),), 0, 0, 0.0,
                        ((f"the search was lost: {why}", 1),), False, lost=why)
 
 
-def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: float | None = None,
+def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: Deadline | None = None,
                   search_fn: Callable = search) -> list[PieceSearch]:
-    """Search every piece (each in a process of its own, ``cfg.jobs`` at a time, when
-    ``cfg.jobs`` > 1; streams capped at ``cfg.max_streams``: ``cfg`` is resolved,
-    :func:`~gspo.search.optimize.resolved`); results in piece order. Each search takes
-    ``per_piece_time`` seconds at most, and ends by ``deadline`` (a :func:`time.perf_counter`
-    value; the same clock in the forked processes). ``search_fn`` searches one piece (the
-    signature of :func:`~gspo.search.backtrack.search`).
+    """Search every piece (each in a process of its own, ``cfg.search.jobs`` at a time, when
+    ``cfg.search.jobs`` > 1; streams capped at ``cfg.search.max_streams``: ``cfg`` is resolved,
+    :func:`~gspo.search.driver.resolved`); results in piece order. Each search takes
+    ``per_piece_time`` seconds at most, and ends by ``deadline`` (its clock runs on in the forked
+    processes; ``None``: never). ``search_fn`` searches one piece (the signature of
+    :func:`~gspo.search.backtrack.search`, given the piece's deadline).
 
     A search process that dies (killed, or by the out-of-memory killer) or runs :data:`GRACE_S`
     past ``deadline`` loses its piece's search: the piece is kept as given and its
     :attr:`PieceSearch.lost` says why; an exception in a search is raised here."""
-    scfg = SearchConfig(alpha=cfg.alpha, budget=cfg.budget, time_budget=per_piece_time, max_streams=cfg.max_streams,
-                        use_rules=cfg.use_rules, use_streams=cfg.use_streams, keep=cfg.keep, rules=cfg.rules)
-    work = _Work(pieces, cost_fn, scfg, deadline, search_fn)
-    if cfg.jobs <= 1 or len(pieces) <= 1:
+    scfg = SearchConfig.of(cfg.search)
+    work = _Work(pieces, cost_fn, scfg, deadline if deadline is not None else Deadline(None), per_piece_time,
+                 search_fn)
+    if cfg.search.jobs <= 1 or len(pieces) <= 1:
         results = []
         for i in range(len(pieces)):
             results.append(_search_piece(i, work))
             if progress:
                 progress(i + 1, len(pieces))
         return results
-    return _Forked(work, cfg.jobs, progress).run()
+    return _Forked(work, cfg.search.jobs, progress).run()
 
 
 def _child(index: int, work: _Work, conn) -> None:
@@ -165,7 +170,7 @@ def _death(exitcode: int | None) -> str:
 class _Forked:
     """Each piece searched in a forked process of its own (it gets the work as it forks), at
     most ``jobs`` at a time; a process that dies (its pipe closes) or runs :data:`GRACE_S` past
-    its time (the search's deadline, or its own ``time_budget``) is noticed and its piece kept
+    its time (its piece's deadline) is noticed and its piece kept
     as given."""
 
     def __init__(self, work: _Work, jobs: int, progress):
@@ -193,9 +198,8 @@ class _Forked:
     def _limit(self) -> float | None:
         """When a search started now is ended: :data:`GRACE_S` after its time, or after now when
         that has passed (``None``: never)."""
-        now, given = time.perf_counter(), self.work.search.time_budget
-        ends = [t for t in (self.work.deadline, None if given is None else now + given) if t is not None]
-        return max(min(ends), now) + GRACE_S if ends else None
+        ends = self.work.piece_deadline()
+        return None if ends.at is None else max(ends.at, ends.now()) + GRACE_S
 
     def _start(self, index: int) -> None:
         receive, send = self.ctx.Pipe(duplex=False)
@@ -226,7 +230,7 @@ class _Forked:
 
     def _watch(self) -> None:
         """End the searches that ran :data:`GRACE_S` past their time."""
-        now = time.perf_counter()
+        now = self.work.deadline.now()
         for index in [i for i, (_, _, limit) in self.running.items() if limit is not None and now >= limit]:
             self._end(index)
             self._finish(index, _as_given(index, self.work, f"its search ran {GRACE_S:g} s past its time and was ended"))

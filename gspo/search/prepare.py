@@ -11,11 +11,12 @@ from pathlib import Path
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
-from gspo.ir.frontend import describe_defaults
 from gspo.ir.onnx_io import from_model, load_bytes, read_model_file, to_model, uses_external_data
+from gspo.ir.pinning import describe_defaults
 from gspo.ir.weights import np_dtype
 from gspo.runtime import make_session, run
 from gspo.runtime.backends import DEFAULT_BACKEND
+from gspo.runtime.default_sizes import explain_defaults_failure
 from gspo.runtime.inputs import (
     LARGE_INPUT_SET,
     check_inputs,
@@ -28,12 +29,14 @@ from gspo.runtime.inputs import (
     random_input_sets,
     require_memory,
 )
-from gspo.runtime.pinned import explain_defaults_failure
 from gspo.runtime.session import load_refusal
 from gspo.runtime.types import complete_types
-from gspo.search.budget import Budget, frontend_seconds
-from gspo.search.config import OptimizeConfig, Prepared
-from gspo.search.trial import Option, ReferenceError_, Trial
+from gspo.search.budget import Budget
+from gspo.search.build_costs import frontend_seconds
+from gspo.search.candidate import Candidate
+from gspo.search.config import OptimizeConfig
+from gspo.search.prepared import Prepared
+from gspo.search.trial import ReferenceError_, Trial
 
 __all__ = ["prepare"]
 
@@ -60,7 +63,7 @@ def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None
     """The model through the front end (``original`` itself without it, or when the budget
     cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
     reading the model took)."""
-    if not cfg.frontend:
+    if not cfg.search.frontend:
         return original
     if not budget.fits(frontend_seconds(read_s, len(original.nodes))) or budget.expired():
         budget.skip("load", "the front end (constant folding; the model is searched as given)",
@@ -114,12 +117,12 @@ def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
 def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -> Prepared:
     """Load, size the random inputs against the budget and the memory (:func:`_check_sizes`),
     draw them, and check the front end's graph against the model as given."""
-    began = time.perf_counter()
-    check_seed(cfg.seed)  # the random inputs' and the dynamic dimensions' checks' seed
+    began = budget.clock()
+    check_seed(cfg.verify.seed)  # the random inputs' and the dynamic dimensions' checks' seed
     original, data, where = _original(model, input_shapes)
     if inputs is None:
-        _check_sizes(original, cfg.verify_runs, budget)
-    work = _plain(model, original, data, where, input_shapes, cfg, budget, time.perf_counter() - began)
+        _check_sizes(original, cfg.verify.runs, budget)
+    plain = _plain(model, original, data, where, input_shapes, cfg, budget, budget.clock() - began)
     if input_shapes or uses_external_data(original):
         data = None  # not the result as it is: the output is written from the graph
     if inputs is not None:
@@ -130,25 +133,25 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
         notes.append(describe_defaults(original.extras.defaulted, pins))
     if original.extras.static_refused:
         notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
-    feeds = [dict(inputs)] if inputs is not None else random_input_sets(work, cfg.seed, cfg.verify_runs)
-    if len(feeds) < cfg.verify_runs and inputs is None:
-        notes.append(f"verified on one random input set, not {cfg.verify_runs}: one takes {human_bytes(input_bytes(work))}")
-    seed = cfg.seed if inputs is None else None  # with the user's inputs, gspo chose no size
-    if work is not original and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(original.nodes))):
+    feeds = [dict(inputs)] if inputs is not None else random_input_sets(plain, cfg.verify.seed, cfg.verify.runs)
+    if len(feeds) < cfg.verify.runs and inputs is None:
+        notes.append(f"verified on one random input set, not {cfg.verify.runs}: one takes {human_bytes(input_bytes(plain))}")
+    seed = cfg.verify.seed if inputs is None else None  # with the user's inputs, gspo chose no size
+    if plain is not original and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(original.nodes))):
         budget.skip("load", "checking the front end's graph against the model",
                     "the time budget could not hold it (the model is searched as given)")
-        work = original
-    if work is original:
-        return Prepared(original, work, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], budget, seed))
+        plain = original
+    if plain is original:
+        return Prepared(original, plain, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], budget, seed))
     try:
-        with Trial(original, [Option("plain", work)], feeds[:1], cfg.tolerance, budget=budget, stage="load") as trial:
+        with Trial(original, [Candidate(plain, label="plain")], feeds[:1], cfg.tolerance, budget=budget, stage="load") as trial:
             if trial.rejected:
                 notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
             if not trial.equivalent:
-                work = original
+                plain = original
     except ReferenceError_ as e:
         raise GspoError(_cannot_run(original, e, seed)) from None
-    return Prepared(original, work, feeds, notes, data=data, run_s=trial.run_s)
+    return Prepared(original, plain, feeds, notes, data=data, run_s=trial.run_s)
 
 
 def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
@@ -159,10 +162,10 @@ def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> floa
         budget.skip("load", "running the model once with onnxruntime", "the time budget could not hold it")
         return 0.0
     try:
-        began = time.perf_counter()
+        began = budget.clock()
         session = make_session(graph)
-        built = time.perf_counter()
-        budget.rates.record(DEFAULT_BACKEND, ops, built - began)
+        budget.rates.record(DEFAULT_BACKEND, ops, budget.clock() - began)
+        built = time.perf_counter()  # the run itself is timed for real (its seconds estimate the runs to come)
         run(session, feeds)
     except GspoError as e:
         raise GspoError(_cannot_run(graph, e, seed)) from None

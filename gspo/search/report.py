@@ -2,75 +2,84 @@
 
 from __future__ import annotations
 
-import dataclasses
-import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import NamedTuple
+from typing import TYPE_CHECKING
 
 from gspo.costmodel import device_description
-from gspo.errors import GspoError
 from gspo.ir import Graph
-from gspo.search.budget import Budget
-from gspo.search.device import device_report
-from gspo.search.settings import settings_report
-from gspo.search.trial import PAIRED_ALPHA, Option, Outcome, rounds_faster, sign_test, spread
+from gspo.search.candidate import Measured, estimated_cost
+from gspo.search.config import OptimizeConfig
+from gspo.search.report_parts import (
+    Confirmation,
+    DeviceReport,
+    FinalCandidate,
+    FrontendReport,
+    PieceReport,
+    PlacementReport,
+    Rejection,
+    SettingsReport,
+    Skip,
+    StreamsSkipped,
+    as_json,
+    part,
+    parts,
+)
+from gspo.search.stats import rounds_faster, speed_verdict
+from gspo.search.threads import settings_report
+
+if TYPE_CHECKING:
+    from gspo.costmodel.profile import Profile
+    from gspo.partition import Partition
+    from gspo.precision.report import PrecisionReport
+    from gspo.search.budget import Budget
+    from gspo.search.pieces import VerifiedPieces
+    from gspo.search.prepared import Prepared
+    from gspo.search.strategies import Strategies
 
 
-class FinalChoice(NamedTuple):
-    """The whole-model choice: the pick; every option as the first timing measured it (or why it
-    was rejected); the timing that decided (the pick's own against the original, or the first);
-    and each contender's own timing, for the report."""
+@dataclass(frozen=True)
+class FinalChoice:
+    """The whole-model choice: the pick; every candidate as the first timing measured it (or why
+    it was rejected); the timing that decided (the pick's own against the original, or the
+    first); and each contender's own timing."""
 
-    best: Outcome
-    outcomes: list[Outcome]
-    decisive: list[Outcome]
-    confirmations: list[dict]
-
-
-def estimated_cost(option: Option, cost_fn) -> float:
-    """The option's estimated cost (infinite when the cost model cannot read its graph)."""
-    if option.estimated_s is not None:
-        return option.estimated_s
-    try:
-        return cost_fn(option.graph, option.schedule)
-    except (GspoError, KeyError, TypeError, ValueError):
-        return float("inf")
+    best: Measured
+    outcomes: list[Measured]
+    decisive: list[Measured]
+    confirmations: list[Confirmation]
 
 
-def speed_verdict(outcomes: list[Outcome], best: Outcome, margin: float = 0.0,
-                  alpha: float = PAIRED_ALPHA) -> tuple[float, float, str]:
-    """Speedup of the pick over the original, the timings' relative spread, and the verdict.
+@dataclass(frozen=True)
+class WholeModel:
+    """The whole-model stage: the choice, why the whole model on streams was not measured
+    (``None``: it was, or it runs on one stream), and what the placement measured."""
 
-    "faster" when the pick's median beats the original's by ``margin`` and either the speedup
-    exceeds the spread (the interquartile range over the median, the larger of the two
-    timings), or the pick runs on one stream and was faster in so many of the interleaved rounds
-    that chance is ruled out at ``alpha`` (:func:`consistently_faster`).
-    """
-    base = next(o for o in outcomes if o.label == "original")
-    speedup = base.median_s / best.median_s
-    noise = max(spread(base.timing), spread(best.timing))
-    if best.label == "original":
-        return speedup, noise, "unchanged"
-    by_margin = best.median_s < base.median_s * (1 - margin)
-    faster = by_margin and (speedup - 1 > noise or consistently_faster(base, best, alpha))
-    return speedup, noise, ("faster" if faster else "no measurable change")
+    choice: FinalChoice
+    streams_skipped: StreamsSkipped | None
+    placement: PlacementReport
 
 
-def consistently_faster(base: Outcome, best: Outcome, alpha: float = PAIRED_ALPHA) -> bool:
-    """Whether ``best`` ran faster than ``base`` in significantly more of the interleaved rounds
-    than chance gives (a one-sided sign test at ``alpha``).
+@dataclass(frozen=True)
+class Run:
+    """What the stages of one ``optimize`` gave, that the report is built from: the model
+    prepared, the options as given (before :func:`~gspo.search.driver.resolved`), the profile,
+    the partition (``None``: not partitioned, the time budget was spent loading the model), the
+    search's seconds, the pieces verified, the whole-model stage, whether the inputs were given,
+    the strategies (the cost model, the device), the budget (its start and clock) and the log of the work skipped to hold it."""
 
-    Each round times both one after the other, so a drift of the machine's speed falls on both
-    and a small steady gain shows through a spread larger than itself. Not for an option on
-    several streams: its speed depends on the other core being free, which the rounds of one
-    timing do not vary, so it must beat the spread itself.
-    """
-    if best.option.on_streams:
-        return False
-    wins, rounds = rounds_faster(base.timing, best.timing)
-    return sign_test(wins, rounds) < alpha
+    prepared: Prepared
+    given: OptimizeConfig
+    profile: Profile
+    parts: Partition | None
+    search_seconds: float
+    pieces: VerifiedPieces
+    whole: WholeModel
+    inputs_given: bool
+    tools: Strategies
+    budget: Budget
+    skipped: list[Skip]
 
 
 def _verdict(choice: FinalChoice, margin: float) -> tuple[float | None, float | None, str]:
@@ -104,7 +113,7 @@ class Report:
     pieces: int
     threshold: int
     cut_weight: float
-    frontend: dict
+    frontend: FrontendReport
     notes: list[str]
     dynamic_dims: str | None
     search_seconds: float
@@ -127,25 +136,29 @@ class Report:
     equivalence: dict[str, dict[str, float]]
     max_rel_err: float
     candidates_rejected_by_verification: int
-    rejected: list[dict]
+    rejected: list[Rejection]
     invalid_rewrites: dict[str, int]
-    final_candidates: list[dict]
-    confirmations: list[dict]
-    final_streams_skipped: dict | None
-    pieces_detail: list[dict]
+    final_candidates: list[FinalCandidate]
+    confirmations: list[Confirmation]
+    final_streams_skipped: StreamsSkipped | None
+    pieces_detail: list[PieceReport]
     #: The options as given (``max_streams`` and ``jobs`` unresolved; no rules).
-    config: dict
+    config: OptimizeConfig
     inputs: str
-    device: dict
-    settings: dict
-    placement: dict
-    skipped: list[dict]
+    device: DeviceReport
+    settings: SettingsReport
+    placement: PlacementReport
+    skipped: list[Skip]
     #: The precision stage (``--precision``): budget, data, each kind's fit and timing, the choice.
-    precision: dict | None = None
+    precision: PrecisionReport | None = None
+
+    def __post_init__(self):
+        for name, read in _PARTS.items():  # a part given as its JSON is read as its record
+            object.__setattr__(self, name, read(getattr(self, name)))
 
     def to_json(self) -> dict:
-        """The report as ``gspo optimize --report`` writes it (the fields in order, as they are)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """The report as ``gspo optimize --report`` writes it (the fields in order, each part as its JSON)."""
+        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_json(cls, data: Mapping) -> Report:
@@ -153,16 +166,17 @@ class Report:
         return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "precision"})
 
     def __getitem__(self, key: str):
+        """A field by its key, as the JSON has it (a part as its JSON)."""
         if key not in _KEYS:
             raise KeyError(key)
-        return getattr(self, key)
+        return as_json(getattr(self, key))
 
     def __contains__(self, key: object) -> bool:
         return key in _KEYS
 
     def get(self, key: str, default=None):
-        """A field by its key, as ``dict.get``."""
-        return getattr(self, key) if key in _KEYS else default
+        """A field by its key, as ``dict.get`` (a part as its JSON)."""
+        return self[key] if key in _KEYS else default
 
     def keys(self) -> tuple[str, ...]:
         """The keys of :meth:`to_json`, in order."""
@@ -172,57 +186,95 @@ class Report:
 _KEYS = tuple(f.name for f in fields(Report))
 
 
-def _rejections(pieces_detail: list[dict], outcomes: list[Outcome]) -> list[dict]:
+def _given_options(value) -> OptimizeConfig:
+    return value if isinstance(value, OptimizeConfig) else OptimizeConfig.from_json(value)
+
+
+def _precision(value):
+    from gspo.precision.report import PrecisionReport
+
+    return part(PrecisionReport)(value)
+
+
+#: How each part of the report is read from its record or its JSON.
+_PARTS: dict[str, Callable] = {
+    "frontend": part(FrontendReport), "rejected": parts(Rejection), "final_candidates": parts(FinalCandidate),
+    "confirmations": parts(Confirmation), "final_streams_skipped": part(StreamsSkipped),
+    "pieces_detail": parts(PieceReport), "config": _given_options, "device": part(DeviceReport),
+    "settings": part(SettingsReport), "placement": part(PlacementReport), "skipped": parts(Skip),
+    "precision": _precision,
+}
+
+
+
+
+def _rejections(pieces_detail: list[PieceReport], outcomes: list[Measured]) -> list[Rejection]:
     """Every candidate verification rejected, in a piece or of the whole model, with the reason."""
-    return ([{"piece": p["piece"], "label": c["label"], "reason": c["rejected"]}
-             for p in pieces_detail for c in p["candidates"] if c["rejected"]]
-            + [{"piece": None, "label": o.label, "reason": o.rejected} for o in outcomes if o.rejected])
+    return ([Rejection(p.piece, c.label, c.rejected) for p in pieces_detail for c in p.candidates if c.rejected]
+            + [Rejection(None, o.label, o.rejected) for o in outcomes if o.rejected])
 
 
-def build_report(prepared, cfg, profile, parts, t_search, choice: FinalChoice, pieces_detail, streams_skipped,
-                 cost_model, dynamic_note, *, graph: Graph, placement_report: dict, inputs_given: bool,
-                 budget: Budget) -> Report:
-    """optimize's report on ``choice``, its pick saved as ``graph`` (streams and settings
-    applied); ``cfg``: the options as given. ``parts`` is ``None`` when the model was not
-    partitioned (the time budget was spent loading it); ``streams_skipped``: why the whole
-    model on streams was not measured (``None``: it was, or it runs on one stream)."""
-    best, outcomes = choice.best, choice.outcomes
+def _frontend(prepared: Prepared) -> FrontendReport:
+    return FrontendReport(len(prepared.original.nodes), len(prepared.plain.nodes), prepared.plain is not prepared.original)
+
+
+def _estimated_after(base: Measured, best: Measured, cost_fn) -> float:
+    """The pick's estimate; the input itself on another backend or thread setting gets the cost
+    model's estimate of the input (read after the front end), not of the file as exported."""
+    if best.candidate.graph is base.candidate.graph:
+        return base.candidate.estimate
+    return estimated_cost(best.candidate, cost_fn)
+
+
+def _timing_fields(choice: FinalChoice, margin: float) -> dict:
+    """The latencies, the speedup, its noise, the rounds won and the verdict of the decisive timing."""
+    best = choice.best
     base = next(o for o in choice.decisive if o.label == "original")
-    speedup, noise, verdict = _verdict(choice, cfg.final_margin)
+    speedup, noise, verdict = _verdict(choice, margin)
     rounds = list(rounds_faster(base.timing, best.timing)) if best.label != "original" else None
-    rules = Counter(best.option.rules) if best.label != "original" else Counter()
-    schedule, placement = best.option.schedule, best.option.placement
-    rejected = _rejections(pieces_detail, outcomes)
-    return Report(
-        model=prepared.original.name, machine=device_description("cpu"), profile=cfg.profile or "cpu",
-        profile_device=profile.device, pieces=len(parts.pieces) if parts is not None else 0,
-        threshold=cfg.threshold, cut_weight=parts.cut_weight if parts is not None else 0.0,
-        frontend={"nodes_in_file": len(prepared.original.nodes), "nodes_plain": len(prepared.work.nodes),
-                  "used": prepared.work is not prepared.original},
-        notes=prepared.notes, dynamic_dims=dynamic_note or None,
-        search_seconds=t_search, total_seconds=time.perf_counter() - budget.started,
-        latency_before_ms=_ms(base.median_s), latency_after_ms=_ms(best.median_s),
-        speedup=speedup, timing_spread=noise, rounds_faster=rounds, verdict=verdict,
-        estimated_before_ms=base.option.estimated_s * 1e3,
-        # the input itself on another backend or thread setting: the cost model's estimate of the
-        # input (read after the front end), not of the file as exported
-        estimated_after_ms=(base.option.estimated_s if best.option.graph is base.option.graph
-                            else estimated_cost(best.option, cost_model.cost)) * 1e3,
-        chosen=best.label, select=cfg.select, unchanged=best.label == "original",
+    return dict(latency_before_ms=_ms(base.median_s), latency_after_ms=_ms(best.median_s), speedup=speedup,
+                timing_spread=noise, rounds_faster=rounds, verdict=verdict)
+
+
+def _pick_fields(run: Run, graph: Graph) -> dict:
+    """What the pick is: its estimate, label, substitutions, streams, equivalence, device,
+    settings and placement (``graph``: the pick as saved)."""
+    choice = run.whole.choice
+    best = choice.best
+    base = next(o for o in choice.decisive if o.label == "original")
+    rules = Counter(best.candidate.rules) if best.label != "original" else Counter()
+    schedule, placement = best.candidate.schedule, best.candidate.placement
+    return dict(
+        estimated_before_ms=base.candidate.estimate * 1e3,
+        estimated_after_ms=_estimated_after(base, best, run.tools.cost) * 1e3,
+        chosen=best.label, select=run.given.timing.select, unchanged=best.label == "original",
         substitutions=dict(sorted(rules.items())),
         streams=schedule.num_streams if schedule else 1, syncs=len(schedule.events) if schedule else 0,
-        equivalence={d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel}
-                     for d in best.diffs},
+        equivalence={d.name: {"max_abs": d.max_abs, "max_rel": d.max_rel, "norm_rel": d.norm_rel} for d in best.diffs},
         max_rel_err=max((d.norm_rel for d in best.diffs), default=0.0),
+        device=run.tools.device.report(best.candidate.graph), settings=settings_report(best.candidate),
+        placement=PlacementReport(run.whole.placement.backends, run.whole.placement.timed,
+                                  placement.counts(graph) if placement else {"ort": len(graph.nodes)}),
+    )
+
+
+def build_report(run: Run, graph: Graph, dynamic_note: str) -> Report:
+    """optimize's report on the run's whole-model choice, its pick saved as ``graph`` (streams and
+    settings applied); ``dynamic_note``: what became of the input's dynamic dimensions."""
+    choice, details = run.whole.choice, run.pieces.reports
+    rejected = _rejections(details, choice.outcomes)
+    return Report(
+        model=run.prepared.original.name, machine=device_description("cpu"), profile=run.given.device.profile or "cpu",
+        profile_device=run.profile.device, pieces=len(run.parts.pieces) if run.parts is not None else 0,
+        threshold=run.given.search.threshold, cut_weight=run.parts.cut_weight if run.parts is not None else 0.0,
+        frontend=_frontend(run.prepared), notes=run.prepared.notes, dynamic_dims=dynamic_note or None,
+        search_seconds=run.search_seconds, total_seconds=run.budget.clock() - run.budget.started,
+        **_timing_fields(choice, run.given.timing.final_margin),
         candidates_rejected_by_verification=len(rejected), rejected=rejected,
-        invalid_rewrites=dict(sum((Counter(p["invalid_rewrites"]) for p in pieces_detail), Counter())),
-        final_candidates=[{"label": o.label, "measured_ms": o.median_s * 1e3 if o.median_s else None,
-                           "rejected": o.rejected} for o in outcomes],
-        confirmations=choice.confirmations, final_streams_skipped=streams_skipped, pieces_detail=pieces_detail,
-        config={k: v for k, v in dataclasses.asdict(cfg).items() if k != "rules"},
-        inputs="given" if inputs_given else "random", device=device_report(cfg.device, best.option.graph),
-        settings=settings_report(best.option),
-        placement={**placement_report,
-                   "chosen": placement.counts(graph) if placement else {"ort": len(graph.nodes)}},
-        skipped=list(budget.skipped),
+        invalid_rewrites=dict(sum((Counter(p.invalid_rewrites) for p in details), Counter())),
+        final_candidates=[FinalCandidate(o.label, o.median_s * 1e3 if o.median_s else None, o.rejected)
+                          for o in choice.outcomes],
+        confirmations=choice.confirmations, final_streams_skipped=run.whole.streams_skipped, pieces_detail=details,
+        config=run.given, inputs="given" if run.inputs_given else "random",
+        **_pick_fields(run, graph), skipped=list(run.skipped),
     )

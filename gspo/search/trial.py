@@ -12,10 +12,8 @@ reuses the sessions, which on a large model take longer to build than to time).
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,8 +22,6 @@ from gspo.ir import Graph
 from gspo.runtime import (
     CpuExecutor,
     DeviceTime,
-    Timing,
-    compare_outputs,
     interleaved,
     timed_runner,
     warm_sample,
@@ -34,17 +30,18 @@ from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
-from gspo.search.budget import Budget, BuildRates, build_depth, build_ops, weight_bytes
+from gspo.search.budget import Budget
+from gspo.search.build_costs import BuildRates, build_depth, build_ops, weight_bytes
+from gspo.search.candidate import Candidate, Measured, compare
+from gspo.search.deadline import Deadline
+from gspo.search.stats import sign_test  # noqa: F401  (gspo.regress.stats reads it here)
+from gspo.search.strategies import Measure
 from gspo.streams import Placement, Schedule
 
-__all__ = ["Option", "Outcome", "Trial", "ReferenceError_", "CONFIRM_ROUNDS", "CONFIRM_MAX_ROUNDS", "MIN_ROUNDS", "PAIRED_ALPHA", "WARMUP_ROUNDS", "build_seconds", "distinct",
+__all__ = ["CONFIRM_MAX_ROUNDS", "CONFIRM_ROUNDS", "MIN_ROUNDS", "ReferenceError_", "Trial", "WARMUP_ROUNDS", "build_seconds",
            "sample_seconds",
-           "pick", "rounds_faster", "sign_test", "spread"]
+           "sign_test"]
 
-#: The chance that an option no faster than the reference (a fair coin per round) still wins so
-#: many of the interleaved rounds that :func:`sign_test` calls it consistently faster; the margin
-#: a win must also clear is checked on the medians.
-PAIRED_ALPHA = 0.01
 #: The fewest interleaved rounds a timing takes, however short its budget; and the rounds run
 #: before them, untimed.
 MIN_ROUNDS = 5
@@ -79,70 +76,11 @@ def sample_seconds(run_s: float) -> float:
     return run_s if run_s >= WARM_BELOW_S else (_calls_per_sample(run_s) + 1) * run_s
 
 
-@dataclass(frozen=True)
-class Option:
-    """A graph (with a schedule, or ``None`` for one stream) that could replace the reference.
-
-    ``rules`` are the substitutions that made it; ``estimated_s`` its cost-model estimate;
-    ``placement`` the backend of each op (``None``: onnxruntime for all); ``settings`` the
-    thread setting its runners are built with (saved in the model when it wins). ``label`` names
-    the option in a trial and in the report (unique there, never parsed); ``kind`` says what it
-    is: ``"original"`` or ``"unmodified"`` (the model or piece as given), ``"candidate"`` (a
-    search result with the streams it was estimated on), ``"substitutions"`` (a candidate's
-    rewrites on one stream), ``"greedy"``, ``"streams"`` (the given graph on Nimble's streams),
-    ``"merged"`` (the pieces' choices put together), or ``"other"``.
-    """
-
-    label: str
-    graph: Graph
-    schedule: Schedule | None = None
-    rules: tuple[str, ...] = ()
-    estimated_s: float | None = None
-    placement: Placement | None = None
-    settings: RunSettings = RunSettings()
-    kind: str = "other"
-
-    @property
-    def on_streams(self) -> bool:
-        """Whether it runs on several streams (its speed then depends on the other core being free)."""
-        return self.schedule is not None and self.schedule.num_streams > 1
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What the board said of an option: its timing, or why it was rejected."""
-
-    option: Option
-    timing: Timing | None = None
-    rejected: str | None = None
-    diffs: tuple[OutputDiff, ...] = ()
-
-    @property
-    def label(self) -> str:
-        """The option's label."""
-        return self.option.label
-
-    @property
-    def median_s(self) -> float | None:
-        """The median seconds measured (``None`` when rejected)."""
-        return self.timing.median if self.timing is not None else None
-
-
 class ReferenceError_(GspoError):
     """The reference itself cannot be run (so nothing can be verified against it)."""
 
 
-def distinct(options: Sequence[Option]) -> list[Option]:
-    """Options without repeats (the greedy variant and a candidate are often the same graph)."""
-    seen, out = set(), []
-    for o in options:
-        if (o.graph.key, o.schedule, o.placement, o.settings) not in seen:
-            seen.add((o.graph.key, o.schedule, o.placement, o.settings))
-            out.append(o)
-    return out
-
-
-def build_seconds(option: Option, rates: BuildRates) -> float:
+def build_seconds(option: Candidate, rates: BuildRates) -> float:
     """Seconds that building ``option``'s sessions is expected to take (each backend's share of
     its ops; see :class:`~gspo.search.budget.BuildRates`)."""
     if option.placement is None:
@@ -165,22 +103,26 @@ class Trial:
     module docstring. Use as a context manager: it closes the executors. ``executor(graph,
     schedule, placement, settings)`` builds the options' executors (default: on the CPU; the reference
     always runs on the CPU, and with another ``executor`` every option runs on it, the reference's
-    graph too).
+    graph too). ``measure`` times the equivalent options interleaved (:func:`gspo.runtime.interleaved`;
+    tests pass a fake), and what building them took is read on ``budget``'s clock.
 
     Raises:
         ReferenceError_: onnxruntime cannot load or run the reference.
     """
 
-    def __init__(self, reference: Graph, options: Sequence[Option], feeds: Sequence[Mapping[str, np.ndarray]],
+    def __init__(self, reference: Graph, options: Sequence[Candidate], feeds: Sequence[Mapping[str, np.ndarray]],
                  tolerance: Tolerance = Tolerance(), budget: Budget | None = None, stage: str = "final",
-                 executor: Callable | None = None):
+                 executor: Callable | None = None, measure: Measure = interleaved):
         self.feeds = list(feeds)
+        self.measure = measure
+        #: What building a session took is read on the budget's clock (the one its estimates run on).
+        self.clock = budget.clock if budget is not None else time.perf_counter
         self._make = executor or _executor
         self.tolerance = tolerance
         self.budget, self.stage = budget, stage
         self.executors: list[CpuExecutor] = []
-        self.rejected: list[Outcome] = []
-        self._ok: list[tuple[Option, CpuExecutor, tuple[OutputDiff, ...]]] = []
+        self.rejected: list[Measured] = []
+        self._ok: list[tuple[Candidate, CpuExecutor, tuple[OutputDiff, ...]]] = []
         #: Seconds of one run of the reference (what an option's checks and timing are expected to take).
         self.run_s = 0.0
         self._spill = Spill()  # large reference outputs wait in a file, not beside the candidates'
@@ -203,9 +145,9 @@ class Trial:
     def _reference(self, reference: Graph) -> list[dict[str, np.ndarray]]:
         """Build and run the reference (timed: the budget learns what building and running cost)."""
         try:
-            began = time.perf_counter()
+            began = self.clock()
             ref = _executor(reference, None)
-            built = time.perf_counter()
+            built = self.clock()
             self.executors.append(ref)
             outputs, runs = [], []
             for f in self.feeds:
@@ -223,7 +165,7 @@ class Trial:
             self.budget.rates.record(DEFAULT_BACKEND, build_ops(reference), built - began)
         return expected
 
-    def _fits(self, option: Option) -> bool:
+    def _fits(self, option: Candidate) -> bool:
         """Whether building, checking and then timing ``option`` (at least :data:`MIN_ROUNDS`
         rounds, beside the options already kept; in the final comparison, then confirming a win
         against the original) ends before the budget's deadline; if not, the option is skipped
@@ -242,7 +184,7 @@ class Trial:
                                                    f"{self.budget.remaining():.1f} s were left")
         return False
 
-    def _record_build(self, option: Option, seconds: float) -> None:
+    def _record_build(self, option: Candidate, seconds: float) -> None:
         """Teach the budget what building ``option`` took, when it ran on one backend alone."""
         if self.budget is None:
             return
@@ -250,60 +192,60 @@ class Trial:
         if len(counts) <= 1:
             self.budget.rates.record(next(iter(counts), DEFAULT_BACKEND), build_ops(option.graph), seconds)
 
-    def _add(self, option: Option, expected: list[dict]) -> None:
+    def _add(self, option: Candidate, expected: list[dict]) -> None:
         try:
-            began = time.perf_counter()
+            began = self.clock()
             ex = self._make(option.graph, option.schedule, option.placement, option.settings)
-            self._record_build(option, time.perf_counter() - began)
+            self._record_build(option, self.clock() - began)
         except GspoError as e:
             backend = "onnxruntime" if option.placement is None else "the backend"
-            self.rejected.append(Outcome(option, rejected=f"{backend} refused it: {e}"))
+            self.rejected.append(Measured(option, rejected=f"{backend} refused it: {e}"))
             return
         self.executors.append(ex)
         worst: dict[str, OutputDiff] = {}
         try:
             for feeds, want in zip(self.feeds, expected):
-                t = self.tolerance
-                res = compare_outputs(want, ex.run(feeds), t.rtol, t.atol, t.ntol, self.steps)
+                res = compare(want, ex.run(feeds), self.tolerance, self.steps)
                 for d in res.outputs:  # per output, the worst over the input sets
                     if worse(worst.get(d.name), d, by="norm_rel"):
                         worst[d.name] = d
         except GspoError as e:
-            self.rejected.append(Outcome(option, rejected=f"onnxruntime failed to run it: {e}"))
+            self.rejected.append(Measured(option, rejected=f"onnxruntime failed to run it: {e}"))
             return
         diffs = tuple(worst.values())
         bad = next((d for d in diffs if not d.ok), None)
         if bad is not None:
-            self.rejected.append(Outcome(option, rejected=f"output {bad.name} differs ({bad.reason})", diffs=diffs))
+            self.rejected.append(Measured(option, rejected=f"output {bad.name} differs ({bad.reason})", diffs=diffs))
             return
         self._ok.append((option, ex, diffs))
 
     @property
-    def equivalent(self) -> list[Option]:
+    def equivalent(self) -> list[Candidate]:
         """The options that passed verification, in the order given."""
         return [o for o, _, _ in self._ok]
 
-    def time(self, runs: int, budget: float | None = None, labels: Sequence[str] | None = None) -> list[Outcome]:
+    def time(self, runs: int, until: Deadline | None = None, labels: Sequence[str] | None = None) -> list[Measured]:
         """The rejected options, then the equivalent ones (those in ``labels``, when given)
-        timed interleaved: ``runs`` rounds, fewer (at least 5) when a ``budget`` in seconds
-        cannot hold them. An option that fails while it is timed is rejected with the reason
+        timed interleaved: ``runs`` rounds, fewer (at least 5) when what is left
+        before ``until`` cannot hold them. An option that fails while it is timed is rejected with the reason
         (the others are timed again); the reference failing is an error."""
+        seconds = None if until is None or not until.limited else until.remaining()
         while True:
             chosen = [(o, ex, d) for o, ex, d in self._ok if labels is None or o.label in labels]
             failed: dict[str, GspoError] = {}
             try:
-                return self.rejected + self._timed(chosen, runs, budget, failed)
+                return self.rejected + self._timed(chosen, runs, seconds, failed)
             except GspoError:
                 if not failed or any(o.label in failed and ex is self.executors[0] for o, ex, _ in chosen):
                     raise
                 for entry in [e for e in self._ok if e[0].label in failed]:
                     self._ok.remove(entry)
-                    self.rejected.append(Outcome(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
+                    self.rejected.append(Measured(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
 
-    def _timed(self, chosen, runs: int, budget: float | None, failed: dict) -> list[Outcome]:
+    def _timed(self, chosen, runs: int, seconds: float | None, failed: dict) -> list[Measured]:
         feeds = self.feeds[0]
 
-        def runner(option: Option, ex):
+        def runner(option: Candidate, ex):
             run = timed_runner(ex, feeds)  # on a device: inputs uploaded once, timed by its events
 
             def call():
@@ -326,12 +268,12 @@ class Trial:
             one_round = sum(firsts) * (n + 1)
         else:
             one_round = sum(firsts)
-        if budget is not None and chosen:
+        if seconds is not None and chosen:
             # the warm-up rounds come out of the budget too (they made NASNet-A Large's
             # timings run 30-40% past theirs)
-            runs = max(MIN_ROUNDS, min(runs, int(budget / max(one_round, 1e-6)) - WARMUP_ROUNDS))
-        timings = interleaved(calls, runs, WARMUP_ROUNDS)
-        return [Outcome(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
+            runs = max(MIN_ROUNDS, min(runs, int(seconds / max(one_round, 1e-6)) - WARMUP_ROUNDS))
+        timings = self.measure(calls, runs, WARMUP_ROUNDS)
+        return [Measured(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:
         """Free every executor the trial opened."""
@@ -344,40 +286,3 @@ class Trial:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def spread(timing: Timing) -> float:
-    """The relative spread of a timing: its interquartile range over its median."""
-    if len(timing.seconds) < 4:
-        return 0.0
-    q = statistics.quantiles(timing.seconds, n=4)
-    return (q[2] - q[0]) / timing.median
-
-
-def rounds_faster(reference: Timing, timing: Timing, margin: float = 0.0) -> tuple[int, int]:
-    """In how many interleaved rounds ``timing`` ran faster than ``reference`` by more than
-    ``margin``, and out of how many rounds (the two timed in the same rounds, one after the other,
-    so that the machine's drift over the rounds falls on both)."""
-    pairs = list(zip(reference.seconds, timing.seconds))
-    return sum(t < r * (1 - margin) for r, t in pairs), len(pairs)
-
-
-def sign_test(wins: int, rounds: int) -> float:
-    """The one-sided sign test's p value: the chance of at least ``wins`` heads in ``rounds``
-    tosses of a fair coin, i.e. of so many wins in paired rounds when the median of the paired
-    ratios is 1 (or more)."""
-    if rounds <= 0:
-        return 1.0
-    return sum(math.comb(rounds, k) for k in range(max(0, wins), rounds + 1)) / 2 ** rounds
-
-
-def pick(outcomes: Sequence[Outcome], baseline: str, margin: float, select: str = "measured",
-         estimate: Callable[[Option], float] | None = None) -> Outcome:
-    """The best equivalent option: by measured median, which must beat ``baseline``'s by
-    ``margin``; or, with ``select == "estimated"``, by ``estimate`` (ties to the baseline)."""
-    ok = [o for o in outcomes if o.timing is not None]
-    base = next(o for o in ok if o.label == baseline)
-    if select == "estimated":
-        return min(ok, key=lambda o: (estimate(o.option), o.label != baseline))
-    best = min(ok, key=lambda o: o.median_s)
-    return best if best.median_s < base.median_s * (1 - margin) else base

@@ -12,6 +12,7 @@ from gspo.ir import load_bytes
 from gspo.precision.accuracy import ErrorBudget
 from gspo.precision.search import Pieces, fit, outputs_of
 from gspo.precision.variants import Kind
+from gspo.search.deadline import Deadline
 
 #: How much each piece's weight moves when the fake kind "reduces" it.
 EPS = (1e-4, 1e-1, 1e-3)
@@ -104,8 +105,8 @@ def test_the_validation_data_can_send_pieces_back_after_the_calibration_data_hel
 def test_the_deadline_ends_the_fit_with_a_note():
     d = data()
     ticks = iter([0.0, 100.0, 200.0, 300.0])
-    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), deadline=50.0,
-                 clock=lambda: next(ticks))
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"),
+                 deadline=Deadline(50.0, clock=lambda: next(ticks)))
     assert fitted.reduced is None
     assert fitted.note == "the time budget ended before the error was within the budget"
 

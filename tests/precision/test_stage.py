@@ -3,6 +3,8 @@ report says which pieces went back and why."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -33,14 +35,14 @@ def folder(path, graph, seeds):
 
 
 def test_without_precision_the_report_has_no_precision_block(model):
-    assert optimize(model, **OPTIONS).report.precision is None
+    assert optimize(model, **OPTIONS).report["precision"] is None
 
 
 def test_a_budget_int8_cannot_hold_keeps_fp32_and_says_which_pieces_went_back(model, tmp_path):
     cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
     fp32 = optimize(model, **OPTIONS)
     result = optimize(model, precision="int8", max_error="nmse=1e-14", calibration=cal, validation=val, **OPTIONS)
-    block = result.report.precision
+    block = result.report["precision"]
     assert block["chosen"] == "fp32" and block["speedup_over_fp32"] == 1.0
     assert block["warnings"] == [] and block["data"]["validation"].startswith("user")
     static = next(k for k in block["kinds"] if k["kind"] == "int8 on onnxruntime")
@@ -50,10 +52,15 @@ def test_a_budget_int8_cannot_hold_keeps_fp32_and_says_which_pieces_went_back(mo
                for why in static["pieces"].values())
     assert any(why.startswith("back to fp32") for why in static["pieces"].values())
     assert result.placement == fp32.placement and result.graph.key == fp32.graph.key
+    from gspo.precision.report import PrecisionReport
+    from gspo.search.report import Report
+
+    assert isinstance(result.report.precision, PrecisionReport)  # a record; its JSON as above
+    assert Report.from_json(json.loads(json.dumps(result.report.to_json()))) == result.report
 
 
 def test_random_data_warns_and_the_report_records_it(model):
-    block = optimize(model, precision="int8", max_error="nmse=1e-14", **OPTIONS).report.precision
+    block = optimize(model, precision="int8", max_error="nmse=1e-14", **OPTIONS).report["precision"]
     assert any("random inputs say little about accuracy" in w for w in block["warnings"])
     assert block["data"]["calibration"].startswith("random") and block["data"]["validation"].startswith("random")
 
@@ -68,7 +75,7 @@ def test_whatever_a_loose_budget_picks_holds_it_on_the_validation_data(model, tm
     cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
     budget = "nmse=1e-2"
     result = optimize(model, precision="bf16,int8", max_error=budget, calibration=cal, validation=val, **OPTIONS)
-    block = result.report.precision
+    block = result.report["precision"]
     samples = [random_inputs(model, seed=s) for s in range(10, 14)]
     out = result.save(tmp_path / "o.onnx")
     saved = ir.load(out)

@@ -61,4 +61,5 @@ def test_optimize_waits_on_a_locked_cache_only_briefly(tmp_path, caplog, monkeyp
         other.close()
     assert r.report["placement"]["backends"] == list(BACKENDS)
     assert len(_warnings(caplog)) == 1 and "database is locked" in _warnings(caplog)[0]
-    assert spent and LOCK_WAIT_S - 0.1 <= sum(spent) < LOCK_WAIT_S + 1.5
+    waited = [s for s in spent if s >= LOCK_WAIT_S - 0.1]
+    assert len(waited) == 1, spent  # once, for LOCK_WAIT_S; every later call gave up at once

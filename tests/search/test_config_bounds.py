@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gspo.errors import GspoError
-from gspo.search.config import MAX_SECONDS, MAX_SEED, OptimizeConfig, check_options
+from gspo.search.config import MAX_SECONDS, MAX_SEED, OptimizeConfig, check_options, validate
 
 
 def test_the_bounds_are_the_command_lines():
@@ -50,11 +50,29 @@ def test_a_bad_value_is_one_line_naming_the_option(options, says):
 
 def test_good_values_pass_and_lists_become_tuples():
     cfg = check_options(dict(seed=MAX_SEED, time_budget=MAX_SECONDS, backends=["ort"], budget=2**70, jobs=2**70))
-    assert cfg.backends == ("ort",) and cfg.seed == MAX_SEED
-    OptimizeConfig().validate()
+    assert cfg.device.backends == ("ort",) and cfg.verify.seed == MAX_SEED
+    validate(OptimizeConfig())
 
 
 def test_jobs_beyond_the_cores_are_capped_not_refused():
-    from gspo.search.optimize import resolved
+    from gspo.search.driver import resolved
 
-    assert resolved(check_options(dict(jobs=64)), cores=2).jobs == 2
+    assert resolved(check_options(dict(jobs=64)), cores=2).search.jobs == 2
+
+
+def test_the_settings_are_grouped_by_concern_and_named_flat_as_the_report_shows_them():
+    """The keyword options and the report's ``config`` keys are the flat names, in the documented
+    order; each lands in its concern (the tolerance one record), and a config passed whole takes
+    keyword options over it."""
+    from gspo.runtime.verify import Tolerance
+    from gspo.search.backtrack import SearchConfig
+    from gspo.search.options import FLAT
+
+    cfg = check_options(dict(rtol=0.5, budget=7, select="estimated"), OptimizeConfig.of(seed=9))
+    assert cfg.verify.tolerance == Tolerance(rtol=0.5) and cfg.verify.seed == 9
+    assert cfg.search.max_expansions == 7 and cfg.timing.select == "estimated"
+    assert list(cfg.to_json()) == [flat for flat, _, _ in FLAT if flat != "rules"]
+    assert OptimizeConfig.from_json(cfg.to_json()) == cfg
+    assert SearchConfig.of(cfg.search).max_expansions == 7  # each piece's search reads the search's options
+    with pytest.raises(GspoError, match="unknown option"):
+        check_options(dict(max_expansions=3))

@@ -4,7 +4,6 @@ with onnxruntime's CPU provider (so outputs compare with the CPU's reference).""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 
@@ -18,12 +17,15 @@ from gspo.costmodel.profile import ProfileError, find_profile
 from gspo.runtime import random_inputs, runtime_version
 from gspo.runtime.cuda import gpu_status
 from gspo.search import optimize
-from gspo.search.device import newest_gpu_profile, option_executor, search_profile
-from gspo.search.trial import Option, Trial
+from gspo.search.candidate import Candidate
+from gspo.search.device import CpuDevice, CudaDevice, device_of, newest_gpu_profile
+from gspo.search.strategies import Strategies
+from gspo.search.trial import Trial
 from gspo.streams import assign_streams
 from tests.helpers import branchy, one_line_error
 from tests.runtime import fake_cuda
 from tests.runtime.fake_cuda import CPU, CUDA, FakeCudart, FakeOrt
+from tests.search.fakes import ScriptedTimings
 
 HAVE_GPU, _ = gpu_status()
 
@@ -63,16 +65,16 @@ def test_the_newest_gpu_profile_in_the_cache_is_chosen(tmp_path):
     gpu_profile(tmp_path / "cpu.json", "cpu:xeon", mtime=3_000_000)  # newer, but not a GPU's
     (tmp_path / "junk.json").write_text("not json")
     assert newest_gpu_profile(tmp_path) == tmp_path / "new.json"
-    assert search_profile("cuda", None, False, tmp_path).device == "cuda:a100"
-    assert search_profile("cuda", str(tmp_path / "old.json"), False, tmp_path).device == "cuda:v100"
+    assert CudaDevice().profile(None, False, tmp_path).device == "cuda:a100"
+    assert CudaDevice().profile(str(tmp_path / "old.json"), False, tmp_path).device == "cuda:v100"
 
 
 def test_without_a_gpu_profile_the_error_says_to_calibrate_one(tmp_path):
     gpu_profile(tmp_path / "cpu.json", "cpu:xeon")
     with pytest.raises(ProfileError, match=r"run `gspo calibrate --gpu NAME` first"):
-        search_profile("cuda", None, False, tmp_path)
+        CudaDevice().profile(None, False, tmp_path)
     with pytest.raises(ProfileError, match="not a GPU"):
-        search_profile("cuda", str(tmp_path / "cpu.json"), False, tmp_path)
+        CudaDevice().profile(str(tmp_path / "cpu.json"), False, tmp_path)
 
 
 def test_the_cli_says_in_one_line_to_calibrate_when_no_gpu_profile_exists(tmp_path, monkeypatch):
@@ -103,7 +105,7 @@ def test_a_wrong_option_on_the_device_is_rejected(monkeypatch):
     fakes(monkeypatch)
     g, other = branchy(seed=0), branchy(seed=1)  # same structure, other weights
     feeds = [random_inputs(g, 0)]
-    with Trial(g, [Option("original", g), Option("wrong", other)], feeds, executor=option_executor("cuda")) as t:
+    with Trial(g, [Candidate(g, label="original"), Candidate(other, label="wrong")], feeds, executor=CudaDevice().executor()) as t:
         assert [o.label for o in t.equivalent] == ["original"]
         assert "differs" in t.rejected[0].rejected
 
@@ -187,8 +189,8 @@ def test_a_multi_stream_option_uploads_once_then_launches_records_and_waits_in_o
     schedule = assign_streams(g, max_streams=2)
     assert schedule.num_streams == 2
     feeds = [random_inputs(g, 0)]
-    with Trial(g, [Option("original", g), Option("streams", g, schedule)], feeds,
-               executor=option_executor("cuda")) as trial:
+    with Trial(g, [Candidate(g, label="original"), Candidate(g, schedule, label="streams")], feeds,
+               executor=CudaDevice().executor()) as trial:
         ex = next(x for x in trial.executors if getattr(x, "num_streams", 1) == 2)
         assert ex.plan.num_events >= 1
         streams, events = list(ex._streams), list(ex._events)
@@ -231,20 +233,24 @@ def test_backends_with_cuda_is_one_line(tmp_path):
 
 def test_the_pieces_joint_streams_are_a_whole_model_option(tmp_path, monkeypatch):
     """Each piece picks its option on streams: the whole model is then also tried on those streams."""
-    pieces_mod = importlib.import_module("gspo.search.pieces")  # where each piece's option is picked
     from gspo.zoo import build
 
     fakes(monkeypatch)
-    real_pick = pieces_mod.pick
-
-    def streams_for_pieces(outcomes, baseline, *args, **kwargs):
-        if baseline == "unmodified":
-            return next((o for o in outcomes if o.label == "unmodified+streams"), outcomes[0])
-        return real_pick(outcomes, baseline, *args, **kwargs)
-
-    monkeypatch.setattr(pieces_mod, "pick", streams_for_pieces)
+    timings = ScriptedTimings({"unmodified+streams": (0.5,) * 30})  # each piece on its streams measures fastest
     result = optimize(build("nasnet_mobile", "tiny"), device="cuda", profile=str(gpu_profile(tmp_path / "p.json")),
-                      time_budget=None, jobs=1, timing_runs=5, budget=2, threshold=40, use_rules=False)
-    assert result.report["pieces"] > 1
+                      time_budget=None, jobs=1, timing_runs=5, budget=2, threshold=40, use_rules=False,
+                      strategies=Strategies(measure=timings))
+    assert result.report["pieces"] > 1 and timings.pieces
     final = {c["label"]: c for c in result.report["final_candidates"]}
     assert "optimized+joint" in final and final["optimized+joint"]["rejected"] is None
+
+
+def test_the_device_names_its_profile_executor_streams_and_report_block():
+    """``--device`` picks a Device strategy; the CPU's changes nothing (the CPU executor, a stream per core)."""
+    from gspo.search.device import CUDA_STREAMS
+
+    cpu, cuda = device_of("cpu"), device_of("cuda", "torch")
+    assert isinstance(cpu, CpuDevice) and isinstance(cuda, CudaDevice) and cuda.runtime == "torch"
+    assert cpu.executor() is None and cpu.streams(6) == 6 and cpu.places_on_backends
+    assert cuda.streams(6) == CUDA_STREAMS and not cuda.places_on_backends
+    assert cpu.report().to_json()["device"] == "cpu" and cpu.profile(None, True).device.startswith("cpu:")

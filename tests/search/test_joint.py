@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gspo.partition import partition
+from gspo.search.candidate import Candidate
 from gspo.search.joint import joint_option, joint_schedule
-from gspo.search.trial import Option
 from gspo.streams import Schedule, assign_streams, check_schedule
 from gspo.zoo import build
 from tests.helpers import branchy
@@ -22,7 +22,7 @@ def test_pieces_on_one_stream_give_no_joint_option():
     g = branchy()
     assert joint_schedule(g, [None]) is None
     assert joint_schedule(g, [Schedule.single(g)]) is None
-    assert joint_option(g, [Option("unmodified", g)], (), lambda g, s: 0.0) == []
+    assert joint_option(g, [Candidate(g, label="unmodified")], (), lambda g, s: 0.0) == []
 
 
 def test_several_pieces_reuse_the_streams_one_after_another():
@@ -36,6 +36,6 @@ def test_several_pieces_reuse_the_streams_one_after_another():
     assert s.num_streams == 2
     want = {op: k for sch in schedules for op, k in sch.stream_of().items()}
     assert s.stream_of() == want  # every op on the stream its piece gave it
-    [option] = joint_option(merged, [Option("c", p.graph, sch) for p, sch in zip(parts.pieces, schedules)], ("R",),
+    [option] = joint_option(merged, [Candidate(p.graph, sch, label="c") for p, sch in zip(parts.pieces, schedules)], ("R",),
                             lambda g, sch: 1.0)
-    assert option.label == "optimized+joint" and option.schedule == s and option.estimated_s == 1.0
+    assert option.label == "optimized+joint" and option.schedule == s and option.estimate == 1.0

@@ -1,13 +1,13 @@
-"""optimize's memory: a model whose output is as large as its input peaks at a small multiple of
-the input, with every backend installed here compared on it."""
+"""optimize's memory: on a model whose output is as large as its input, the arrays gspo itself
+holds (numpy's allocations, which tracemalloc follows) peak at a small multiple of the input,
+with every backend installed here compared on it. The runtimes' own working memory is theirs
+and varies with the machine, so it is not what is measured."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-
-import pytest
 
 _CHILD = r"""
 import json, sys
@@ -18,6 +18,7 @@ from gspo.runtime.backends import available_backends
 backends = available_backends()
 if "openvino" in backends:
     import openvino  # its libraries loaded before the baseline, as the runtime's are
+import tracemalloc
 import onnxruntime
 
 rows, cols = int(sys.argv[1]), int(sys.argv[2])
@@ -28,19 +29,13 @@ model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir
 path = sys.argv[3]
 onnx.save(model, path)
 
-def status(key):
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key + ":"))
-
-# VmHWM is this process's own peak (getrusage's ru_maxrss keeps the parent's across fork and exec)
-base = status("VmRSS")
-gspo.optimize(path, backends=backends, time_budget=30, seed=0)
-peak = status("VmHWM")
-print(json.dumps({"base": base, "peak": peak, "backends": list(backends)}))
+tracemalloc.start()
+gspo.optimize(path, backends=backends, time_budget=None, seed=0, budget=2, timing_runs=5)
+_, peak = tracemalloc.get_traced_memory()
+print(json.dumps({"peak": peak, "backends": list(backends)}))
 """
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_large_output_is_held_once_not_once_per_runtime(tmp_path):
     rows, cols = 9000, 9000  # 324 MB in, 324 MB out: above what is spilled to a file
     size = rows * cols * 4
@@ -48,8 +43,7 @@ def test_a_large_output_is_held_once_not_once_per_runtime(tmp_path):
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    # the random input and one output (2.35x measured, with the runtimes' own working memory);
-    # the reference's output waits in a file while candidates run, and onnxruntime and OpenVINO
-    # write into the same reused array (each holding its own copy, and OpenVINO a second one,
-    # took over 4x)
-    assert got["peak"] - got["base"] < 3 * size, (got, size)
+    # the random input and one output at a time: the reference's output waits in a file while
+    # candidates run, and onnxruntime and OpenVINO write into the same reused array (each
+    # holding its own copy, and OpenVINO a second one, took over 4x)
+    assert got["peak"] < 2.5 * size, (got, size)

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import pytest
 
+import gspo.search.decide as decide
 from gspo.runtime import Timing
 from gspo.search import OptimizeConfig, optimize
-from gspo.search.budget import Shares
-from gspo.search.trial import Option, Outcome
+from gspo.search.candidate import Candidate, Measured
+from gspo.search.strategies import Strategies
 from gspo.streams import Schedule, node_id
 from gspo.zoo import build
+from tests.search.fakes import FakeClock, ScriptedTimings
 
 FAST = dict(budget=4, timing_runs=5, backends=("ort",))
-opt = sys.modules["gspo.search.optimize"]
-
-
-@pytest.fixture
-def scripted_options(monkeypatch):
-    """Only the options these tests script timings for (no thread-setting variants, which would
-    be timed for real beside scripted figures)."""
-    monkeypatch.setattr(opt, "thread_options", lambda options, deadline=None: [])
 
 
 def test_the_process_pool_finds_what_one_process_finds():
@@ -36,76 +28,63 @@ def test_the_process_pool_finds_what_one_process_finds():
     assert one.graph.key == two.graph.key
 
 
-def _faster_then(second: float):
-    """A Trial.time that makes 'optimized' 2x faster the first time, ``second`` x the original's
-    median the second time (the confirmation)."""
-    real = opt.Trial.time
-    calls = []
+#: The pieces' rewrites measure twice as fast as the pieces as given, so that the merged model
+#: ("optimized") differs from the input.
+_PIECES_FASTER = {"candidate0": (0.5,) * 30, "greedy": (0.5,) * 30}
 
-    def time(self, runs, budget=None, labels=None):
-        out = real(self, runs, budget, labels)
-        base = next((o.timing for o in out if o.label == "original"), None)
-        if base is None:  # a piece's trial, not the whole model's
-            return out
-        calls.append(labels)
-        factor = 0.5 if len(calls) == 1 else second
-        return [Outcome(o.option, type(base)(o.label, tuple(t * factor for t in base.seconds)), o.rejected, o.diffs)
-                if o.label == "optimized" and o.timing else o for o in out]
 
-    return time, calls
+def _optimize(g, timings: ScriptedTimings, **options):
+    return optimize(g, jobs=1, time_budget=None, **FAST, **options, strategies=Strategies(measure=timings))
 
 
 @pytest.mark.parametrize("second, kept", [(1.5, "original"), (0.5, "optimized")])
-def test_a_final_choice_must_hold_in_a_second_timing(monkeypatch, scripted_options, second, kept):
-    time, calls = _faster_then(second)
-    monkeypatch.setattr(opt.Trial, "time", time)
-    r = optimize(build("inception_v3", "tiny"), jobs=1, use_streams=False, **FAST)
-    assert ("original", "optimized") in calls  # a timing of just these two confirmed it
+def test_a_final_choice_must_hold_in_a_second_timing(second, kept):
+    """'optimized' twice as fast in the first timing, ``second`` x the original in its own."""
+    timings = ScriptedTimings({**_PIECES_FASTER, "original": (1.0,) * 30,
+                               "optimized": lambda k: (0.5 if k == 1 else second,) * 30})
+    r = _optimize(build("inception_v3", "tiny"), timings, use_streams=False)
+    assert timings.whole[1] == ("original", "optimized")  # a timing of just these two confirmed it
     assert r.report["chosen"] == kept
 
 
-def _scattered(shared: bool):
-    """A Trial.time whose whole-model timings scatter over +-20% in 30 rounds, 'optimized' 8%
-    faster by median: its scatter either the original's round by round (a drift of the machine
-    both feel), or the same values in the opposite order (slow where the original is fast, so
-    that it wins about as many rounds as it loses)."""
-    real = opt.Trial.time
+def _scattered(shared: bool) -> ScriptedTimings:
+    """Whole-model timings that scatter over +-20% in 30 rounds, 'optimized' 8% faster by median:
+    its scatter either the original's round by round (a drift of the machine both feel), or the
+    same values in the opposite order (slow where the original is fast, so that it wins about as
+    many rounds as it loses)."""
     mine = np.random.default_rng(0).uniform(0.8, 1.2, 30)
     theirs = np.empty(30)
     theirs[np.argsort(mine)] = np.sort(mine)[::-1]
-
-    def time(self, runs, budget=None, labels=None):
-        out = real(self, runs, budget, labels)
-        base = next((o.timing for o in out if o.label == "original"), None)
-        if base is None:
-            return out
-        scale = {"original": mine, "optimized": 0.92 * (mine if shared else theirs)}
-        return [Outcome(o.option, type(base)(o.label, tuple(base.median * scale[o.label])), o.rejected, o.diffs)
-                if o.timing and o.label in scale else o for o in out]
-
-    return time
+    return ScriptedTimings({**_PIECES_FASTER, "original": tuple(mine),
+                            "optimized": tuple(0.92 * (mine if shared else theirs))})
 
 
 @pytest.mark.parametrize("shared, kept", [(False, "original"), (True, "optimized")])
-def test_a_speedup_within_the_timings_spread_is_kept_only_when_it_holds_round_by_round(monkeypatch, scripted_options,
-                                                                                       shared, kept):
+def test_a_speedup_within_the_timings_spread_is_kept_only_when_it_holds_round_by_round(shared, kept):
     """8% faster by median within a +-20% spread: noise when 'optimized' wins only some of the
     rounds (the input stays); a steady gain when it is faster in every round (it is kept)."""
-    monkeypatch.setattr(opt.Trial, "time", _scattered(shared))
-    r = optimize(build("inception_v3", "tiny"), jobs=1, use_streams=False, **FAST)
+    r = _optimize(build("inception_v3", "tiny"), _scattered(shared), use_streams=False)
     assert r.report["chosen"] == kept and r.unchanged == (kept == "original")
     if kept == "optimized":
         assert r.report["verdict"] == "faster" and r.report["rounds_faster"] == [30, 30]
         assert r.report["timing_spread"] > r.report["speedup"] - 1
 
 
-def test_anytime_drops_the_least_promising_options_when_time_runs_short(monkeypatch):
-    """With no time left for verification, each piece keeps only its first option (the
-    unmodified piece): nothing is measured beyond it, and the result is the input."""
-    monkeypatch.setattr(opt, "SHARES", Shares(final=0.99))  # the whole budget reserved for the final step
-    r = optimize(build("inception_v3", "tiny"), jobs=1, time_budget=5, **FAST)
+def test_anytime_drops_the_least_promising_options_when_time_runs_short():
+    """With no time left for verification (the clock jumps to just before the end as the search
+    ends), each piece keeps only its first option (the unmodified piece): nothing is measured
+    beyond it, and the result is the input."""
+    clock = FakeClock()
+
+    def progress(phase, done, total):
+        if phase == "search" and done == total:
+            clock.advance(4.9)
+
+    timings = ScriptedTimings({**_PIECES_FASTER, "original": (1e-3,) * 30})
+    r = optimize(build("inception_v3", "tiny"), jobs=1, time_budget=5, **FAST, progress=progress,
+                 strategies=Strategies(measure=timings, clock=clock))
     assert r.report["pieces"] > 1
-    assert all(len(p["candidates"]) == 0 for p in r.report["pieces_detail"])
+    assert all(len(p["candidates"]) == 0 for p in r.report["pieces_detail"]) and timings.pieces == []
     assert r.unchanged
 
 
@@ -118,8 +97,8 @@ class _Retimed:
 
     def time(self, runs, budget=None, labels=None):
         self.timed.append(labels)
-        return [Outcome(o.option, Timing(o.label, self.seconds[o.label])) if o.label in self.seconds
-                else Outcome(o.option, rejected="failed while timed: boom") for o in self.outcomes if o.label in labels]
+        return [Measured(o.candidate, Timing(o.label, self.seconds[o.label])) if o.label in self.seconds
+                else Measured(o.candidate, rejected="failed while timed: boom") for o in self.outcomes if o.label in labels]
 
 
 _NOISY = tuple(np.random.default_rng(1).uniform(0.8, 1.2, 30))  # the first timing: a +-20% spread
@@ -134,15 +113,15 @@ def test_the_confirmation_decides_a_one_stream_pick_but_streams_must_beat_the_sp
     first, so it is not even confirmed."""
     g = build("squeezenet", "tiny")
     schedule = Schedule((tuple(node_id(n) for n in g.nodes), ())) if streams else None
-    first = [Outcome(Option("original", g), Timing("original", _NOISY)),
-             Outcome(Option("optimized", g, schedule), Timing("optimized", tuple(0.95 * t for t in reversed(_NOISY))))]
+    first = [Measured(Candidate(g, label="original"), Timing("original", _NOISY)),
+             Measured(Candidate(g, schedule, label="optimized"), Timing("optimized", tuple(0.95 * t for t in reversed(_NOISY))))]
     trial = _Retimed(first, {"original": _DRIFT, "optimized": tuple(0.95 * t for t in _DRIFT)})
-    choice = opt._confirmed(trial, first, OptimizeConfig(), None)
+    choice = decide.confirmed(trial, first, OptimizeConfig(), None)
     assert choice.best.label == kept and choice.outcomes == first
     if kept == "optimized":  # the verdict is that of the confirmation's timing of the two
         assert trial.timed == [("original", "optimized")]
         assert [o.timing.seconds for o in choice.decisive] == [_DRIFT, tuple(0.95 * t for t in _DRIFT)]
-        assert choice.confirmations[0]["confirmed"] and choice.confirmations[0]["rounds_faster"] == [60, 60]
+        assert choice.confirmations[0].confirmed and choice.confirmations[0].rounds_faster == [60, 60]
     else:
         assert trial.timed == [] and choice.decisive == first and choice.confirmations == []
 
@@ -153,25 +132,26 @@ def test_each_contender_is_confirmed_alone_and_the_fastest_confirmed_one_wins():
     third the fastest confirmed; an option slower than the original is not timed again."""
     g = build("squeezenet", "tiny")
     labels = ("a", "b", "c", "slow")
-    first = [Outcome(Option("original", g), Timing("original", _DRIFT))]
-    first += [Outcome(Option(x, g), Timing(x, tuple(f * t for t in _DRIFT))) for x, f in zip(labels, (0.8, 0.9, 0.95, 1.2))]
+    first = [Measured(Candidate(g, label="original"), Timing("original", _DRIFT))]
+    first += [Measured(Candidate(g, label=x), Timing(x, tuple(f * t for t in _DRIFT))) for x, f in zip(labels, (0.8, 0.9, 0.95, 1.2))]
     noisy_a = tuple(0.99 * t for t in _NOISY) * 2  # 1% faster by median: below the margin
     again = {"original": _DRIFT, "a": noisy_a, "b": tuple(0.96 * t for t in _DRIFT), "c": tuple(0.9 * t for t in _DRIFT)}
     trial = _Retimed(first, again)
-    choice = opt._confirmed(trial, first, OptimizeConfig(), None)
+    choice = decide.confirmed(trial, first, OptimizeConfig(), None)
     assert trial.timed == [("original", "a"), ("original", "b"), ("original", "c")]
     assert choice.best.label == "c" and [o.timing.seconds for o in choice.decisive] == [_DRIFT, again["c"]]
-    assert [c["confirmed"] for c in choice.confirmations] == [False, True, True]
+    assert [c.confirmed for c in choice.confirmations] == [False, True, True]
 
 
 def test_a_contender_that_fails_while_timed_again_is_rejected_and_the_input_kept():
     g = build("squeezenet", "tiny")
-    first = [Outcome(Option("original", g), Timing("original", _DRIFT)),
-             Outcome(Option("optimized", g), Timing("optimized", tuple(0.8 * t for t in _DRIFT)))]
-    choice = opt._confirmed(_Retimed(first, {"original": _DRIFT}), first, OptimizeConfig(), None)
+    first = [Measured(Candidate(g, label="original"), Timing("original", _DRIFT)),
+             Measured(Candidate(g, label="optimized"), Timing("optimized", tuple(0.8 * t for t in _DRIFT)))]
+    choice = decide.confirmed(_Retimed(first, {"original": _DRIFT}), first, OptimizeConfig(), None)
     assert choice.best.label == "original" and choice.decisive == first
     assert choice.outcomes[1].timing is None and "boom" in choice.outcomes[1].rejected
-    assert choice.confirmations == [{"label": "optimized", "confirmed": False, "rejected": "failed while timed: boom"}]
+    assert [c.to_json() for c in choice.confirmations] == [
+        {"label": "optimized", "confirmed": False, "rejected": "failed while timed: boom"}]
 
 
 def test_a_large_input_set_is_drawn_once_and_the_report_says_so(monkeypatch):
@@ -197,25 +177,25 @@ def test_the_final_comparison_gives_its_time_to_one_stream_and_whole_backends_be
     g = build("inception_v3", "tiny")
     two = Schedule(tuple((node_id(n),) for n in g.nodes[:2]) + (tuple(node_id(n) for n in g.nodes[2:]),), ())
     half = Placement.of({node_id(g.nodes[0]): "openvino"})
-    given = [Option("original", g, kind="original"), Option("optimized", g, kind="merged"),
-             Option("optimized+streams", g, two, kind="streams"), Option("greedy-whole-model", g, kind="greedy"),
-             Option("original@openvino", g, placement=Placement.whole(g, "openvino"), kind="original"),
-             Option("optimized@openvino", g, placement=Placement.whole(g, "openvino"), kind="merged"),
-             Option("optimized@mixed", g, placement=half, kind="merged")]
-    assert [o.label for o in opt.by_promise(given)] == [
+    given = [Candidate(g, kind="original", label="original"), Candidate(g, kind="merged", label="optimized"),
+             Candidate(g, two, kind="streams", label="optimized+streams"), Candidate(g, kind="greedy", label="greedy-whole-model"),
+             Candidate(g, placement=Placement.whole(g, "openvino"), kind="original", label="original@openvino"),
+             Candidate(g, placement=Placement.whole(g, "openvino"), kind="merged", label="optimized@openvino"),
+             Candidate(g, placement=half, kind="merged", label="optimized@mixed")]
+    assert [o.label for o in decide.by_promise(given)] == [
         "original", "optimized", "greedy-whole-model", "original@openvino", "optimized@openvino",
         "optimized+streams", "optimized@mixed"]
-    assert opt.by_promise(given[::-1])[0].label == "original"
+    assert decide.by_promise(given[::-1])[0].label == "original"
 
 
 def test_what_the_options_leave_to_gspo_is_resolved_once_into_them():
     """The stream cap and the search's processes are chosen for the machine in the settings every
     stage reads; the options given are kept as they were."""
     from gspo.search.device import CUDA_STREAMS
-    from gspo.search.optimize import resolved
+    from gspo.search.driver import resolved
 
-    cfg = resolved(OptimizeConfig(seed=3), cores=4)
-    assert (cfg.max_streams, cfg.jobs, cfg.seed) == (4, 4, 3)
-    assert resolved(OptimizeConfig(device="cuda"), cores=4).max_streams == CUDA_STREAMS
-    given = OptimizeConfig(max_streams=2, jobs=1)
+    cfg = resolved(OptimizeConfig.of(seed=3), cores=4)
+    assert (cfg.search.max_streams, cfg.search.jobs, cfg.verify.seed) == (4, 4, 3)
+    assert resolved(OptimizeConfig.of(device="cuda"), cores=4).search.max_streams == CUDA_STREAMS
+    given = OptimizeConfig.of(max_streams=2, jobs=1)
     assert resolved(given, cores=4) == given

@@ -15,7 +15,9 @@ from gspo.runtime import CpuExecutor, make_executor, make_session, random_inputs
 from gspo.runtime.backends import backend_status
 from gspo.search import optimize
 from gspo.search import placement as pl
+from gspo.search.strategies import Strategies
 from gspo.streams import Placement, node_id
+from tests.search.fakes import ScriptedTimings
 
 needs_openvino = pytest.mark.skipif(not backend_status("openvino")[0], reason="OpenVINO is not installed")
 
@@ -35,15 +37,15 @@ def test_mixed_placement_only_where_the_crossings_pay():
     pieces = [make_piece(g, [0, 1]).graph, make_piece(g, [2, 3]).graph]  # the second reads the first's output
     fast_apart = [pl.PieceTimes({"ort": 1e-3, "openvino": 5e-4}), pl.PieceTimes({"ort": 5e-4, "openvino": 1e-3})]
     chosen, est = pl.mixed_placement(pieces, fast_apart, fixed=1e-5, bandwidth=1e10, backends=("ort", "openvino"))
-    assert chosen is not None and est["pieces"] == {"ort": 1, "openvino": 1}
+    assert chosen is not None and est.pieces == {"ort": 1, "openvino": 1}
     expensive, est = pl.mixed_placement(pieces, fast_apart, fixed=1e-3, bandwidth=1e10, backends=("ort", "openvino"))
-    assert expensive is None and est["mixed_s"] > min(est["whole_s"].values())
+    assert expensive is None and est.mixed_s > min(est.whole_s.values())
     same, _ = pl.mixed_placement(pieces, [pl.PieceTimes({"ort": 1e-3, "openvino": 2e-3})] * 2, 0.0, 1e10,
                                  ("ort", "openvino"))
     assert same is None  # every piece prefers one backend: nothing to mix
 
 
-def test_piece_times_are_cached_and_a_second_run_measures_nothing(tmp_path, monkeypatch):
+def test_piece_times_are_cached_and_a_second_run_measures_nothing(tmp_path):
     g = _chain(2)
     feeds = [[random_inputs(g, 0)]]
     db = CalibrationDB(tmp_path / "c.sqlite", "cpu:test", "ort-test")
@@ -53,8 +55,7 @@ def test_piece_times_are_cached_and_a_second_run_measures_nothing(tmp_path, monk
     def no_measuring(*a, **k):
         raise AssertionError("measured again")
 
-    monkeypatch.setattr(pl, "_measure", no_measuring)
-    again = pl.time_pieces([g], feeds, ("ort",), db, runs=3)
+    again = pl.time_pieces([g], feeds, ("ort",), db, runs=3, measure=no_measuring)
     assert again[0].cached and again[0].seconds == first[0].seconds
     db.close()
 
@@ -101,16 +102,13 @@ def test_a_piece_a_backend_cannot_compile_is_refused_with_its_reason_not_fatal(t
 
 
 @needs_openvino
-def test_a_placed_result_is_saved_and_run_as_placed(tmp_path, monkeypatch):
-    """When the whole model on OpenVINO measures fastest, the output carries that placement and
-    gspo run (make_executor) follows it."""
-    import sys
-
-    opt = sys.modules["gspo.search.optimize"]
-    monkeypatch.setattr(opt, "_contenders", lambda outcomes, margin: [o for o in outcomes if o.label == "original@openvino"])
-    monkeypatch.setattr(opt, "_beyond_noise", lambda outcomes, label, margin, alpha=0: label == "original@openvino")
+def test_a_placed_result_is_saved_and_run_as_placed(tmp_path):
+    """When the whole model on OpenVINO measures fastest (in every round, twice as fast), the
+    output carries that placement and gspo run (make_executor) follows it."""
     src = ir.save(_chain(3), tmp_path / "m.onnx")
-    r = optimize(src, budget=2, timing_runs=5, jobs=1, db_path=str(tmp_path / "c.sqlite"), backends=("ort", "openvino"))
+    timings = ScriptedTimings({"original": (1.0,) * 30, "original@openvino": (0.5,) * 30})
+    r = optimize(src, budget=2, timing_runs=5, jobs=1, db_path=str(tmp_path / "c.sqlite"), backends=("ort", "openvino"),
+                 time_budget=None, strategies=Strategies(measure=timings))
     assert r.report["chosen"] == "original@openvino" and r.report["placement"]["chosen"] == {"openvino": 3 * 2}
     out = r.save(tmp_path / "o.onnx")
     g = ir.load(out)

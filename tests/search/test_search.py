@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import time
-
 import numpy as np
 import pytest
 
@@ -14,8 +11,12 @@ from gspo.ir import Literal
 from gspo.rules import DEFAULT_RULES, Rule
 from gspo.rules.edit import Edit
 from gspo.runtime import verify
+from gspo.runtime.verify import Tolerance
 from gspo.search import OptimizeError, SearchConfig, optimize, search
+from gspo.search.deadline import Deadline
+from gspo.search.strategies import Strategies
 from gspo.zoo import build
+from tests.search.fakes import FakeClock
 
 FAST = dict(budget=6, timing_runs=5, jobs=1, backends=("ort",))
 
@@ -25,29 +26,33 @@ def test_search_finds_the_nasrnn_gate_merges():
 
     model = CostModel(load_profile("cpu", force=True))
     g = build("nasrnn", "tiny")
-    result = search(g, model.cost, SearchConfig(budget=30, use_streams=False))
-    assert result.best.cost < result.start.cost
-    assert {"MergeMatMulsIntoAdd", "MergeParallelMatMuls"} & set(result.best.applied)
-    assert all(c.cost < result.start.cost for c in result.candidates)
-    assert [c.cost for c in result.candidates] == sorted(c.cost for c in result.candidates)  # no streams: one list
-    again = search(g, model.cost, SearchConfig(budget=30, use_streams=False))
+    result = search(g, model.cost, SearchConfig(max_expansions=30, use_streams=False))
+    assert result.best.estimate < result.start.estimate
+    assert {"MergeMatMulsIntoAdd", "MergeParallelMatMuls"} & set(result.best.rules)
+    assert all(c.estimate < result.start.estimate for c in result.candidates)
+    assert [c.estimate for c in result.candidates] == sorted(c.estimate for c in result.candidates)  # no streams: one list
+    again = search(g, model.cost, SearchConfig(max_expansions=30, use_streams=False))
     assert again.best.graph.key == result.best.graph.key  # deterministic
 
 
 def test_the_time_budget_stops_the_search_inside_an_expansion():
+    """Each estimate takes 0.05 s on the search's clock: a deadline 0.12 s away ends the first
+    expansion after its third estimate."""
     from gspo.costmodel import CostModel, load_profile
 
     model = CostModel(load_profile("cpu", force=True))
     g = build("nasrnn", "tiny")
+    clock = FakeClock()
+
     def slow_cost(graph, schedule):
-        time.sleep(0.05)
+        clock.advance(0.05)
         return model.cost(graph, schedule)
 
-    full = search(g, model.cost, SearchConfig(budget=1, use_streams=False))
+    full = search(g, model.cost, SearchConfig(max_expansions=1, use_streams=False))
     assert full.generated > 4  # one expansion of this graph has many matches
-    result = search(g, slow_cost, SearchConfig(budget=1, use_streams=False, time_budget=0.12))
-    assert result.expanded == 1 and result.generated < full.generated
-    assert result.seconds < 0.12 + 0.2  # at most one cost evaluation past the deadline
+    result = search(g, slow_cost, SearchConfig(max_expansions=1, use_streams=False), deadline=Deadline.after(0.12, clock))
+    assert result.expanded == 1 and result.generated < full.generated and result.out_of_time
+    assert result.seconds <= 0.12 + 0.05 + 1e-9  # at most one cost evaluation past the deadline
 
 
 @pytest.mark.parametrize("name", ["nasrnn", "inception_v3", "bert"])
@@ -55,7 +60,7 @@ def test_optimize_output_is_equivalent(name, tmp_path):
     g = build(name, "tiny")
     result = optimize(g, **FAST)
     out = result.save(tmp_path / "o.onnx")
-    assert verify(g, ir.load(out), rtol=1e-3, atol=1e-4, runs=2).equivalent
+    assert verify(g, ir.load(out), Tolerance(rtol=1e-3, atol=1e-4), runs=2).equivalent
     r = result.report  # the figures reported are those of the timing that decided
     original = next(c["measured_ms"] for c in r["final_candidates"] if c["label"] == "original")
     decided = {c["label"]: (c["measured_ms"], original) for c in r["final_candidates"]}
@@ -100,15 +105,25 @@ def test_no_streams_writes_no_schedule_and_no_rules_changes_only_the_schedule(tm
     assert stripped.key == g.key
 
 
-def test_whole_model_streams_are_measured_only_when_not_estimated_clearly_slower(monkeypatch):
-    opt = sys.modules["gspo.search.optimize"]
+class _StreamsCost:
+    """The shipped profile's estimates, a schedule on several streams ``factor`` x its one-stream estimate."""
+
+    def __init__(self, factor: float):
+        from gspo.costmodel import CostModel, load_profile
+
+        self.real, self.factor = CostModel(load_profile("cpu", force=True)), factor
+
+    def cost(self, graph, schedule=None):
+        streams = schedule is not None and schedule.num_streams > 1
+        return self.real.cost(graph, None) * (self.factor if streams else 1.0)
+
+
+def test_whole_model_streams_are_measured_only_when_not_estimated_clearly_slower():
     g = build("nasnet_mobile", "tiny")
-    monkeypatch.setattr(opt, "STREAMS_SKIP_MARGIN", -1.0)  # every streams estimate is "clearly slower"
-    r = optimize(g, use_rules=False, **FAST)
+    r = optimize(g, use_rules=False, **FAST, strategies=Strategies(cost_model=_StreamsCost(10.0)))
     assert "optimized+streams" not in [c["label"] for c in r.report["final_candidates"]]
     assert r.report["final_streams_skipped"]["estimated_ms"] > 0 and r.schedule is None
-    monkeypatch.setattr(opt, "STREAMS_SKIP_MARGIN", float("inf"))
-    r = optimize(g, use_rules=False, **FAST)
+    r = optimize(g, use_rules=False, **FAST, strategies=Strategies(cost_model=_StreamsCost(1.2)))
     assert "optimized+streams" in [c["label"] for c in r.report["final_candidates"]]
     assert r.report["final_streams_skipped"] is None
 
@@ -146,12 +161,11 @@ class BreakConvs(Rule):
         return e.commit()
 
 
-def test_a_corrupting_rule_is_caught_by_verification_and_never_written(monkeypatch):
+def test_a_corrupting_rule_is_caught_by_verification_and_never_written():
     from gspo.costmodel import CostModel, load_profile
 
     g = build("squeezenet", "tiny")
     real = CostModel(load_profile("cpu", force=True))
-    opt = sys.modules["gspo.search.optimize"]
     broken_keys = set()  # the broken rewrites are made to look cheaper to the cost model
 
     class Cheap(CostModel):
@@ -167,16 +181,17 @@ def test_a_corrupting_rule_is_caught_by_verification_and_never_written(monkeypat
         return out
 
     rule.apply = apply
-    monkeypatch.setattr(opt, "CostModel", Cheap)
-    r = optimize(g, rules=(rule,), use_streams=False, **FAST)
+    r = optimize(g, rules=(rule,), use_streams=False, **FAST,
+                 strategies=Strategies(cost_model=Cheap(load_profile("cpu", force=True))))
     assert r.report["candidates_rejected_by_verification"] >= 1
-    assert verify(g, r.graph, rtol=1e-3, atol=1e-4).equivalent
+    assert verify(g, r.graph, Tolerance(rtol=1e-3, atol=1e-4)).equivalent
 
 
 def test_a_wrong_final_model_is_refused(monkeypatch):
-    opt = sys.modules["gspo.search.optimize"]
+    from gspo.partition import Partition
+
     g = build("squeezenet", "tiny")
-    real_merge = type(opt.partition(g, 64)).merge
+    real_merge = Partition.merge
 
     def broken_merge(self, replacements=None):
         merged = real_merge(self, replacements)
@@ -184,7 +199,7 @@ def test_a_wrong_final_model_is_refused(monkeypatch):
         w = merged.weights[conv.inputs[1]].evaluate(merged.store) * 3
         return merged.replace_nodes(weights={conv.inputs[1]: Literal.from_array(w.astype(np.float32))})
 
-    monkeypatch.setattr(type(opt.partition(g, 64)), "merge", broken_merge)
+    monkeypatch.setattr(Partition, "merge", broken_merge)
     with pytest.raises(OptimizeError, match="differs from the original"):
         optimize(g, **FAST)
 

@@ -13,20 +13,21 @@ from gspo.ir.metadata import metadata_value, with_metadata
 from gspo.runtime import CpuExecutor, random_inputs
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, saved_settings, with_settings
 from gspo.search import optimize
-from gspo.search.settings import (
+from gspo.search.candidate import Candidate
+from gspo.search.deadline import Deadline
+from gspo.search.strategies import Strategies
+from gspo.search.threads import (
     option_backend,
     session_bytes,
     settings_report,
     settled,
     thread_options,
 )
-from gspo.search.trial import Option, Outcome
 from gspo.streams import Placement, Schedule, node_id
 from gspo.zoo import build
 from tests.helpers import branchy
+from tests.search.fakes import ScriptedTimings
 
-opt = sys.modules["gspo.search.optimize"]
-settings_mod = sys.modules["gspo.search.settings"]
 FAST = dict(budget=4, timing_runs=5, backends=("ort",), jobs=1, use_streams=False)
 
 
@@ -34,8 +35,8 @@ def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_fiel
     g = branchy()
     two = Schedule(tuple((node_id(n),) for n in g.nodes[:2]) + (tuple(node_id(n) for n in g.nodes[2:]),), ())
     half = Placement.of({node_id(g.nodes[0]): "openvino"})
-    options = [Option("original", g), Option("original@openvino", g, placement=Placement.whole(g, "openvino")),
-               Option("optimized+streams", g, two), Option("optimized@mixed", g, placement=half)]
+    options = [Candidate(g, label="original"), Candidate(g, placement=Placement.whole(g, "openvino"), label="original@openvino"),
+               Candidate(g, two, label="optimized+streams"), Candidate(g, placement=half, label="optimized@mixed")]
     added = thread_options(options, cores=4)
     assert [(o.label, o.settings) for o in added] == [
         ("original[threads=1]", RunSettings(1)), ("original[threads=4]", RunSettings(4)),
@@ -43,18 +44,16 @@ def test_each_whole_model_option_on_one_backend_gets_each_thread_count_as_a_fiel
     assert all(a.graph is g and a.schedule is None for a in added)
     assert [option_backend(o) for o in options] == ["ort", "openvino", None, None]
     assert [o.label for o in thread_options(options, cores=1)] == ["original[threads=1]", "original@openvino[threads=1]"]
-    assert thread_options(options, deadline=0.0) == []  # the time budget spent: none
+    assert thread_options(options, deadline=Deadline(0.0, clock=lambda: 1.0)) == []  # the time budget spent: none
 
 
-def test_a_model_whose_tensors_exceed_the_bound_gets_no_thread_variants(monkeypatch):
+def test_a_model_whose_tensors_exceed_the_bound_gets_no_thread_variants():
     """Each variant is one more session holding the weights and a buffer per value it computes."""
     g = branchy()
     activations = 5 * (1 * 4 * 8 * 8)  # x, both Convs, Add, Relu
     assert session_bytes(g) == 4 * (activations + 4 * 4 * 1 * 1 + 4 * 4 * 3 * 3)
-    monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g) - 1)
-    assert thread_options([Option("original", g)], cores=2) == []
-    monkeypatch.setattr(settings_mod, "MAX_SESSION_BYTES", session_bytes(g))
-    assert len(thread_options([Option("original", g)], cores=2)) == 2
+    assert thread_options([Candidate(g, label="original")], cores=2, max_bytes=session_bytes(g) - 1) == []
+    assert len(thread_options([Candidate(g, label="original")], cores=2, max_bytes=session_bytes(g))) == 2
 
 
 def test_large_values_without_weights_count_against_the_bound():
@@ -62,7 +61,7 @@ def test_large_values_without_weights_count_against_the_bound():
     b = GraphBuilder("relu", seed=0)
     big = b.output(b.op("Relu", [b.input("x", (10000, 10000))])).build()
     assert session_bytes(big) == 2 * 4 * 10000 * 10000
-    assert thread_options([Option("original", big)], cores=2) == []
+    assert thread_options([Candidate(big, label="original")], cores=2) == []
 
 
 def test_a_trial_builds_each_option_with_its_thread_setting():
@@ -77,7 +76,7 @@ def test_a_trial_builds_each_option_with_its_thread_setting():
     trial_mod = sys.modules["gspo.search.trial"]
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(trial_mod, "CpuExecutor", Recording)
-        with trial_mod.Trial(g, [Option("original", g), Option("original[threads=1]", g, settings=RunSettings(1))],
+        with trial_mod.Trial(g, [Candidate(g, label="original"), Candidate(g, settings=RunSettings(1), label="original[threads=1]")],
                              [random_inputs(g, 0)]) as trial:
             assert [o.label for o in trial.equivalent] == ["original", "original[threads=1]"]
     # the reference serves the default option; the threaded one got its own session at 1 thread
@@ -87,27 +86,18 @@ def test_a_trial_builds_each_option_with_its_thread_setting():
     assert built[0]._session.get_session_options().intra_op_num_threads == 0
 
 
-def _one_thread_wins(real):
-    """A Trial.time in which every whole-model timing finds 'original[threads=1]' twice as fast."""
-
-    def time(self, runs, budget=None, labels=None):
-        out = real(self, runs, budget, labels)
-        if not any(o.label == "original" for o in out):
-            return out
-        return [Outcome(o.option, type(o.timing)(o.label, tuple(0.5 * t for t in o.timing.seconds)), o.rejected,
-                        o.diffs) if o.label == "original[threads=1]" and o.timing else o for o in out]
-
-    return time
+def _one_thread_wins() -> Strategies:
+    """Timings in which 'original[threads=1]' runs twice as fast as the original in every round."""
+    return Strategies(measure=ScriptedTimings({"original": (1.0,) * 30, "original[threads=1]": (0.5,) * 30}))
 
 
-def test_a_winning_thread_setting_is_saved_in_the_model_and_reported(monkeypatch, tmp_path):
+def test_a_winning_thread_setting_is_saved_in_the_model_and_reported(tmp_path):
     """The input handed back with onnxruntime on one thread: the file written is no longer the
     bytes read (it carries the setting), and the report says how to run it without gspo."""
     from gspo.ir import save
 
     src = save(build("squeezenet", "tiny"), tmp_path / "in.onnx")
-    monkeypatch.setattr(opt.Trial, "time", _one_thread_wins(opt.Trial.time))
-    r = optimize(src, use_rules=False, **FAST)
+    r = optimize(src, use_rules=False, **FAST, strategies=_one_thread_wins())
     labels = [c["label"] for c in r.report["final_candidates"]]
     assert "original[threads=1]" in labels and "original" in labels
     assert r.report["chosen"] == "original[threads=1]"
@@ -119,23 +109,15 @@ def test_a_winning_thread_setting_is_saved_in_the_model_and_reported(monkeypatch
     assert saved_settings(load(out)) == RunSettings(1)
 
 
-def test_without_a_win_nothing_is_saved(monkeypatch, tmp_path):
+def test_without_a_win_nothing_is_saved(tmp_path):
+    """Every thread setting twice as slow as the original's default."""
     from gspo.ir import save
 
     src = save(build("squeezenet", "tiny"), tmp_path / "in.onnx")
-    real = opt.Trial.time
-
-    def time(self, runs, budget=None, labels=None):  # every setting twice as slow as the original's default
-        out = real(self, runs, budget, labels)
-        base = next((o.timing for o in out if o.label == "original"), None)
-        if base is None:
-            return out
-        return [Outcome(o.option, type(base)(o.label, tuple(2 * t for t in base.seconds)), o.rejected, o.diffs)
-                if o.label != "original" and o.timing else o for o in out]
-
-    monkeypatch.setattr(opt.Trial, "time", time)
-    r = optimize(src, use_rules=False, **FAST)
-    assert r.report["chosen"] != "original[threads=1]"
+    timings = ScriptedTimings({"original": (1.0,) * 30, "original[threads=1]": (2.0,) * 30})
+    r = optimize(src, use_rules=False, **FAST, strategies=Strategies(measure=timings))
+    assert "original[threads=1]" in timings.whole[0]
+    assert r.report["chosen"] == "original"
     assert r.report["settings"]["saved"] is False and r.report["settings"]["advice"] is None
     assert metadata_value(r.graph, SETTINGS_KEY) is None
 
@@ -155,25 +137,25 @@ def test_settled_keeps_the_source_bytes_only_while_the_saved_setting_is_the_file
 
 def test_the_report_names_openvinos_setting_for_a_whole_model_on_openvino():
     g = branchy()
-    option = Option("original@openvino[threads=1]", g, placement=Placement.whole(g, "openvino"), settings=RunSettings(1))
-    assert settings_report(option)["advice"] == "run it with OpenVINO: PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=1"
-    assert settings_report(Option("original", g))["advice"] is None
+    option = Candidate(g, placement=Placement.whole(g, "openvino"), settings=RunSettings(1), label="original@openvino[threads=1]")
+    assert settings_report(option).advice == "run it with OpenVINO: PERFORMANCE_HINT=LATENCY, INFERENCE_NUM_THREADS=1"
+    assert settings_report(Candidate(g, label="original")).advice is None
 
 
-def test_gspo_optimize_prints_the_setting_and_gspo_run_applies_it(monkeypatch, tmp_path):
-    """End to end: the winning setting printed by optimize, saved in the file, and the session
-    gspo run then builds has one intra-op thread."""
+def test_gspo_optimize_prints_the_setting_and_gspo_run_applies_it(monkeypatch, tmp_path, capsys):
+    """End to end: the winning setting printed as optimize prints it, saved in the file, and the
+    session gspo run then builds has one intra-op thread."""
     from click.testing import CliRunner
 
     from gspo.cli import cli
+    from gspo.cli.optimize import _echo_outcome
     from gspo.ir import save
 
     src, out = save(build("squeezenet", "tiny"), tmp_path / "in.onnx"), tmp_path / "out.onnx"
-    monkeypatch.setattr(opt.Trial, "time", _one_thread_wins(opt.Trial.time))
-    result = CliRunner().invoke(cli, ["optimize", str(src), "-o", str(out), "--backends", "ort", "--no-rules",
-                                      "--jobs", "1", "--budget", "2"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    assert "settings: run it with onnxruntime: intra_op_num_threads=1 (saved in the model" in result.output
+    r = optimize(src, use_rules=False, **FAST, strategies=_one_thread_wins())
+    r.save(out)
+    _echo_outcome(r.report, pinned=False)
+    assert "settings: run it with onnxruntime: intra_op_num_threads=1 (saved in the model" in capsys.readouterr().out
     cpu = sys.modules["gspo.runtime.cpu"]
     sessions, real = [], cpu.make_session
     monkeypatch.setattr(cpu, "make_session", lambda *a, **k: sessions.append(real(*a, **k)) or sessions[-1])

@@ -10,13 +10,14 @@ in the model (:func:`settled`) and reported as the setting to use with the plain
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from gspo.ir import Graph
 from gspo.ir.features import nbytes
 from gspo.ir.metadata import metadata_value
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
-from gspo.search.trial import Option
+from gspo.search.candidate import Candidate
+from gspo.search.deadline import Deadline
+from gspo.search.report_parts import SettingsReport
 
 __all__ = ["MAX_SESSION_BYTES", "THREADED_BACKENDS", "option_backend", "session_bytes", "settled", "settings_report",
            "thread_options"]
@@ -32,7 +33,7 @@ _NAMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
 MAX_SESSION_BYTES = 256 * 2**20
 
 
-def option_backend(option: Option) -> str | None:
+def option_backend(option: Candidate) -> str | None:
     """The one backend the whole option runs on (``None``: several, or on streams)."""
     if option.on_streams:
         return None
@@ -43,15 +44,16 @@ def option_backend(option: Option) -> str | None:
     return used[0] if whole else None
 
 
-def thread_options(options: list[Option], deadline: float | None = None, cores: int | None = None) -> list[Option]:
+def thread_options(options: list[Candidate], deadline: Deadline | None = None, cores: int | None = None,
+                   max_bytes: int = MAX_SESSION_BYTES) -> list[Candidate]:
     """Each option on one stream and one threaded backend at every thread count worth trying
-    (none once the ``deadline``, a ``time.perf_counter()`` value, has passed; none for an
-    option whose tensors exceed :data:`MAX_SESSION_BYTES`)."""
-    if deadline is not None and time.perf_counter() > deadline:
+    (none once ``deadline`` has passed; none for an option whose tensors exceed ``max_bytes``,
+    :data:`MAX_SESSION_BYTES`)."""
+    if deadline is not None and deadline.expired():
         return []
     out = []
     for o in options:
-        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and session_bytes(o.graph) <= MAX_SESSION_BYTES:
+        if o.settings.is_default and option_backend(o) in THREADED_BACKENDS and session_bytes(o.graph) <= max_bytes:
             out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
                     for t in thread_counts(cores)]
     return out
@@ -72,7 +74,7 @@ def settled(original: Graph, graph: Graph, settings: RunSettings, source: bytes 
     return graph, source if same else None
 
 
-def settings_report(option: Option) -> dict:
+def settings_report(option: Candidate) -> SettingsReport:
     """The winner's settings for the report: the thread count (0: the backend's default), the
     backend, and, when the result runs on one backend without streams, how to run it there
     without gspo."""
@@ -81,4 +83,4 @@ def settings_report(option: Option) -> dict:
     advice = None
     if backend in THREADED_BACKENDS and not s.is_default:
         advice = f"run it with {_NAMES[backend]}: {s.describe(backend)}"
-    return {"threads": s.threads, "backend": backend, "saved": not s.is_default, "advice": advice}
+    return SettingsReport(s.threads, backend, not s.is_default, advice)

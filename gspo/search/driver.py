@@ -1,0 +1,332 @@
+"""``gspo optimize``: front end, partition, search each piece, verify on the board, merge,
+verify, save.
+
+Never slower, never different: the model the user gave is always a candidate; every other
+candidate is run against it on the same inputs and rejected, with the reason, when onnxruntime
+refuses it or its outputs differ; a merged model that differs from the original is an error
+(nothing is written); and if nothing is measured faster than the original, the original is the
+result.
+
+The steps: :func:`~gspo.search.prepare.prepare` loads the model as given and as the front end
+makes it plain, draws valid inputs and checks the plain graph against the original;
+:func:`~gspo.search.pool.search_pieces` searches the pieces of the plain graph in a process pool;
+:func:`~gspo.search.pieces.verify_pieces` verifies and times each piece's options on the values
+that really reach it; :func:`_final_options` and :func:`_backend_options` (below) build the whole
+models, and :func:`~gspo.search.decide.choose_final` compares them; and
+:func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the input's
+dynamic dimensions. One :class:`~gspo.search.budget.Budget` holds the time of them all; what the
+stages use that a caller may replace (the cost model, the timing function, the clock, the
+device) is one :class:`~gspo.search.strategies.Strategies`; the run's records make the report
+(:func:`~gspo.search.report.build_report`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from gspo.costmodel import CostModel, device_description
+from gspo.costmodel.db import CalibrationCache
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.partition import Partition, partition
+from gspo.precision.stage import exact_seconds, with_precision
+from gspo.rules import WHOLE_MODEL_RULES, apply_greedily
+from gspo.runtime import backends as runtime_backends
+from gspo.runtime.backends import (
+    DEFAULT_BACKEND,
+    available_backends,
+    check_backends,
+)
+from gspo.runtime.verify import check_finite_inputs
+from gspo.search.budget import Budget, Shares
+from gspo.search.build_costs import (
+    partition_seconds,
+    streams_seconds,
+)
+from gspo.search.candidate import (
+    Candidate,
+    distinct,
+    estimate_or,
+)
+from gspo.search.config import (
+    OptimizeConfig,
+    OptimizeError,
+    check_model_and_inputs,
+    check_options,
+    refuse_no_outputs,
+)
+from gspo.search.deadline import Deadline
+from gspo.search.decide import by_promise, choose_final, final_seconds, original_seconds
+from gspo.search.device import Device, device_of
+from gspo.search.dynamic import keeps_dynamic
+from gspo.search.joint import joint_option
+from gspo.search.pieces import VerifiedPieces, verify_pieces
+from gspo.search.placement import default_db_path, measure_crossing, mixed_placement, time_pieces
+from gspo.search.pool import search_pieces
+from gspo.search.prepare import prepare
+from gspo.search.prepared import Prepared
+from gspo.search.report import (
+    Run,
+    WholeModel,
+    build_report,
+)
+from gspo.search.report_parts import (
+    PiecesTimed,
+    PlacementRefusal,
+    PlacementReport,
+    Skip,
+    StreamsSkipped,
+)
+from gspo.search.result import OptimizeResult
+from gspo.search.strategies import Strategies
+from gspo.search.threads import settled, thread_options
+from gspo.streams import Placement, apply_schedule, assign_streams
+
+__all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
+
+log = logging.getLogger(__name__)
+
+#: How ``--time-budget`` is divided among the stages (see :class:`~gspo.search.budget.Shares`).
+SHARES = Shares()
+#: The whole model on streams is left unmeasured when estimated slower than on one stream by more
+#: than this fraction.
+STREAMS_SKIP_MARGIN = 0.25
+
+
+# ---------------------------------------------------------------- whole model
+def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg: OptimizeConfig, tools: Strategies,
+                   allowed, budget: Budget) -> tuple[list[Candidate], StreamsSkipped | None]:
+    """The original, the merged result (and on streams, unless clearly slower by estimate or
+    the time budget is spent), and the whole model rewritten greedily when something can be
+    batched across pieces."""
+    original, plain = prepared.original, prepared.plain
+    options = [Candidate(original, None, (), tools.cost(plain), label="original", kind="original")]
+    # No piece changed: what the front end alone did (folded constants) is no optimization,
+    # so streams, if any, go on the original as given.
+    base = original if merged.key == plain.key else merged
+    if base.key != original.key:
+        options.append(Candidate(merged, None, rules, tools.cost(merged), label="optimized", kind="merged"))
+    skipped = None
+    if cfg.search.use_streams and not budget.fits(streams_seconds(len(base.nodes))):
+        skipped = StreamsSkipped(reason="the time budget was spent")
+        budget.skip("final", "the whole model on streams", "the time budget could not hold assigning them")
+    elif cfg.search.use_streams:
+        option, skipped = _streams_option(base, rules if base is merged else (), tools, cfg.search.max_streams)
+        options += [option] if option is not None else []
+    batching = WHOLE_MODEL_RULES[0]
+    # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
+    # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
+    if cfg.search.use_rules and batching.name in allowed and next(iter(batching.match(plain)), None) is not None:
+        if budget.expired():
+            budget.skip("final", "the whole model rewritten greedily", "the time budget was spent")
+        else:
+            whole, counts = apply_greedily(plain, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
+            if whole.key not in (original.key, merged.key):
+                options.append(Candidate(whole, None, tuple(Counter(counts).elements()), tools.cost(whole),
+                                         label="greedy-whole-model", kind="greedy"))
+    return distinct(options), skipped
+
+
+def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies,
+                    max_streams: int) -> tuple[Candidate | None, StreamsSkipped | None]:
+    """``base`` on streams, unless on one stream already or estimated clearly slower (then why)."""
+    s = assign_streams(base, max_streams=max_streams)
+    if s.num_streams <= 1:
+        return None, None
+    # Measured only when the cost model does not call it clearly slower: a whole large model on
+    # streams costs seconds to build and time (NASNet-A Large: ~0.8 s a run against ~0.53 s on
+    # one stream), and "clearly" is beyond the parallel model's mean error (about 20%, the
+    # profile's evaluation report).
+    est_streams, est_one = estimate_or(tools.cost, base, s, None), estimate_or(tools.cost, base, None, None)
+    if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
+        return Candidate(base, s, rules, est_streams, label="optimized+streams", kind="streams"), None
+    return None, StreamsSkipped(estimated_ms=est_streams * 1e3, estimated_one_stream_ms=est_one * 1e3)
+
+
+def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], verified: VerifiedPieces,
+                     cfg: OptimizeConfig, tools: Strategies, backends: tuple[str, ...],
+                     budget: Budget) -> tuple[list[Candidate], PlacementReport]:
+    """The original and the optimized model each whole on every other backend, and the
+    optimized model with each piece on its fastest backend when that is estimated to pay (see
+    :mod:`gspo.search.placement`; not when ``budget`` cannot hold timing the pieces); and what
+    was measured, for the report."""
+    others = [b for b in backends if b != DEFAULT_BACKEND]
+    report = PlacementReport(list(backends))
+    if not others:
+        return [], report
+    options = []
+    changed = merged.key != prepared.plain.key  # what the front end alone did is no optimization
+    for b in others:
+        options.append(Candidate(prepared.original, placement=Placement.whole(prepared.original, b),
+                                 label=f"original@{b}", kind="original"))
+        if changed:
+            options.append(Candidate(merged, None, rules, placement=Placement.whole(merged, b), label=f"optimized@{b}",
+                                     kind="merged"))
+    crossing = sum(budget.rates.estimate(b, 2) for b in backends)
+    pieces, boundary = [o.graph for o in verified.chosen], verified.boundary
+    if boundary is None or not budget.fits(crossing):
+        if boundary is not None:
+            budget.skip("placement", "timing the pieces on each backend", "the time budget could not hold it")
+        return options, report
+    db = CalibrationCache(cfg.device.db_path or default_db_path(), device_description("cpu"),
+                          runtime_backends.backend_versions(backends))
+    try:
+        feeds = [boundary.feeds_at(g) for g in pieces]
+        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, budget=budget, measure=tools.measure)
+        fixed, bandwidth = measure_crossing(backends, db)
+    finally:
+        db.close()
+    mixed, estimate = mixed_placement(pieces, times, fixed, bandwidth, backends)
+    refused = [PlacementRefusal(k, b, why) for k, t in enumerate(times) for b, why in t.refused.items()]
+    report = PlacementReport(list(backends), PiecesTimed(estimate, fixed, refused, sum(t.cached for t in times)))
+    if mixed is not None:
+        options.append(Candidate(merged, None, rules, placement=mixed, label="optimized@mixed", kind="merged"))
+    return options, report
+
+
+def resolved(cfg: OptimizeConfig, cores: int | None = None, device: Device | None = None) -> OptimizeConfig:
+    """``cfg`` with what it leaves to gspo chosen for this machine, as every stage reads it: the
+    stream cap (``max_streams``: the device's, :meth:`~gspo.search.device.Device.streams`) and the
+    search's processes (``jobs``: one per core, and never more than the cores)."""
+    cores = cores or os.cpu_count() or 1
+    device = device or device_of(cfg.device.name, cfg.device.cuda_runtime)
+    return cfg.replace(max_streams=cfg.search.max_streams or device.streams(cores),
+                       jobs=min(cfg.search.jobs or cores, cores))
+
+
+def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
+                 tools: Strategies, backends: tuple[str, ...], budget: Budget) -> WholeModel:
+    """The pieces' choices merged, the whole-model candidates built (streams, greedy, backends),
+    verified and timed against the original: the choice, what was skipped, and what the
+    placement measured."""
+    chosen = pieces.chosen
+    if not budget.fits(original_seconds(prepared, budget)):
+        original = Candidate(prepared.original, None, (), tools.cost(prepared.plain), label="original", kind="original")
+        return WholeModel(choose_final(prepared, [original], cfg, tools, budget), None, PlacementReport(list(backends)))
+    merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.plain
+    rules = tuple(r for o in chosen for r in o.rules)
+    allowed = {r.name for r in cfg.search.rules}
+    final, skipped = _final_options(prepared, merged, rules, cfg, tools, allowed, budget)
+    if not tools.device.places_on_backends:  # the pieces' own streams on the whole model
+        final += joint_option(merged, chosen, rules, tools.cost) if cfg.search.use_streams else []
+        options = distinct(final)
+        return WholeModel(choose_final(prepared, options, cfg, tools, budget), skipped,
+                          PlacementReport([tools.device.name]))
+    placed, placement_report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends,
+                                                budget.until_final())
+    options = by_promise(distinct(final + placed))
+    threaded = thread_options(options, budget.end)  # the CPU backends' thread counts
+    choice = choose_final(prepared, distinct(options + threaded), cfg, tools, budget)
+    return WholeModel(choice, skipped, placement_report)
+
+
+def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: Budget,
+            progress) -> tuple[Partition | None, list]:
+    """The model partitioned and each piece searched, in the search's share of ``budget``
+    (``None`` and nothing when loading spent it all)."""
+    if not budget.fits(partition_seconds(len(prepared.plain.nodes), cfg.search.threshold)) or budget.expired():
+        budget.skip("search", "partitioning, searching, verifying and placing the pieces",
+                    "the time budget could not hold partitioning the model")
+        return None, []
+    parts = partition(prepared.plain, cfg.search.threshold, rules=cfg.search.rules)
+    seconds, share = budget.search_seconds(len(parts.pieces), cfg.search.jobs), budget.search_share()
+    searched = search_pieces(parts.pieces, tools.cost, cfg, seconds, progress, share.end)
+    for r in searched:
+        if r.lost:  # its search process died or overstayed: the piece is kept as given
+            budget.skip("search", f"searching piece {r.index}", r.lost)
+    cut = sum(1 for r in searched if r.out_of_time)
+    if cut:
+        budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
+                    "each piece's share of the search's time ended")
+    return parts, searched
+
+
+def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = None, *,
+             progress: Callable[[str, int, int], None] | None = None,
+             input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: Mapping[str, np.ndarray] | None = None,
+             strategies: Strategies | None = None, **options) -> OptimizeResult:
+    """Optimize a model (a path or a :class:`~gspo.ir.Graph`) with ``config`` (default: the
+    defaults), any :class:`OptimizeConfig` field given as a keyword option replacing its value.
+
+    Everything after the call counts against ``time_budget`` (loading, the front end, the
+    search, verifying and placing the pieces, building and timing the whole models): work that
+    would run past it is skipped, and the report lists it under ``skipped``; with no time left
+    for the final comparison the input is handed back unchanged.
+
+    Args:
+        model: the ``.onnx`` path (its dynamic dimensions get defaults unless ``input_shapes``
+            pins them; the result keeps them dynamic when it computes the same at other sizes),
+            or a loaded graph.
+        progress: called with ``(phase, done, total)`` on long work.
+        input_shapes: static shapes for graph inputs (``--input-shape``).
+        inputs: feeds to verify and time with (``--inputs``); valid random ones otherwise.
+        strategies: the cost model, the timing function and the clock to use instead of the
+            profile's cost model, :func:`gspo.runtime.interleaved` and :func:`time.perf_counter`
+            (:class:`~gspo.search.strategies.Strategies`; tests pass fakes).
+
+    Returns:
+        :class:`OptimizeResult` with the optimized graph, its schedule (``None``: one stream)
+        and a report (the same as ``gspo optimize --report``).
+
+    Raises:
+        OptimizeError: the optimized model's outputs differ from the original's.
+        GspoError: bad input (model, profile, options), or a model onnxruntime cannot run.
+    """
+    given = check_options(options, config)
+    check_model_and_inputs(model, inputs)
+    tools = strategies or Strategies()
+    if tools.device is None:
+        tools = dataclasses.replace(tools, device=device_of(given.device.name, given.device.cuda_runtime))
+    cfg = resolved(given, device=tools.device)
+    skipped: list[Skip] = []  # the report's log of the work skipped to hold the time budget
+    budget = Budget(exact_seconds(cfg), SHARES, clock=tools.clock, log=skipped)
+    profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
+    tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
+    try:
+        prepared = prepare(model, input_shapes, inputs, cfg, budget)
+    except GspoError:
+        refuse_no_outputs(model)  # onnxruntime's own words on a model with no outputs are a page of C++
+        raise
+    if inputs is not None:
+        check_finite_inputs(prepared.feeds[0], "--inputs")  # all NaN: every comparison would compare nothing
+    backends = check_backends(cfg.device.backends if cfg.device.backends is not None else available_backends())
+    if tools.device.places_on_backends:
+        budget.reserve_final(final_seconds(prepared, backends, budget))
+    show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
+    parts, searched = _search(prepared, cfg, tools, budget, show("search"))
+    t_search = budget.clock() - budget.started
+    placing = any(b != DEFAULT_BACKEND for b in backends)
+    pieces = verify_pieces(prepared, parts, searched, cfg, tools, placing, budget, show("verify"))
+    whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, budget)
+    run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, skipped)
+    whole_budget = Deadline(None if cfg.timing.time_budget is None else budget.started + cfg.timing.time_budget, budget.clock)
+    return with_precision(_result(run, cfg), prepared, cfg, backends, whole_budget, progress)
+
+
+def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:
+    """The chosen candidate as optimize's result, with its report (which shows the options as
+    given, before :func:`resolved`); ``cfg``: the options resolved."""
+    prepared, best = run.prepared, run.whole.choice.best
+    graph, schedule, placement = best.candidate.graph, best.candidate.schedule, best.candidate.placement
+    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, run.budget)
+    if schedule is not None:
+        graph = apply_schedule(graph, schedule)
+    graph, source = settled(prepared.original, graph, best.candidate.settings, prepared.data)
+    report = build_report(run, graph, dynamic_note)
+    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)
+
+
+def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Budget) -> tuple[bool, str]:
+    """:func:`~gspo.search.dynamic.keeps_dynamic`, when the budget holds the two sessions it builds."""
+    changed = prepared.original.extras.defaulted and graph.key != prepared.original.key
+    if changed and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes))):
+        budget.skip("final", "checking the result at other sizes of the dynamic dimensions",
+                    "the time budget could not hold it")
+        return False, "fixed: the time budget left no time to check the result at other sizes"
+    return keeps_dynamic(prepared, graph, schedule, cfg)
