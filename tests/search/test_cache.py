@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 
 import pytest
 
-from gspo.costmodel.db import LOCK_WAIT_S, CalibrationDB
+from gspo.costmodel.db import CalibrationDB
 from gspo.runtime.backends import backend_status
 from gspo.search import optimize
 from tests.helpers import branchy
@@ -37,19 +36,24 @@ def test_optimize_goes_on_without_a_corrupt_cache(tmp_path, caplog):
 
 @needs_openvino
 def test_optimize_waits_on_a_locked_cache_only_briefly(tmp_path, caplog, monkeypatch):
-    """Another process writing the cache: optimize waits on it once, for LOCK_WAIT_S (it waited
-    60 s, then failed with an internal error)."""
+    """Another process writing the cache: optimize waits on it once (sqlite's own wait, LOCK_WAIT_S:
+    tests/costmodel/test_db.py checks the timeout it is given), then skips the cache: it waited
+    60 s, then failed with an internal error."""
     from gspo.costmodel.db import CalibrationCache
 
-    spent = []
+    reached, asked = [], []
     for name in ("get", "put"):
-        def timed(self, *args, _real=getattr(CalibrationCache, name)):
-            start = time.perf_counter()
-            try:
-                return _real(self, *args)
-            finally:
-                spent.append(time.perf_counter() - start)
-        monkeypatch.setattr(CalibrationCache, name, timed)
+        def inner(self, *args, _real=getattr(CalibrationDB, name), _name=name):
+            reached.append(f"{_name} failed")  # until it returns
+            out = _real(self, *args)
+            reached[-1] = _name
+            return out
+
+        def outer(self, *args, _real=getattr(CalibrationCache, name), _name=name):
+            asked.append(_name)
+            return _real(self, *args)
+        monkeypatch.setattr(CalibrationDB, name, inner)
+        monkeypatch.setattr(CalibrationCache, name, outer)
     db = tmp_path / "calibration.sqlite"
     CalibrationDB(db, "dev", "rt").close()
     other = sqlite3.connect(db, isolation_level=None)
@@ -61,5 +65,7 @@ def test_optimize_waits_on_a_locked_cache_only_briefly(tmp_path, caplog, monkeyp
         other.close()
     assert r.report["placement"]["backends"] == list(BACKENDS)
     assert len(_warnings(caplog)) == 1 and "database is locked" in _warnings(caplog)[0]
-    waited = [s for s in spent if s >= LOCK_WAIT_S - 0.1]
-    assert len(waited) == 1, spent  # once, for LOCK_WAIT_S; every later call gave up at once
+    # the database was reached until one call waited on the lock and failed (a write: reads go on
+    # beside the other process' lock); every later lookup or store was answered without it
+    failed = [i for i, call in enumerate(reached) if call.endswith("failed")]
+    assert failed == [len(reached) - 1] and len(asked) > len(reached), (reached, asked)
