@@ -55,8 +55,8 @@ __all__ = ["STATIC_OP_TYPES", "WEIGHTED_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF
 #: outputs are the tensors calibrated.
 STATIC_OP_TYPES = (frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)) - {"BatchNormalization"}
 #: The op types with weights, alone: OpenVINO 2026.4's low-precision transformations refuse the QDQ
-#: form of the default set on transformers (a quantized bias Add after a MatMul in DistilBERT, BERT
-#: and ViT: "[AddTransformation] ... CALLBACK HAS"), and compile this one.
+#: form of the default set on transformers (an Add of a dequantized bias after a MatMul or Gemm in
+#: DistilBERT: "[AddTransformation] ... CALLBACK HAS"); these, with float biases, compile.
 WEIGHTED_OP_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: The op types dynamic quantization is asked for (onnxruntime turns Gemm into MatMul first).
 DYNAMIC_OP_TYPES = ("MatMul",)
@@ -268,14 +268,15 @@ def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> Te
 
 
 def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exclude: Collection[str] = (),
-                    per_channel: bool = True, op_types: Collection[str] = STATIC_OP_TYPES) -> Graph:
+                    per_channel: bool = True, op_types: Collection[str] = STATIC_OP_TYPES,
+                    quantize_bias: bool = True) -> Graph:
     """The graph quantized to int8 in the QDQ format, from precomputed activation ranges.
 
     What ``onnxruntime.quantization.quantize_static`` makes with its defaults and these
     ranges (:func:`activation_ranges`): ``QDQQuantizer``, activations QUInt8 asymmetric,
     weights QInt8 symmetric (per output channel unless ``per_channel`` is false; per tensor below
-    opset 13, where DequantizeLinear has no axis), biases int32, the nodes of ``op_types`` only
-    (default: onnxruntime's default op types). A model below opset 10 is
+    opset 13, where DequantizeLinear has no axis), biases int32 (float unless ``quantize_bias``),
+    the nodes of ``op_types`` only (default: onnxruntime's default op types). A model below opset 10 is
     converted to opset 11 first, as onnxruntime does (through a temporary file of its own).
     Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
     output they read is kept too, and so is every node that reads or writes a tensor whose range
@@ -308,7 +309,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
         per_channel = per_channel and get_opset_version(model) >= 13
         quantizer = QDQQuantizer(model, per_channel, False, QuantType.QInt8, QuantType.QUInt8,
                                  _tensors_data(graph, ranges), [], kept, sorted(op_types),
-                                 {"ActivationSymmetric": False, "WeightSymmetric": True})
+                                 {"ActivationSymmetric": False, "WeightSymmetric": True,
+                                  "QuantizeBias": quantize_bias})
         with _quiet():
             quantizer.quantize_model()
     except GspoError:

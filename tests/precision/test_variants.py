@@ -1,4 +1,4 @@
-"""Static int8 on OpenVINO: the QDQ form OpenVINO compiles, decided once by compiling it apart."""
+"""Static int8 on OpenVINO, in its two QDQ forms: each compiled apart once before it is built."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.builder import GraphBuilder
-from gspo.precision.variants import openvino_static
+from gspo.precision.variants import OPENVINO_FORMS, openvino_static
 from gspo.runtime import random_inputs
 from gspo.runtime.quantize import activation_ranges
 from gspo.streams import node_id
@@ -24,64 +24,83 @@ def _mlp() -> Graph:
     return b.output(b.op("MatMul", [h, b.weight("w2", (32, 8))], out="y")).build()
 
 
+def _gemm() -> Graph:
+    b = GraphBuilder("gemm", seed=4)
+    x = b.input("x", (4, 16))
+    return b.output(b.op("Gemm", [x, b.weight("w", (8, 16)), b.weight("b", (8,), scale=0.1)], transB=1,
+                         out="y")).build()
+
+
 def _ranges(graph: Graph):
     return activation_ranges(graph, [random_inputs(graph, seed=s) for s in range(4)])
 
 
-def _quantized_adds(model: bytes) -> int:
-    """Add nodes whose inputs are all dequantized, its constant bias too (what OpenVINO refused
-    on DistilBERT: an Add of the bias' DequantizeLinear and the MatMul's)."""
-    proto = onnx.load_from_string(model)
-    dq = {o for n in proto.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
-    return sum(1 for n in proto.graph.node if n.op_type == "Add" and set(n.input) <= dq)
-
-
-class _Probe:
-    """Stands in for OpenVINO's compile in a process of its own: refuses a quantized Add if told."""
-
-    def __init__(self, refuse_add: bool, refuse_all: bool = False):
-        self.refuse_add, self.refuse_all, self.seen = refuse_add, refuse_all, []
-
-    def __call__(self, model: bytes) -> str | None:
-        self.seen.append(_quantized_adds(model))
-        if self.refuse_all or (self.refuse_add and self.seen[-1]):
-            return "OpenVINO cannot compile the model: [AddTransformation] refused"
-        return None
+def _all(graph: Graph) -> frozenset[str]:
+    return frozenset(node_id(n) for n in graph.nodes)
 
 
 def _ids(graph: Graph, op_type: str) -> list[str]:
     return [node_id(n) for n in graph.nodes if n.op_type == op_type]
 
 
-def test_the_default_form_is_kept_where_openvino_compiles_it():
+def _dequantized(graph: Graph) -> set[str]:
+    return {v.name for n in graph.nodes if n.op_type == "DequantizeLinear" for v in n.outputs}
+
+
+class _Probe:
+    """Stands in for OpenVINO's compile in a process of its own: records what it was given."""
+
+    def __init__(self, refuse: str | None = None):
+        self.refuse, self.seen = refuse, []
+
+    def __call__(self, model: bytes) -> str | None:
+        self.seen.append(onnx.load_from_string(model))
+        return self.refuse
+
+
+def test_two_forms_each_a_kind_of_its_own():
+    assert [f[1] for f in OPENVINO_FORMS] == ["default", "weighted"]
     g = _mlp()
-    probe = _Probe(refuse_add=False)
-    kind = openvino_static(g, _ranges(g), probe=probe)
-    assert kind.touches(_ids(g, "Add"))  # the bias Add is quantized in the default form
-    built = kind.build(frozenset(node_id(n) for n in g.nodes))
-    assert probe.seen == [1]  # compiled once, with the quantized Add
+    names = {openvino_static(g, _ranges(g), form, probe=_Probe()).name for _, form, _ in OPENVINO_FORMS}
+    assert len(names) == 2
+
+
+def test_the_default_form_quantizes_the_bias_add_and_is_compiled_apart_once():
+    g = _mlp()
+    probe = _Probe()
+    kind = openvino_static(g, _ranges(g), "default", probe=probe)
+    assert kind.touches(_ids(g, "Add"))
+    built = kind.build(_all(g))
+    kind.build(frozenset(_ids(g, "MatMul")))
+    assert len(probe.seen) == 1  # once, before the first build
+    add = next(n for n in built.nodes if n.op_type == "Add")
+    assert set(add.inputs) <= _dequantized(built)  # the bias too
     assert json.loads(built.extras.placement)  # placed whole on OpenVINO
-    assert {n.op_type for n in built.nodes} >= {"QuantizeLinear", "DequantizeLinear"}
 
 
-def test_a_refused_default_form_falls_back_to_the_ops_with_weights():
+def test_the_weighted_form_quantizes_the_ops_with_weights_and_leaves_biases_float():
     g = _mlp()
-    probe = _Probe(refuse_add=True)
-    kind = openvino_static(g, _ranges(g), probe=probe)
+    kind = openvino_static(g, _ranges(g), "weighted", probe=_Probe())
     assert not kind.touches(_ids(g, "Add")) and not kind.touches(_ids(g, "Relu"))
     assert kind.touches(_ids(g, "MatMul")[:1])
-    built = kind.build(frozenset(node_id(n) for n in g.nodes))
-    kind.touches(_ids(g, "MatMul"))
-    assert probe.seen == [1, 0]  # the default form refused, the weighted one compiled; decided once
-    assert sum(1 for n in built.nodes if n.op_type == "DequantizeLinear") >= 2
-    assert "b1" in next(n for n in built.nodes if n.op_type == "Add").inputs  # the bias stays float
+    built = kind.build(_all(g))
+    add = next(n for n in built.nodes if n.op_type == "Add")
+    assert "b1" in add.inputs and "b1" not in _dequantized(built)
+    assert sum(1 for n in built.nodes if n.op_type == "MatMul" and set(n.inputs) <= _dequantized(built)) == 2
+
+    g = _gemm()
+    default = openvino_static(g, _ranges(g), "default", probe=_Probe()).build(_all(g))
+    weighted = openvino_static(g, _ranges(g), "weighted", probe=_Probe()).build(_all(g))
+    assert next(n for n in default.nodes if n.op_type == "Gemm").inputs[2] in _dequantized(default)  # int32
+    gemm = next(n for n in weighted.nodes if n.op_type == "Gemm")
+    assert gemm.inputs[2] == "b" and "b" not in _dequantized(weighted) and gemm.inputs[1] in _dequantized(weighted)
 
 
-def test_both_forms_refused_the_kind_cannot_be_built_and_says_why():
+def test_a_form_openvino_refuses_cannot_be_built_and_says_why():
     g = _mlp()
-    probe = _Probe(refuse_add=True, refuse_all=True)
-    kind = openvino_static(g, _ranges(g), probe=probe)
-    assert kind.touches(_ids(g, "Add"))  # the fit goes on to build it, and reports the reason
-    with pytest.raises(GspoError, match="AddTransformation"):
-        kind.build(frozenset(node_id(n) for n in g.nodes))
-    assert len(probe.seen) == 2
+    probe = _Probe(refuse="OpenVINO cannot compile the model: [AddTransformation] refused")
+    kind = openvino_static(g, _ranges(g), "default", probe=probe)
+    for _ in range(2):
+        with pytest.raises(GspoError, match="AddTransformation"):
+            kind.build(_all(g))
+    assert len(probe.seen) == 1
