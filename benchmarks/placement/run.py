@@ -249,6 +249,17 @@ def _fastest(r, spinning: bool = True) -> tuple[str, float]:
     return label, times[label]
 
 
+def _searched(r, label: str) -> str:
+    """What optimize's own timing measured for its pick and for the contender's configuration."""
+    backend, _, threads = label.partition("@")
+    same = ("original" if backend == "ort" else "original@openvino") + f"[threads={threads}]"
+    mine, theirs = r.get("final_ms", {}).get(r["chosen"]), r.get("final_ms", {}).get(same)
+    if mine is None or theirs is None:
+        return ""
+    order = "as deployed the order of the two reversed" if mine <= theirs else "the pick was slower there too"
+    return f" In optimize's own interleaved timing the pick measured {mine:.2f} ms and {same} {theirs:.2f} ms; {order}."
+
+
 def _why_not_lines(rows) -> list[str]:
     """Per model outside 2% of the fastest contender, what that contender does that gspo's result
     does not, from the measured timings."""
@@ -276,7 +287,7 @@ def _why_not_lines(rows) -> list[str]:
                    "model is that spread's tail, not another configuration.")
         else:
             why = (f"the fastest contender is {label} ({ms:.2f} ms); gspo chose {r['chosen']} ({r['settings']}), "
-                   f"{gspo:.2f} ms as deployed.")
+                   f"{gspo:.2f} ms as deployed." + _searched(r, label))
         lines.append(f"- {r['model']} ({r['ratio_to_best']:.3f}): {why}")
     return lines
 
