@@ -25,7 +25,7 @@ from gspo.ir import Graph
 from gspo.runtime import runtime_version
 from gspo.search.report_parts import DeviceReport, Fallback
 
-__all__ = ["CUDA_STREAMS", "CpuDevice", "CudaDevice", "Device", "device_of", "newest_gpu_profile", "search_profile"]
+__all__ = ["CUDA_STREAMS", "CpuDevice", "CudaDevice", "Device", "device_of", "newest_gpu_profile"]
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +158,3 @@ class CudaDevice:
 def device_of(name: str, runtime: str | None = None) -> Device:
     """The device ``--device`` names (``runtime``: ``--cuda-runtime``, on ``cuda``)."""
     return CudaDevice(runtime) if name == "cuda" else CpuDevice()
-
-
-def search_profile(device: str, name: str | None, force: bool, directory: Path | None = None) -> Profile:
-    """The profile the search ranks candidates with on ``device`` (:meth:`Device.profile`)."""
-    return device_of(device).profile(name, force, directory)

@@ -34,13 +34,11 @@ from gspo.search.budget import Budget
 from gspo.search.build_costs import BuildRates, build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured, compare
 from gspo.search.deadline import Deadline
-from gspo.search.stats import sign_test  # noqa: F401  (gspo.regress.stats reads it here)
 from gspo.search.strategies import Measure
 from gspo.streams import Placement, Schedule
 
 __all__ = ["CONFIRM_MAX_ROUNDS", "CONFIRM_ROUNDS", "MIN_ROUNDS", "ReferenceError_", "Trial", "WARMUP_ROUNDS", "build_seconds",
-           "sample_seconds",
-           "sign_test"]
+           "sample_seconds"]
 
 #: The fewest interleaved rounds a timing takes, however short its budget; and the rounds run
 #: before them, untimed.

@@ -40,13 +40,13 @@ def test_the_users_calibration_is_found_before_the_shipped_profile(cache, caplog
     """The issue's case: `gspo calibrate --device cpu` wrote the user's cpu.json, and the default
     lookup found the shipped Xeon profile first (and warned that it was foreign)."""
     from gspo.costmodel import device_description
-    from gspo.search.device import search_profile
+    from gspo.search.device import CpuDevice
 
     here = device_description("cpu")
     mine = _calibrated(cache, here)
     assert find_profile("cpu", here) == mine
     with caplog.at_level(logging.INFO):
-        profile = search_profile("cpu", None, False)
+        profile = CpuDevice().profile(None, False)
     assert profile.device == here
     messages = [r.getMessage() for r in caplog.records]
     assert any(str(mine) in m and "using the profile" in m for m in messages), messages
