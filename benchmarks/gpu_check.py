@@ -430,7 +430,9 @@ def step_cli(ctx: Ctx) -> dict:
     from gspo.zoo import build
 
     g = build("nasrnn", ctx.size_full)
-    model, out, report = ctx.work / "nasrnn.onnx", ctx.work / "nasrnn_gspo.onnx", ctx.work / "report.json"
+    work = ctx.work / "cli"  # its own folder: figure5 leaves its own nasrnn.onnx in ctx.work
+    work.mkdir(exist_ok=True)
+    model, out, report = work / "nasrnn.onnx", work / "nasrnn_gspo.onnx", work / "report.json"
     save(g, model)
     cuda = ["--device", "cuda", "--cuda-runtime", "torch"]
     rows = [_cli(["optimize", model, "-o", out, *cuda, "--profile", ctx.profile, "--time-budget", ctx.budget,
