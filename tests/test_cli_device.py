@@ -1,5 +1,7 @@
 """``--device cuda`` and ``calibrate --gpu`` without a working CUDA provider: exit 2 and one line
-naming what is missing, never a silent run on the CPU; no onnxruntime at all: one line too."""
+naming what is missing, never a silent run on the CPU; no onnxruntime at all: one line too. What is
+missing is injected (the stand-ins of tests/runtime/fake_cuda.py, which keep the torch CUDA runtime
+out of reach), so that these run on a machine with a GPU too."""
 
 from __future__ import annotations
 
@@ -11,19 +13,20 @@ from click.testing import CliRunner
 
 from gspo import ir
 from gspo.cli import cli
-from gspo.runtime.cuda import gpu_status
 from tests.helpers import branchy, one_line_error
 from tests.runtime import fake_cuda
 from tests.runtime.fake_cuda import CPU, FakeCudart, FakeOrt
-
-HAVE_GPU, _ = gpu_status()
-no_gpu_here = pytest.mark.skipif(HAVE_GPU, reason="a GPU is visible; the no-GPU error cannot be shown")
 
 
 def gspo(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+def no_cuda_provider(monkeypatch) -> list:
+    """A CPU onnxruntime (no CUDAExecutionProvider) and no torch on CUDA; returns the stand-ins' log."""
+    log: list = []
+    fake_cuda.install(monkeypatch, FakeOrt(log, available=(CPU,)), FakeCudart(log), log)
+    return log
 
 
 @pytest.fixture
@@ -31,18 +34,19 @@ def model(tmp_path):
     return ir.save(branchy(), tmp_path / "m.onnx")
 
 
-@no_gpu_here
-def test_run_and_bench_on_cuda_without_its_provider_exit_2_naming_it(model):
+def test_run_and_bench_on_cuda_without_its_provider_exit_2_naming_it(model, monkeypatch):
+    log = no_cuda_provider(monkeypatch)
     for args in (("run", model, "--device", "cuda"), ("bench", model, "--device", "cuda", "--runs", "1")):
         line = one_line_error(gspo(*args))
         assert "--device cuda: " in line and "CUDAExecutionProvider" in line and "gspo[gpu]" in line
+    assert not [e for e in log if e[0] in ("session", "run")]
 
 
-@no_gpu_here
-def test_calibrate_gpu_without_its_provider_exits_2_naming_the_option(tmp_path):
+def test_calibrate_gpu_without_its_provider_exits_2_naming_the_option(tmp_path, monkeypatch):
+    no_cuda_provider(monkeypatch)
     line = one_line_error(gspo("calibrate", "--gpu", "v100", "-o", tmp_path / "p.json", "--budget", "4",
                                "--passes", "1", "--db", tmp_path / "db.sqlite"))
-    assert line.startswith("gspo: error: --gpu: ")
+    assert line.startswith("gspo: error: --gpu: ") and "CUDAExecutionProvider" in line
     assert not (tmp_path / "p.json").exists()
 
 
@@ -67,13 +71,11 @@ def test_no_onnxruntime_installed_is_one_line_naming_the_extras(model):
     assert lines[0].startswith("gspo: error: no onnxruntime is installed") and "gspo[cpu]" in lines[0]
 
 
-@no_gpu_here
 def test_a_model_placed_on_cuda_says_in_one_line_that_cuda_cannot_run_here(tmp_path, monkeypatch):
     """A placement saved on a machine with a GPU, run where there is none: exit 2, one line."""
-    import gspo.runtime.backends as backends
     from gspo.streams import Placement
 
-    monkeypatch.setattr(backends, "_cuda_checked", {})
+    no_cuda_provider(monkeypatch)  # the backends' CUDA status is checked afresh, with the stand-ins
     g = branchy()
     placed = ir.save(g, tmp_path / "placed.onnx", placement=Placement.whole(g, "cuda").to_json())
     for args in (("run", placed), ("bench", placed, "--runs", "1"), ("optimize", placed, "-o", tmp_path / "o.onnx",

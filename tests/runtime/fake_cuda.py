@@ -56,8 +56,10 @@ class FakeCudart:
         cudaErrorInsufficientDriver = Err("cudaErrorInsufficientDriver")
         cudaErrorInvalidResourceHandle = Err("cudaErrorInvalidResourceHandle")
 
-    def __init__(self, log: list, devices: int = 1, device_error=None, driver: int = 12040, fail: str | None = None):
+    def __init__(self, log: list, devices: int = 1, device_error=None, driver: int = 12040, fail: str | None = None,
+                 cuda_python: str = "12.9.1"):
         self.log, self.devices, self.device_error, self.driver, self.fail = log, devices, device_error, driver, fail
+        self.cuda_python = cuda_python  # the cuda-python version "installed" with these bindings (for CUDA 12)
         self._ids = itertools.count()
         self._clock = itertools.count(1)
         self.recorded: dict = {}
@@ -255,12 +257,37 @@ class FakeOrt:
         return FakeSession(self, len(self.sessions) - 1, self.uses, options, cpu)
 
 
+#: Why the torch runtime does not run while the stand-ins are installed.
+TORCH_REFUSED = "the torch runtime is not used with the stand-ins of tests/runtime/fake_cuda.py"
+
+
+def _refuse_torch_cuda(monkeypatch) -> None:
+    """Keep the real torch CUDA runtime out of reach. Every CUDA executor is made by
+    :func:`gspo.runtime.cuda.choice.cuda_executor`, which takes torch only where its status says it
+    runs: that status says no, so ``auto`` takes onnxruntime-gpu (the stand-in) or names both
+    missing, and ``torch`` asked for is an error. (On a GPU, torch would be handed the stand-in's
+    made-up stream handles: a crash.) No runtime is asked for at the start, by the environment or
+    an earlier command; what the test asks for is dropped after it."""
+    from gspo.runtime.cuda import choice
+    from gspo.runtime.torchrt import status as torch_status
+
+    monkeypatch.setattr(torch_status, "torch_status", lambda device_id=0: (False, TORCH_REFUSED))
+    monkeypatch.setattr(choice, "_requested", [])
+    monkeypatch.delenv("GSPO_CUDA_RUNTIME", raising=False)
+
+
 def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None = None, log: list | None = None):
-    """Make ``gspo.runtime.cuda`` see the fakes; returns (log, ort, cudart). The backends'
-    cached CUDA status starts empty and is dropped after the test (a status found with the
-    fakes must not make 'cuda' available to the tests that run later)."""
+    """Make ``gspo.runtime.cuda`` see the fakes; returns (log, ort, cudart).
+
+    They stand in for everything :func:`gspo.runtime.cuda.gpu_status` reads of the machine: the
+    onnxruntime and cuda-python modules, cuda-python's version (``cudart.cuda_python``) and the
+    installed onnxruntime distributions (onnxruntime-gpu alone), so that a real cuda-python or
+    onnxruntime installed here changes nothing. The torch CUDA runtime is out of reach
+    (:func:`_refuse_torch_cuda`): ``--device cuda`` runs on the stand-ins or fails naming what is
+    missing. The backends' cached CUDA status starts empty and is dropped after the test (a status
+    found with the fakes must not make 'cuda' available to the tests that run later)."""
     from gspo.runtime import backends
-    from gspo.runtime.cuda import common, executor
+    from gspo.runtime.cuda import common, executor, status
 
     log = [] if log is None else log
     ort = ort or FakeOrt(log)
@@ -270,6 +297,9 @@ def install(monkeypatch, ort: FakeOrt | None = None, cudart: FakeCudart | None =
     monkeypatch.setattr(common, "import_ort", lambda: ort)
     monkeypatch.setattr(common, "import_cudart", lambda: cudart)
     monkeypatch.setattr(common, "import_cuda_utils", lambda: utils)
+    monkeypatch.setattr(status, "cuda_python_version", lambda: cudart.cuda_python)
+    monkeypatch.setattr(status, "installed_runtimes", lambda: ("onnxruntime-gpu",))
     monkeypatch.setattr(executor, "_arenas", set())
     monkeypatch.setattr(backends, "_cuda_checked", {})
+    _refuse_torch_cuda(monkeypatch)
     return log, ort, cudart

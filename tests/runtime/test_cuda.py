@@ -41,11 +41,16 @@ def kinds(log, kind):
 
 
 # ------------------------------------------------------------- no GPU here
-@pytest.mark.skipif(HAVE_GPU, reason="a GPU is visible; the no-GPU error cannot be shown")
-def test_cuda_without_a_gpu_is_a_clear_error():
-    with pytest.raises(GspoError, match="--device cuda: ") as info:
+def test_cuda_without_a_gpu_is_a_clear_error(monkeypatch):
+    """No device visible (injected: the stand-ins, with the torch runtime out of reach), whatever this machine has."""
+    log: list = []
+    no_device = FakeCudart(log, devices=0, device_error=FakeCudart.cudaError_t.cudaErrorNoDevice)
+    fake_cuda.install(monkeypatch, FakeOrt(log), no_device, log)
+    with pytest.raises(GspoError, match="^--device cuda: no CUDA runtime works here ") as info:
         make_executor(build("resnet50", "tiny"), None, "cuda")
-    assert "\n" not in str(info.value)
+    text = str(info.value)
+    assert "\n" not in text and "onnxruntime: no usable CUDA device (cudaErrorNoDevice" in text
+    assert "torch: " in text and not [e for e in log if e[0] in ("session", "create_stream")]
 
 
 def test_a_cpu_onnxruntime_is_told_to_install_the_gpu_extra(monkeypatch):
@@ -97,6 +102,17 @@ def test_an_old_onnxruntime_without_preload_dlls_still_works(monkeypatch):
     log, ort, _ = fakes(monkeypatch)
     monkeypatch.setattr(FakeOrt, "preload_dlls", property(lambda self: None))
     assert gpu_status()[0] and not kinds(log, "preload_dlls")
+
+
+def test_a_cuda_python_for_another_cuda_is_refused_before_the_device_is_touched(monkeypatch):
+    """cuda-python's version is the stand-in's, not the one installed here."""
+    log: list = []
+    fake_cuda.install(monkeypatch, FakeOrt(log), FakeCudart(log, cuda_python="13.3.1"), log)
+    ok, why = gpu_status()
+    assert not ok and "built for CUDA 12 but cuda-python 13.3.1 is for CUDA 13" in why
+    assert not kinds(log, "preload_dlls") and not kinds(log, "session")
+    fake_cuda.install(monkeypatch, FakeOrt(log), FakeCudart(log, cuda_python="12.9.1"), log)
+    assert gpu_status()[0]
 
 
 def test_cuda_majors_must_match():

@@ -47,7 +47,11 @@ def test_cpu_gets_the_cpu_executor_with_the_schedule_and_computes_what_onnxrunti
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6)
 
 
-def test_cuda_gets_the_cuda_executor_on_the_schedules_streams(cuda_fakes):
+def test_cuda_gets_the_cuda_executor_on_the_schedules_streams(cuda_fakes, monkeypatch):
+    from gspo.runtime.cuda.choice import cuda_runtime
+
+    monkeypatch.setenv("GSPO_CUDA_RUNTIME", "ort")  # the runtime tested: onnxruntime-gpu's, the stand-in
+    assert cuda_runtime() == "ort"
     g = branchy()
     schedule = assign_streams(g)
     with device_executor(g, schedule, "cuda") as ex:

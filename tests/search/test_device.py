@@ -15,7 +15,6 @@ from gspo import ir
 from gspo.cli import cli
 from gspo.costmodel.profile import ProfileError, find_profile
 from gspo.runtime import random_inputs, runtime_version
-from gspo.runtime.cuda import gpu_status
 from gspo.search import optimize
 from gspo.search.candidate import Candidate
 from gspo.search.device import CpuDevice, CudaDevice, device_of, newest_gpu_profile
@@ -26,8 +25,6 @@ from tests.helpers import branchy, one_line_error
 from tests.runtime import fake_cuda
 from tests.runtime.fake_cuda import CPU, CUDA, FakeCudart, FakeOrt
 from tests.search.fakes import ScriptedTimings
-
-HAVE_GPU, _ = gpu_status()
 
 
 def gpu_profile(path, device="cuda:fake", mtime=None):
@@ -49,17 +46,27 @@ def gspo(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+@pytest.fixture
+def ort_keyed(monkeypatch):
+    """GPU profiles keyed as on onnxruntime-gpu (what :func:`gpu_profile` writes), whichever CUDA
+    runtime works on this machine (on one with a CUDA torch, it would be ``torch-X.Y.Z``)."""
+    from gspo.runtime.cuda import choice
+
+    monkeypatch.setattr(choice, "runtime_key", runtime_version)
+
+
 # ------------------------------------------------------------ no CUDA here
-@pytest.mark.skipif(HAVE_GPU, reason="a GPU is visible; the no-GPU error cannot be shown")
-def test_optimize_on_cuda_without_its_provider_exits_2_in_one_line(tmp_path):
+def test_optimize_on_cuda_without_its_provider_exits_2_in_one_line(tmp_path, monkeypatch):
+    fakes(monkeypatch, available=(CPU,))  # a CPU onnxruntime, and no torch on CUDA, whatever this machine has
     model = ir.save(branchy(), tmp_path / "m.onnx")
     line = one_line_error(gspo("optimize", model, "-o", tmp_path / "o.onnx", "--device", "cuda"))
-    assert line.startswith("gspo: error: --device cuda: ") and "gspo[gpu]" in line
+    assert line.startswith("gspo: error: --device cuda: no CUDA runtime works here ")
+    assert "no CUDAExecutionProvider" in line and "gspo[gpu]" in line
     assert not (tmp_path / "o.onnx").exists()
 
 
 # ----------------------------------------------------------------- profile
-def test_the_newest_gpu_profile_in_the_cache_is_chosen(tmp_path):
+def test_the_newest_gpu_profile_in_the_cache_is_chosen(tmp_path, ort_keyed):
     gpu_profile(tmp_path / "old.json", "cuda:v100", mtime=1_000_000)
     gpu_profile(tmp_path / "new.json", "cuda:a100", mtime=2_000_000)
     gpu_profile(tmp_path / "cpu.json", "cpu:xeon", mtime=3_000_000)  # newer, but not a GPU's
@@ -69,7 +76,7 @@ def test_the_newest_gpu_profile_in_the_cache_is_chosen(tmp_path):
     assert CudaDevice().profile(str(tmp_path / "old.json"), False, tmp_path).device == "cuda:v100"
 
 
-def test_without_a_gpu_profile_the_error_says_to_calibrate_one(tmp_path):
+def test_without_a_gpu_profile_the_error_says_to_calibrate_one(tmp_path, ort_keyed):
     gpu_profile(tmp_path / "cpu.json", "cpu:xeon")
     with pytest.raises(ProfileError, match=r"run `gspo calibrate --gpu NAME` first"):
         CudaDevice().profile(None, False, tmp_path)

@@ -4,6 +4,11 @@
 cuda-python, for the same CUDA major; the CUDA and cuDNN libraries preloaded; a visible device;
 a probe session really on the GPU. Each failure is one line saying what to install or fix.
 :func:`device_name` and :func:`device_info` describe the device (for keys and reports).
+
+What the checks read of the machine goes through names looked up at call time, so that the
+stand-ins of ``tests/runtime/fake_cuda.py`` replace all of it: the modules through
+:mod:`gspo.runtime.cuda.common`'s ``import_*``, and on this module ``installed_runtimes`` (the
+onnxruntime distributions) and ``cuda_python_version`` (cuda-python's version).
 """
 
 from __future__ import annotations
@@ -38,13 +43,13 @@ def _major(version: str) -> int | None:
     return int(head) if head.isdigit() else None
 
 
-def _version_problem(ort, cuda_python_version: str) -> str | None:
-    """The onnxruntime-gpu build's CUDA major against cuda-python's."""
+def _version_problem(ort, py_version: str) -> str | None:
+    """The onnxruntime-gpu build's CUDA major against cuda-python's (version ``py_version``)."""
     ort_major = _major(getattr(ort, "cuda_version", "") or "")
-    py_major = _major(cuda_python_version)
+    py_major = _major(py_version)
     if ort_major is not None and py_major is not None and ort_major != py_major:
         return (f"onnxruntime-gpu {ort.__version__} is built for CUDA {ort_major} but cuda-python "
-                f"{cuda_python_version} is for CUDA {py_major}: install matching ones ({GPU_INSTALL}: CUDA {CUDA_MAJOR})")
+                f"{py_version} is for CUDA {py_major}: install matching ones ({GPU_INSTALL}: CUDA {CUDA_MAJOR})")
     return None
 
 
