@@ -43,7 +43,11 @@ def echo_precision(block: PrecisionReport) -> None:
                f"error on the validation data ({block.data['validation']}), budget {block.max_error}:")
     for name, metrics in block.validation.to_json()["outputs"].items():
         click.echo(f"  {name}  {metrics_line(metrics)}")
-    if "bf16" in chosen:
+    if "the rest at bf16" in chosen:
+        click.echo("precision: a standard QDQ int8 model whose placement on OpenVINO at bf16 is saved in its "
+                   "metadata: gspo run, gspo bench and gspo.InferenceSession follow it (plain onnxruntime runs "
+                   "the QDQ model without bf16)")
+    elif "bf16" in chosen:
         click.echo("precision: the bf16 placement is saved in the model's metadata: run it with gspo run, "
                    "gspo bench or gspo.InferenceSession (plain onnxruntime runs it at fp32)")
     elif "openvino" in chosen:

@@ -7,7 +7,8 @@ pieces go back to fp32 one at a time, the one whose error alone is the largest f
 contribution measured on the calibration data, as NNCF's accuracy control ranks layers). A
 combination that holds on the calibration data is then judged on the validation data, which
 nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
-is dropped. The survivors are timed against the fp32 model, interleaved, and the fastest is kept
+is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
+sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, and the fastest is kept
 only when it is faster in so many rounds that chance is ruled out; the budget is never traded
 for speed.
 """
@@ -112,7 +113,8 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
 
 
 def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
-    """Pieces back to fp32, largest error first, until calibration and validation both hold."""
+    """Pieces back to the kind's rest (fp32), largest error first, until calibration and validation
+    both hold."""
     current = list(touched)
     order: list[int] | None = None
     graph, cal = judge(current, "calibration")
@@ -131,9 +133,9 @@ def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
             order = _ranked(current, judge) if len(current) > 1 else list(current)
         worst = order.pop(0)
         current.remove(worst)
-        fitted.pieces[worst] = f"back to fp32: {why}; its error alone ranked {len(touched) - len(current)}"
+        fitted.pieces[worst] = f"back to {fitted.kind.rest}: {why}; its error alone ranked {len(touched) - len(current)}"
         if not current:
-            fitted.note = "every piece went back to fp32 to hold the budget"
+            fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
             return fitted
         graph, cal = judge(current, "calibration")
 

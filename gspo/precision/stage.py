@@ -10,12 +10,22 @@ from collections.abc import Callable, Sequence
 from gspo.ir import Graph
 from gspo.precision.accuracy import Accuracy, ErrorBudget
 from gspo.precision.report import KindReport, PrecisionReport
-from gspo.precision.search import ALPHA, Fitted, Pieces, evaluate, fit, outputs_of, time_fitted
+from gspo.precision.search import (
+    ALPHA,
+    TIMING_RUNS,
+    Fitted,
+    Pieces,
+    evaluate,
+    fit,
+    outputs_of,
+    time_fitted,
+)
 from gspo.precision.variants import kinds, plain, with_placement
 from gspo.search.deadline import Deadline
 from gspo.streams import Placement
 
-__all__ = ["PRECISION_SHARE", "exact_seconds", "refine", "saved_fp32", "with_precision"]
+__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "exact_seconds", "fit_kinds", "fits_deadline", "refine", "saved_fp32",
+           "skipped_for_bf16", "with_precision"]
 
 #: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
 #: exact search gets the rest).
@@ -62,17 +72,16 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     budget = ErrorBudget.parse(cfg.precision.max_error)
     data = precision_data(prepared.original, cfg.precision.calibration, cfg.precision.validation, seed=cfg.verify.seed)
     source = plain(prepared.original)
+    began = deadline.now() if deadline is not None else 0.0
     reference = {"calibration": outputs_of(source, data.calibration),
                  "validation": outputs_of(source, data.validation)}
+    sample_s = (deadline.now() - began) / len(data.calibration + data.validation) if deadline is not None else 0.0
     fp32 = saved_fp32(result)
     base = plain(result.graph)
     pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
     found, notes = kinds(base, cfg.precision.precisions, backends, lambda: activation_ranges(base, data.calibration))
-    fitted = []
-    for k in found:
-        say(f"fitting {k.name}")
-        fitted.append(fit(k, pieces, data, reference, budget, deadline))
+    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, len(found), sample_s), say)
     survivors = [f for f in fitted if f.reduced is not None]
     fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
     fp32_s, rounds = (None, {})
@@ -88,6 +97,50 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
         return dataclasses.replace(result, report=report)
     placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
     return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
+
+
+#: The share of the precision stage's time kept for timing the fitted kinds at the least, and at
+#: the most (the rest is the fits').
+TIMING_SHARE = (0.15, 0.5)
+
+
+def fits_deadline(deadline: Deadline | None, n_kinds: int, sample_s: float) -> Deadline | None:
+    """When the fits of ``n_kinds`` kinds must end: early enough to leave the timing its time, an
+    estimate from ``sample_s`` (one run of the source) of the interleaved rounds of fp32 and every
+    kind, within :data:`TIMING_SHARE` of the time left (``None``: no limit)."""
+    if deadline is None or not deadline.limited:
+        return deadline
+    left = deadline.remaining()
+    rounds = (TIMING_RUNS + 3) * (n_kinds + 1) * sample_s
+    low, high = TIMING_SHARE
+    return deadline.within(left - min(high * left, max(low * left, 2 * rounds)))
+
+
+def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say) -> list[Fitted]:
+    """Every kind fitted in turn, each until an equal share of the time left for the kinds not yet
+    fitted (one kind cannot take the others' time); ``judged``: the data, the source's outputs on
+    it and the budget."""
+    data, reference, budget = judged
+    fitted: list[Fitted] = []
+    for i, k in enumerate(found):
+        say(f"fitting {k.name}")
+        skip = skipped_for_bf16(k, fitted)
+        mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
+        fitted.append(Fitted(k, None, note=skip) if skip else fit(k, pieces, data, reference, budget, mine))
+    return fitted
+
+
+def skipped_for_bf16(kind, fitted: list[Fitted]) -> str | None:
+    """Why ``kind``, whose unquantized pieces run at bf16, is not fitted: bf16 of the whole model
+    did not hold the budget (its fit, earlier in ``fitted``, sent a piece back); ``None``: fit it."""
+    if kind.rest != "bf16":
+        return None
+    whole = next((f for f in fitted if f.kind.precision == "bf16"), None)
+    sent_back = whole is None or whole.reduced is None or any(why.startswith("back to") for why in whole.pieces.values())
+    if not sent_back:
+        return None
+    return ("not fitted: bf16 on openvino of the whole model does not hold the budget, and this kind runs "
+            "every piece it does not quantize at bf16")
 
 
 def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:

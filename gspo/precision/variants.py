@@ -8,7 +8,10 @@ others stay fp32) into a graph with, where needed, a placement:
 * ``int8`` (static QDQ, ranges from the calibration data): a standard ONNX file, run on
   onnxruntime or, placed whole, on OpenVINO in two forms (:data:`OPENVINO_FORMS`); the fastest
   kind that holds the budget is found by timing;
-* ``int8-dynamic`` (onnxruntime's dynamic quantization of MatMul/Gemm weights) on onnxruntime.
+* ``int8-dynamic`` (onnxruntime's dynamic quantization of MatMul/Gemm weights) on onnxruntime;
+* when both are asked, static int8 on OpenVINO with *the rest at bf16*: the QDQ model placed whole
+  on OpenVINO at bf16 inference precision, so the pieces left unquantized run at bf16, not fp32
+  (:attr:`Kind.rest`). Its fit starts only where bf16 of the whole model holds the budget.
 """
 
 from __future__ import annotations
@@ -31,14 +34,16 @@ __all__ = ["PRECISIONS", "Kind", "kinds", "plain", "with_placement"]
 @dataclass(frozen=True)
 class Kind:
     """One way to reduce precision: its name, the precision, the backend it runs on, which pieces
-    it can touch (``touches(ops)``) and how it builds a graph from the set of reduced pieces'
-    node ids (``build(reduced_node_ids)``)."""
+    it can touch (``touches(ops)``), how it builds a graph from the set of reduced pieces'
+    node ids (``build(reduced_node_ids)``), and the precision of the pieces it leaves
+    (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces)."""
 
     name: str
     precision: str
     backend: str
     touches: Callable[[Collection[str]], bool]
     build: Callable[[frozenset[str]], Graph]
+    rest: str = "fp32"
 
 
 def plain(graph: Graph) -> Graph:
@@ -90,10 +95,12 @@ OPENVINO_FORMS = (("int8 on openvino", "default", True), ("int8 on openvino, Con
 
 
 def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], form: str = "default",
-                    probe: Callable[[bytes], str | None] = openvino_probe) -> Kind:
-    """Static int8 on OpenVINO in one of :data:`OPENVINO_FORMS`. Before the fit builds anything,
-    the model with every candidate quantized is compiled in a process of its own (``probe``): a
-    compile that crashes or refuses means the kind cannot be built, with OpenVINO's reason."""
+                    probe: Callable[[bytes], str | None] = openvino_probe, rest: str = "fp32") -> Kind:
+    """Static int8 on OpenVINO in one of :data:`OPENVINO_FORMS`, the unquantized pieces at ``rest``
+    (fp32, or bf16: the model placed on OpenVINO at bf16 inference precision). Before the fit
+    builds anything, the model with every candidate quantized is compiled in a process of its own
+    (``probe``): a compile that crashes or refuses means the kind cannot be built, with OpenVINO's
+    reason."""
     from gspo.runtime.quantize import (
         STATIC_OP_TYPES,
         WEIGHTED_OP_TYPES,
@@ -117,9 +124,26 @@ def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], for
             raise GspoError(refused[0])
         q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced], op_types=op_types,
                             quantize_bias=bias)
-        return with_placement(q, Placement.whole(q, "openvino"))
+        return with_placement(q, Placement.whole(q, backend))
 
-    return Kind(name, "int8", "openvino", lambda ops: any(op in nodes for op in ops), build)
+    backend = "openvino:bf16" if rest == "bf16" else "openvino"
+    name += ", the rest at bf16" if rest == "bf16" else ""
+    return Kind(name, "int8", backend, lambda ops: any(op in nodes for op in ops), build, rest)
+
+
+def _probed_once(probe: Callable[[bytes], str | None]) -> Callable[[bytes], str | None]:
+    """``probe`` that compiles each distinct model once (the kinds of one form share it)."""
+    import hashlib
+
+    seen: dict[bytes, str | None] = {}
+
+    def once(data: bytes) -> str | None:
+        key = hashlib.sha256(data).digest()
+        if key not in seen:
+            seen[key] = probe(data)
+        return seen[key]
+
+    return once
 
 
 def _dynamic(graph: Graph, matmuls: Collection[str]) -> Kind:
@@ -134,9 +158,11 @@ def _dynamic(graph: Graph, matmuls: Collection[str]) -> Kind:
 
 
 def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
-          ranges: Callable[[], Mapping[str, tuple[float, float]]]) -> tuple[list[Kind], list[str]]:
+          ranges: Callable[[], Mapping[str, tuple[float, float]]],
+          probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
     """The kinds ``precisions`` ask for that can run here with ``backends``, and a line for each
-    that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked)."""
+    that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked);
+    ``probe`` compiles a model on OpenVINO in a process of its own."""
     from gspo.runtime.quantize import dynamic_quantizable, quantizable
 
     out: list[Kind] = []
@@ -157,7 +183,10 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
         if q:
             found = ranges()
             out += [_static(graph, found, q)] if "ort" in backends else []
-            out += [openvino_static(graph, found, form) for _, form, _ in OPENVINO_FORMS if "openvino" in backends]
+            rests = ("fp32", "bf16") if any(k.precision == "bf16" for k in out) else ("fp32",)
+            probe = _probed_once(probe)
+            out += [openvino_static(graph, found, form, probe, rest) for rest in rests for _, form, _ in OPENVINO_FORMS
+                    if "openvino" in backends]
         if matmuls:
             out.append(_dynamic(graph, matmuls))
         elif q:

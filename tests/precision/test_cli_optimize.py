@@ -24,3 +24,24 @@ def test_optimize_prints_the_precision_outcome_and_reports_it(tmp_path):
     block = json.loads(report.read_text())["precision"]
     assert block["chosen"] == "fp32" and block["max_error"] == "nmse=1e-14"
     assert ir.load(out).key is not None
+
+
+def test_the_closing_line_says_how_the_chosen_kind_runs(capsys):
+    from gspo.cli.precision import echo_precision
+    from gspo.precision.accuracy import Accuracy
+    from gspo.precision.report import PrecisionReport
+
+    acc = Accuracy({"y": {"nmse": 1e-4}}, (), True, 0.1, 4)
+
+    def block(chosen):
+        return PrecisionReport(["bf16", "int8"], "nmse=1e-3", {"validation": "user: 4 samples"}, [], [], 2, [3, 3],
+                               1.0, acc, [], chosen, 2.0, acc)
+
+    said = {}
+    for chosen in ("int8 on openvino, the rest at bf16", "bf16 on openvino", "int8 on openvino", "int8 on onnxruntime"):
+        echo_precision(block(chosen))
+        said[chosen] = capsys.readouterr().out.splitlines()[-1]
+    assert "QDQ int8 model whose placement on OpenVINO at bf16" in said["int8 on openvino, the rest at bf16"]
+    assert "the bf16 placement is saved in the model's metadata" in said["bf16 on openvino"]
+    assert "standard QDQ int8 model, fast on OpenVINO" in said["int8 on openvino"]
+    assert "plain onnxruntime runs it as fast" in said["int8 on onnxruntime"]

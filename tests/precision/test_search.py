@@ -121,3 +121,36 @@ def test_a_kind_that_touches_nothing_is_dropped_with_the_reason():
 
 def test_chain_is_a_valid_model():
     onnx.checker.check_model(onnx.load_from_string(chain()))
+
+
+def test_the_fits_end_early_enough_to_leave_the_timing_its_time():
+    from gspo.precision.stage import TIMING_SHARE, fits_deadline
+    from tests.search.fakes import FakeClock
+
+    clock = FakeClock(now=0.0)
+    deadline = Deadline.after(100.0, clock)
+    assert fits_deadline(None, 3, 0.1) is None
+    assert not fits_deadline(Deadline.after(None, clock), 3, 0.1).limited
+    low, high = TIMING_SHARE
+    assert fits_deadline(deadline, 3, 0.0).at == 100.0 * (1 - low)  # the least kept for timing
+    assert fits_deadline(deadline, 3, 1.0).at == 100.0 * (1 - high)  # the most
+    rounds = (23 * 4 * 0.1)  # (20 rounds + 3 warm-up) x (fp32 and 3 kinds) x 0.1 s
+    assert abs(fits_deadline(deadline, 3, 0.1).at - (100.0 - 2 * rounds)) < 1e-9
+
+
+def test_a_slow_kind_takes_its_share_of_the_time_not_the_next_kinds():
+    from gspo.precision.stage import fit_kinds
+    from tests.search.fakes import FakeClock
+
+    clock, d = FakeClock(now=0.0), data()
+
+    def slow(reduced):  # every build takes 10 s of the fake clock, and nothing ever holds
+        clock.advance(10.0)
+        return load_bytes(chain(tuple(0.5 if PIECES.ops[i] <= reduced else 0.0 for i in range(3))))
+
+    kinds = [Kind("slow", "int8", "ort", lambda ops: True, slow), fake_kind([])]
+    fitted = fit_kinds(kinds, PIECES, (d, reference(d), ErrorBudget.parse("nmse=1e-4")),
+                       Deadline.after(40.0, clock), lambda text: None)
+    assert fitted[0].reduced is None and fitted[0].note == "the time budget ended before the error was within the budget"
+    assert fitted[1].reduced == (0, 2) and fitted[1].validation.holds  # fitted in the time the slow one left
+    assert clock.now <= 40.0 + 10.0  # the slow kind stopped at its share (one build may run over)

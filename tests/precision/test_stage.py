@@ -88,3 +88,48 @@ def test_whatever_a_loose_budget_picks_holds_it_on_the_validation_data(model, tm
     if block["chosen"] != "fp32":
         assert block["speedup_over_fp32"] > 1.0
         assert np.isfinite(block["fp32_median_ms"])
+
+
+def _bf16_here():
+    from gspo.runtime.backends import backend_status
+
+    ok, why = backend_status("openvino:bf16")
+    if not ok:
+        pytest.skip(f"bf16 on OpenVINO cannot run here: {why}")
+
+
+def test_int8_with_the_rest_at_bf16_waits_for_bf16_of_the_whole_model_to_hold():
+    from gspo.precision.search import Fitted
+    from gspo.precision.stage import skipped_for_bf16
+    from gspo.precision.variants import Kind
+
+    def kind(name, precision, rest="fp32"):
+        return Kind(name, precision, "openvino", lambda ops: True, lambda reduced: None, rest)
+
+    bf16, mixed, plain_int8 = kind("bf16", "bf16"), kind("int8, the rest at bf16", "int8", "bf16"), kind("int8", "int8")
+    whole = Fitted(bf16, (0, 1), pieces={0: "reduced", 1: "reduced"})
+    part = Fitted(bf16, (1,), pieces={0: "back to fp32: the calibration data broke the budget", 1: "reduced"})
+    dropped = Fitted(bf16, None, note="every piece went back to fp32 to hold the budget")
+    assert skipped_for_bf16(mixed, [whole]) is None
+    for fitted in ([part], [dropped], []):
+        assert skipped_for_bf16(mixed, fitted).startswith("not fitted: bf16 on openvino of the whole model")
+    assert skipped_for_bf16(plain_int8, [dropped]) is None
+
+
+def test_with_bf16_and_int8_the_kinds_at_bf16_are_fitted_or_say_why_not(model, tmp_path):
+    _bf16_here()
+    cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
+    options = dict(OPTIONS, backends=("ort", "openvino"))
+    for budget, fitted in (("nmse=1e-14", False), ("nmse=1e-2", True)):
+        block = optimize(model, precision="bf16,int8", max_error=budget, calibration=cal, validation=val,
+                         **options).report["precision"]
+        at_bf16 = [k for k in block["kinds"] if k["kind"].endswith("the rest at bf16")]
+        assert len(at_bf16) == 2 and all(k["backend"] == "openvino:bf16" for k in at_bf16)
+        bf16 = next(k for k in block["kinds"] if k["kind"] == "bf16 on openvino")
+        assert (bf16["pieces_reduced"] == list(range(block["pieces"]))) == fitted
+        for k in at_bf16:
+            not_fitted = (k["dropped"] or "").startswith("not fitted: bf16 on openvino of the whole model")
+            assert not_fitted != fitted
+            assert all(not why.startswith("back to fp32") for why in k["pieces"].values())  # back to bf16
+            if k["validation"] is not None:
+                assert k["validation"]["holds"]

@@ -1,4 +1,5 @@
-"""Static int8 on OpenVINO, in its two QDQ forms: each compiled apart once before it is built."""
+"""Static int8 on OpenVINO, in its two QDQ forms (and, with bf16 asked too, with the rest at bf16):
+each compiled apart once before it is built."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.builder import GraphBuilder
-from gspo.precision.variants import OPENVINO_FORMS, openvino_static
+from gspo.precision.variants import OPENVINO_FORMS, kinds, openvino_static
 from gspo.runtime import random_inputs
 from gspo.runtime.quantize import activation_ranges
 from gspo.streams import node_id
@@ -104,3 +105,30 @@ def test_a_form_openvino_refuses_cannot_be_built_and_says_why():
         with pytest.raises(GspoError, match="AddTransformation"):
             kind.build(_all(g))
     assert len(probe.seen) == 1
+
+
+def _bf16_here():
+    from gspo.runtime.backends import backend_status
+
+    ok, why = backend_status("openvino:bf16")
+    if not ok:
+        pytest.skip(f"bf16 on OpenVINO cannot run here: {why}")
+
+
+def test_with_bf16_asked_too_int8_on_openvino_comes_again_with_the_rest_at_bf16_each_form_probed_once():
+    _bf16_here()
+    g = _mlp()
+    probe = _Probe()
+    found, notes = kinds(g, ["bf16", "int8"], ["ort", "openvino"], lambda: _ranges(g), probe=probe)
+    rest_bf16 = [k for k in found if k.rest == "bf16"]
+    assert sorted(k.name for k in rest_bf16) == sorted(f"{name}, the rest at bf16" for name, _, _ in OPENVINO_FORMS)
+    assert all(k.precision == "int8" and k.backend == "openvino:bf16" for k in rest_bf16)
+    for k in found:
+        built = k.build(_all(g))
+        if k in rest_bf16:
+            where = json.loads(built.extras.placement)
+            assert "openvino:bf16" in json.dumps(where) and '"openvino"' not in json.dumps(where)
+    assert len(probe.seen) == len(OPENVINO_FORMS)  # each form's model compiled apart once, not once per kind
+
+    only_int8, _ = kinds(g, ["int8"], ["ort", "openvino"], lambda: _ranges(g), probe=_Probe())
+    assert only_int8 and all(k.rest == "fp32" for k in only_int8)
