@@ -91,6 +91,30 @@ def torchvision_segmentation(arch, size=224):
     return build
 
 
+
+def torchvision_detector(arch, size=320):
+    """A detector as deployed: backbone, feature pyramid and head, the raw per-anchor class scores
+    and box offsets out; decoding the boxes and NMS stay outside the model."""
+    def build():
+        import torchvision
+
+        inner = getattr(torchvision.models.detection, arch)(weights=None, weights_backbone=None).eval()
+
+        class Raw(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, x):
+                features = list(self.inner.backbone(x).values())
+                head = self.inner.head(features)
+                return head["cls_logits"], head["bbox_regression"]
+
+        return Raw().eval(), (_image(size),), ["input"], ["scores", "boxes"]
+
+    return build
+
+
 SEQ = 128
 
 
@@ -326,6 +350,10 @@ CORPUS: list[Entry] = [
     Entry("shufflenet_v2", "torchvision shufflenet_v2_x1_0", "torchscript", torchvision_model("shufflenet_v2_x1_0")),
     Entry("lraspp_mobilenet", "torchvision lraspp_mobilenet_v3_large (segmentation)", "torchscript",
           torchvision_segmentation("lraspp_mobilenet_v3_large")),
+    Entry("fcos_resnet50", "torchvision fcos_resnet50_fpn (detector: raw head outputs, NMS outside)", "torchscript",
+          torchvision_detector("fcos_resnet50_fpn")),
+    Entry("ssdlite_mobilenet", "torchvision ssdlite320_mobilenet_v3_large (detector: raw head outputs, NMS outside)",
+          "torchscript", torchvision_detector("ssdlite320_mobilenet_v3_large")),
     Entry("bert", "transformers BertModel (4 layers, hidden 256)", "torchscript", hf_bert,
           {"input_ids": TOKENS, "attention_mask": TOKENS, "token_type_ids": TOKENS}),
     Entry("bert_dynamo", "transformers BertModel (4 layers, hidden 256)", "dynamo", hf_bert, opset=18),
