@@ -8,9 +8,9 @@ contribution measured on the calibration data, as NNCF's accuracy control ranks 
 combination that holds on the calibration data is then judged on the validation data, which
 nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
 is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
-sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, and the fastest is kept
-only when it is faster in so many rounds that chance is ruled out; the budget is never traded
-for speed.
+sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, and
+the fastest is kept only when it is faster in so many rounds that chance is ruled out; the budget
+is never traded for speed.
 """
 
 from __future__ import annotations
@@ -113,8 +113,8 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
 
 
 def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
-    """Pieces back to the kind's rest (fp32), largest error first, until calibration and validation
-    both hold."""
+    """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
+    validation both hold."""
     current = list(touched)
     order: list[int] | None = None
     graph, cal = judge(current, "calibration")
