@@ -4,7 +4,9 @@ After the exact search has found the best fp32 model, each reduced-precision kin
 (:mod:`gspo.precision.variants`) is tried with every piece it can touch reduced. Its error is
 measured against the source model, first on the calibration data; when a limit breaks, the
 pieces go back to fp32 one at a time, the one whose error alone is the largest first (its
-contribution measured on the calibration data, as NNCF's accuracy control ranks layers). A
+contribution measured on the calibration data, as NNCF's accuracy control ranks layers; a model
+of more than :data:`MAX_RANKED` pieces is ranked and sent back in as many runs of neighbouring
+pieces). A
 combination that holds on the calibration data is then judged on the validation data, which
 nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
 is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
@@ -112,12 +114,18 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
     return fitted
 
 
+#: At most this many units are ranked: with more pieces, neighbouring pieces are ranked and sent
+#: back together, so the ranking costs at most this many judgments however many pieces there are.
+MAX_RANKED = 8
+
+
 def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
     """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
     validation both hold."""
     current = list(touched)
-    order: list[int] | None = None
+    order: list[tuple[int, ...]] | None = None
     graph, cal = judge(current, "calibration")
+    rank = 0
     while True:
         if cal.holds:
             _, val = judge(current, "validation")
@@ -130,20 +138,28 @@ def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
         else:
             why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"
         if order is None:
-            order = _ranked(current, judge) if len(current) > 1 else list(current)
-        worst = order.pop(0)
-        current.remove(worst)
-        fitted.pieces[worst] = f"back to {fitted.kind.rest}: {why}; its error alone ranked {len(touched) - len(current)}"
+            order = _ranked(_units(current, MAX_RANKED), judge) if len(current) > 1 else [tuple(current)]
+        worst, rank = order.pop(0), rank + 1
+        alone = "its error alone" if len(worst) == 1 else f"the error of pieces {worst[0]}-{worst[-1]} alone"
+        for i in worst:
+            current.remove(i)
+            fitted.pieces[i] = f"back to {fitted.kind.rest}: {why}; {alone} ranked {rank}"
         if not current:
             fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
             return fitted
         graph, cal = judge(current, "calibration")
 
 
-def _ranked(current: list[int], judge) -> list[int]:
-    """The pieces by their error alone on the calibration data, the largest first."""
-    excess = {i: judge([i], "calibration")[1].excess for i in current}
-    return sorted(current, key=lambda i: (-excess[i], i))
+def _units(current: list[int], limit: int) -> list[tuple[int, ...]]:
+    """``current`` in at most ``limit`` runs of neighbouring pieces, as even as can be."""
+    n, k = len(current), min(limit, len(current))
+    return [tuple(current[j * n // k:(j + 1) * n // k]) for j in range(k)]
+
+
+def _ranked(units: list[tuple[int, ...]], judge) -> list[tuple[int, ...]]:
+    """The units by their error alone on the calibration data, the largest first."""
+    excess = {u: judge(list(u), "calibration")[1].excess for u in units}
+    return sorted(units, key=lambda u: (-excess[u], u))
 
 
 def time_fitted(fp32: Graph, fitted: Sequence[Fitted], feeds: Mapping[str, np.ndarray],

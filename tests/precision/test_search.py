@@ -154,3 +154,15 @@ def test_a_slow_kind_takes_its_share_of_the_time_not_the_next_kinds():
     assert fitted[0].reduced is None and fitted[0].note == "the time budget ended before the error was within the budget"
     assert fitted[1].reduced == (0, 2) and fitted[1].validation.holds  # fitted in the time the slow one left
     assert clock.now <= 40.0 + 10.0  # the slow kind stopped at its share (one build may run over)
+
+
+def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours(monkeypatch):
+    import gspo.precision.search as search
+
+    monkeypatch.setattr(search, "MAX_RANKED", 2)  # three pieces, two units: (0,) and (1, 2)
+    d, built = data(), []
+    fitted = fit(fake_kind(built), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
+    assert fitted.reduced == (0,) and fitted.validation.holds
+    assert fitted.pieces[1] == fitted.pieces[2] and "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
+    # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets
+    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0)]
