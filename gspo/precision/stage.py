@@ -7,6 +7,8 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from gspo.ir import Graph
 from gspo.precision.accuracy import Accuracy, ErrorBudget
 from gspo.precision.report import KindReport, PrecisionReport
@@ -24,7 +26,7 @@ from gspo.precision.variants import kinds, plain, with_placement
 from gspo.search.deadline import Deadline
 from gspo.streams import Placement
 
-__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "exact_seconds", "fit_kinds", "fits_deadline", "refine", "saved_fp32",
+__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline", "refine", "saved_fp32",
            "skipped_for_bf16", "with_precision"]
 
 #: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
@@ -76,6 +78,7 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     reference = {"calibration": outputs_of(source, data.calibration),
                  "validation": outputs_of(source, data.validation)}
     sample_s = (deadline.now() - began) / len(data.calibration + data.validation) if deadline is not None else 0.0
+    data = dataclasses.replace(data, warnings=data.warnings + tuple(coarse_limits(budget, reference)))
     fp32 = saved_fp32(result)
     base = plain(result.graph)
     pieces = Pieces.of(base, cfg.search.threshold)
@@ -97,6 +100,27 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
         return dataclasses.replace(result, report=report)
     placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
     return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
+
+
+def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
+    """A warning for each top-K limit that the data is too small to tolerate anything: fewer rows
+    (samples, or the rows of a sequence) than one in ``1 - bound`` allow no row to change its class."""
+    import math
+
+    out = []
+    for limit in budget.limits:
+        if not limit.metric.startswith("top"):
+            continue
+        names = [limit.output] if limit.output is not None else list(reference["validation"][0])
+        for name in names:
+            rows = {which: sum(math.prod(np.shape(o[name])[:-1]) for o in reference[which] if name in o)
+                    for which in ("calibration", "validation")}
+            fewest = min(rows.values())
+            if 0 < fewest and (1 - limit.bound) * fewest < 1:
+                more = f"; {math.ceil(1 / (1 - limit.bound) - 1e-9)} rows would allow one" if limit.bound < 1 else ""
+                out.append(f"{name}: {limit.metric}={limit.bound:g} on {rows['calibration']} calibration and "
+                           f"{rows['validation']} validation rows allows no row to change its top class{more}")
+    return out
 
 
 #: The share of the precision stage's time kept for timing the fitted kinds at the least, and at

@@ -133,3 +133,20 @@ def test_with_bf16_and_int8_the_kinds_at_bf16_are_fitted_or_say_why_not(model, t
             assert all(not why.startswith("back to fp32") for why in k["pieces"].values())  # back to bf16
             if k["validation"] is not None:
                 assert k["validation"]["holds"]
+
+
+def test_a_top_k_limit_the_data_is_too_small_to_tolerate_is_a_warning():
+    from gspo.precision.stage import coarse_limits
+
+    def outs(n, shape):
+        return [{"logits": np.zeros(shape, np.float32), "mask": np.zeros((1, 4, 4), np.float32)} for _ in range(n)]
+
+    reference = {"calibration": outs(8, (1, 10)), "validation": outs(16, (1, 10))}
+    said = coarse_limits(ErrorBudget.parse("logits:top1=0.99,nmse=1e-3"), reference)
+    assert said == ["logits: top1=0.99 on 8 calibration and 16 validation rows allows no row to change its top "
+                    "class; 100 rows would allow one"]
+    assert coarse_limits(ErrorBudget.parse("logits:top1=0.9"), reference)[0].endswith("10 rows would allow one")
+    assert coarse_limits(ErrorBudget.parse("logits:top1=0.8"), reference) == []  # 8 rows allow one change
+    # a sequence's rows count: 16 samples of 128 rows each allow 20 changes at 0.99
+    seq = {"calibration": outs(8, (1, 128, 10)), "validation": outs(16, (1, 128, 10))}
+    assert coarse_limits(ErrorBudget.parse("logits:top1=0.99"), seq) == []
