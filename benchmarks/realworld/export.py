@@ -72,24 +72,31 @@ def torchvision_model(arch, size=224, outputs=("logits",), **kw):
     return build
 
 
+class _Outputs(torch.nn.Module):
+    """A library model with the outputs a deployment takes from it: ``pick(model, x)``."""
+
+    def __init__(self, inner, pick):
+        super().__init__()
+        self.inner, self.pick = inner, pick
+
+    def forward(self, x):
+        return self.pick(self.inner, x)
+
+
 def torchvision_segmentation(arch, size=224):
     def build():
         import torchvision
 
         inner = getattr(torchvision.models.segmentation, arch)(weights=None, weights_backbone=None).eval()
-
-        class Seg(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, x):
-                return self.inner(x)["out"]
-
-        return Seg().eval(), (_image(size),), ["input"], ["mask"]
+        return _Outputs(inner, lambda m, x: m(x)["out"]).eval(), (_image(size),), ["input"], ["mask"]
 
     return build
 
+
+def _raw_head(m, x):
+    """A torchvision detector's per-anchor class scores and box offsets, before decoding and NMS."""
+    head = m.head(list(m.backbone(x).values()))
+    return head["cls_logits"], head["bbox_regression"]
 
 
 def torchvision_detector(arch, size=320):
@@ -99,18 +106,7 @@ def torchvision_detector(arch, size=320):
         import torchvision
 
         inner = getattr(torchvision.models.detection, arch)(weights=None, weights_backbone=None).eval()
-
-        class Raw(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, x):
-                features = list(self.inner.backbone(x).values())
-                head = self.inner.head(features)
-                return head["cls_logits"], head["bbox_regression"]
-
-        return Raw().eval(), (_image(size),), ["input"], ["scores", "boxes"]
+        return _Outputs(inner, _raw_head).eval(), (_image(size),), ["input"], ["scores", "boxes"]
 
     return build
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -105,8 +106,6 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
 def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
     """A warning for each top-K limit that the data is too small to tolerate anything: fewer rows
     (samples, or the rows of a sequence) than one in ``1 - bound`` allow no row to change its class."""
-    import math
-
     out = []
     for limit in budget.limits:
         if not limit.metric.startswith("top"):
