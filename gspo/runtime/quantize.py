@@ -95,15 +95,18 @@ def _follows(graph: Graph, node: Node, marked: set[str]) -> bool:
     return bool(ins) and ins[0] in marked
 
 
-def quantizable(graph: Graph, op_types: Collection[str] = STATIC_OP_TYPES) -> dict[str, str]:
+def quantizable(graph: Graph, op_types: Collection[str] = STATIC_OP_TYPES, outputs: bool = True) -> dict[str, str]:
     """Node id -> op type of the nodes static QDQ quantization of ``op_types`` puts Q/DQ around
     (in graph order).
 
     This follows ``QDQQuantizer``: with ``quantize_static``'s default op types, Conv, MatMul,
     Gemm, Add, Mul, Concat, Softmax, the normalizations ... with a float input are quantized;
     Relu, Clip, Reshape, Transpose, MaxPool, Resize ... only when their data input was already
-    (they pass quantized values through).
+    (they pass quantized values through). Without ``outputs`` (:func:`quantize_static`'s
+    ``quantize_outputs``), those pass-through ops are not quantized at all.
     """
+    if not outputs:
+        op_types = frozenset(op_types) - frozenset(_FOLLOWERS)
     marked: set[str] = set()
     out: dict[str, str] = {}
     for n in graph.nodes:
@@ -269,14 +272,18 @@ def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> Te
 
 def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exclude: Collection[str] = (),
                     per_channel: bool = True, op_types: Collection[str] = STATIC_OP_TYPES,
-                    quantize_bias: bool = True) -> Graph:
+                    quantize_bias: bool = True, quantize_outputs: bool = True) -> Graph:
     """The graph quantized to int8 in the QDQ format, from precomputed activation ranges.
 
     What ``onnxruntime.quantization.quantize_static`` makes with its defaults and these
     ranges (:func:`activation_ranges`): ``QDQQuantizer``, activations QUInt8 asymmetric,
     weights QInt8 symmetric (per output channel unless ``per_channel`` is false; per tensor below
     opset 13, where DequantizeLinear has no axis), biases int32 (float unless ``quantize_bias``),
-    the nodes of ``op_types`` only (default: onnxruntime's default op types). A model below opset 10 is
+    the nodes of ``op_types`` only (default: onnxruntime's default op types). Without
+    ``quantize_outputs`` a quantized node's output gets no Q/DQ of its own (onnxruntime's
+    ``OpTypesToExcludeOutputQuantization``, every op type): it is quantized only where a quantized
+    node reads it, and the ops that only pass quantized values through (Relu, Reshape, MaxPool
+    ...) are left alone (:func:`quantizable`). A model below opset 10 is
     converted to opset 11 first, as onnxruntime does (through a temporary file of its own).
     Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
     output they read is kept too, and so is every node that reads or writes a tensor whose range
@@ -288,6 +295,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     """
     _check_size(graph)
     excluded = _check_ids(graph, exclude)
+    if not quantize_outputs:
+        op_types = frozenset(op_types) - frozenset(_FOLLOWERS)
     candidates = quantizable(graph, op_types)
     if not candidates:
         raise GspoError("nothing to quantize: the model has no Conv, MatMul, Gemm or other op onnxruntime "
@@ -310,7 +319,8 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
         quantizer = QDQQuantizer(model, per_channel, False, QuantType.QInt8, QuantType.QUInt8,
                                  _tensors_data(graph, ranges), [], kept, sorted(op_types),
                                  {"ActivationSymmetric": False, "WeightSymmetric": True,
-                                  "QuantizeBias": quantize_bias})
+                                  "QuantizeBias": quantize_bias,
+                                  "OpTypesToExcludeOutputQuantization": [] if quantize_outputs else sorted(op_types)})
         with _quiet():
             quantizer.quantize_model()
     except GspoError:

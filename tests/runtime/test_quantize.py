@@ -256,6 +256,27 @@ def test_static_weights_int8_symmetric_per_channel_and_activations_uint8():
     assert _nmse(_outputs(q11, feeds)["y"], _outputs(g, feeds)["y"]) < 1e-2
 
 
+def test_without_output_quantization_only_inputs_read_by_quantized_nodes_get_qdq():
+    g = _mlp()
+    ranges = activation_ranges(g, _samples(g))
+    q = quantize_static(g, ranges, op_types=qz.WEIGHTED_OP_TYPES, quantize_bias=False, quantize_outputs=False)
+    quantized = {v for n in q.nodes if n.op_type == "QuantizeLinear" for v in n.inputs[:1]}
+    # the inputs of the MatMuls and the Gemm, not their outputs (the bias Add reads "matmul" as is)
+    assert quantized == {"x", "relu", "tanh"}
+    assert [n.op_type for n in q.consumers["matmul"]] == ["Add"]
+    assert q.output_names() == g.output_names()
+    held_out = _samples(g, 1, seed=7)[0]
+    got, want = _outputs(q, held_out), _outputs(g, held_out)
+    assert all(_nmse(got[name], want[name]) < 1e-2 for name in want)
+    # the ops that only pass quantized values through are left alone: the CNN's Relu stays
+    cnn = _cnn()
+    assert quantizable(cnn, outputs=False) == {"conv": "Conv", "conv_1": "Conv", "globalaveragepool":
+                                               "GlobalAveragePool", "y": "Gemm"}
+    plain = quantize_static(cnn, activation_ranges(cnn, _samples(cnn)), quantize_outputs=False)
+    assert "Relu" in _ops(plain) and "Flatten" not in {n.op_type for n in plain.nodes if n.name in _dq_fed(plain)}
+    assert "y" in plain.output_names() and plain.producers["y"][0].op_type == "Gemm"
+
+
 def test_excluded_nodes_stay_fp32_and_read_unquantized_values():
     g = _cnn()
     ranges = activation_ranges(g, _samples(g))
