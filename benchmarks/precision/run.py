@@ -171,10 +171,13 @@ CEILING = "any error: "
 
 def _ceiling(path: Path, calibration: list[dict]) -> tuple[dict, dict]:
     """Runners (``run(names, feeds)``) of every reduced-precision kind gspo builds, each with every
-    piece reduced; and why a kind could not be built."""
+    piece reduced, at each thread count gspo times it at (``@N``: N threads; none: the backend's
+    default); and why a kind could not be built."""
+    from gspo.precision.search import thread_settings
     from gspo.precision.variants import kinds, plain
     from gspo.runtime.executor import make_executor
     from gspo.runtime.quantize import activation_ranges
+    from gspo.runtime.settings import RunSettings, with_settings
     from gspo.streams import node_id
 
     base = plain(load(path))
@@ -183,11 +186,12 @@ def _ceiling(path: Path, calibration: list[dict]) -> tuple[dict, dict]:
     runners, failed = {}, {}
     for kind in found:
         try:
-            ex = make_executor(kind.build(every), None, "cpu")
+            built = kind.build(every)
+            for t in thread_settings(built):
+                ex = make_executor(with_settings(built, RunSettings(t)), None, "cpu")
+                runners[CEILING + kind.name + (f"@{t}" if t else "")] = SimpleNamespace(run=_outputs(ex), close=ex.close)
         except GspoError as e:
             failed[CEILING + kind.name] = first_line(e)
-            continue
-        runners[CEILING + kind.name] = SimpleNamespace(run=_outputs(ex), close=ex.close)
     return runners, failed
 
 
@@ -242,7 +246,8 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},
             "speedup_over_fp32": {k: round(fp32 / v, 3) for k, v in timings.items()},
             "errors": errors, "failed": failed,
-            "kinds": [{k: v for k, v in kind.items() if k in ("kind", "pieces_reduced", "dropped", "median_ms")}
+            "chosen_threads": next((k.get("threads", 0) for k in block["kinds"] if k["kind"] == block["chosen"]), 0),
+            "kinds": [{k: v for k, v in kind.items() if k in ("kind", "pieces_reduced", "dropped", "median_ms", "threads")}
                       for kind in block["kinds"]], "pieces": block["pieces"]}
 
 
@@ -256,8 +261,9 @@ def _markdown(rows: list[dict], meta: dict) -> str:
              "or OpenVINO f32 at its own, 1 or 2 threads), "
              "and whether the contender holds the model's budget (`--max-error`) on the 16 validation samples "
              "(ok / BREAKS). *Fastest at any error*: the fastest of the reduced-precision builds gspo makes of the "
-             "source (every kind, every piece reduced), the budget ignored: what a budget lets gspo reach here, "
-             "short of its rewrites and the timing's noise.", "",
+             "source (every kind, every piece reduced, at the backend's default threads or `@N` threads), the "
+             "budget ignored: what a budget lets gspo reach here, short of its rewrites and the timing's noise. "
+             "gspo's pick runs at its backend's default threads unless it names a count.", "",
              "| model | budget | fp32 best ms | gspo pick | " + " | ".join(order) + " | fastest at any error |",
              "|---|---|---|---|" + "---|" * (len(order) + 1)]
     for r in rows:
@@ -270,7 +276,9 @@ def _markdown(rows: list[dict], meta: dict) -> str:
             cells.append(f"{r['speedup_over_fp32'][label]:.2f}x {ok}")
         cells.append(_fastest_any_error(r))
         budget = r.get("budget", meta.get("budget"))
-        lines.append(f"| {r['model']} | {budget} | {r['fp32_best_ms']:.2f} | {r['chosen']} | " + " | ".join(cells) + " |")
+        threads = r.get("chosen_threads") or 0
+        pick = r["chosen"] + (f", {threads} thread{'s' if threads > 1 else ''}" if threads else "")
+        lines.append(f"| {r['model']} | {budget} | {r['fp32_best_ms']:.2f} | {pick} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -32,7 +32,8 @@ def echo_precision(block: PrecisionReport) -> None:
             continue
         reduced = len(k.pieces_reduced)
         speed = f", x{k.speedup_over_fp32:.2f} over the best fp32" if k.speedup_over_fp32 else ""
-        timed = f"{k.median_ms:.3f} ms{speed}" if k.median_ms is not None else "not timed"
+        threads = f" at {k.threads} thread{'s' if k.threads > 1 else ''}" if k.threads else ""
+        timed = f"{k.median_ms:.3f} ms{threads}{speed}" if k.median_ms is not None else "not timed"
         click.echo(f"precision: {k.kind}: {reduced} of {block.pieces} pieces reduced, {timed}")
     chosen = block.chosen
     if chosen == "fp32":

@@ -19,7 +19,8 @@ def _accuracy(value):
 @dataclass(frozen=True)
 class KindReport:
     """One kind (a precision on a backend) after fitting: the pieces left reduced, why it was
-    dropped, its median and speedup over fp32, its accuracy, and what happened to each piece."""
+    dropped, its median and speedup over fp32 at the thread count it was fastest at (0: the
+    backend's default), its accuracy, and what happened to each piece."""
 
     kind: str
     precision: str
@@ -31,6 +32,7 @@ class KindReport:
     calibration: Accuracy | None
     validation: Accuracy | None
     pieces: dict[str, str]
+    threads: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "calibration", _accuracy(self.calibration))
@@ -41,7 +43,7 @@ class KindReport:
 
     @classmethod
     def from_json(cls, data: Mapping) -> KindReport:
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "threads"})
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ pieces). A
 combination that holds on the calibration data is then judged on the validation data, which
 nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
 is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
-sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, and
-the fastest is kept only when it is faster in so many rounds that chance is ruled out; the budget
-is never traded for speed.
+sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, each
+at the thread counts worth trying (:func:`thread_settings`), and the fastest is kept only when it
+is faster in so many rounds that chance is ruled out; the budget is never traded for speed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from gspo.runtime.executor import make_executor
 from gspo.search.deadline import Deadline
 from gspo.streams import node_id
 
-__all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "time_fitted"]
+__all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "thread_settings", "time_fitted"]
 
 #: Rounds of the interleaved timing, and the significance the fastest must reach.
 TIMING_RUNS = 20
@@ -59,7 +59,8 @@ class Pieces:
 @dataclass
 class Fitted:
     """One kind after fitting: the pieces left reduced (``None``: none, the kind was dropped), its
-    graph, the accuracy on the validation data and what happened to each piece."""
+    graph, the accuracy on the validation data and what happened to each piece; once timed, its
+    median and the thread count it was fastest at (0: the backend's default; saved in ``graph``)."""
 
     kind: Kind
     reduced: tuple[int, ...] | None
@@ -69,6 +70,7 @@ class Fitted:
     pieces: dict[int, str] = field(default_factory=dict)
     note: str = ""
     median_s: float | None = None
+    threads: int = 0
 
 
 def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -162,17 +164,48 @@ def _ranked(units: list[tuple[int, ...]], judge) -> list[tuple[int, ...]]:
     return sorted(units, key=lambda u: (-excess[u], u))
 
 
+def thread_settings(graph: Graph, cores: int | None = None) -> tuple[int, ...]:
+    """The thread counts a fitted kind is timed at: the backend's default (0) and, unless its
+    tensors take more than :data:`~gspo.search.threads.MAX_SESSION_BYTES` (each count is one
+    more session of the model), those worth trying here (:func:`~gspo.runtime.settings.thread_counts`),
+    whatever the fp32 result's setting. On a small model OpenVINO's default is one thread on
+    the 2-core EPYC (ViT-Tiny f32: 11.1 ms, 8.7 ms at 2 threads)."""
+    from gspo.runtime.settings import thread_counts
+    from gspo.search.threads import MAX_SESSION_BYTES, session_bytes
+
+    if session_bytes(graph) > MAX_SESSION_BYTES:
+        return (0,)
+    return (0,) + thread_counts(cores)
+
+
 def time_fitted(fp32: Graph, fitted: Sequence[Fitted], feeds: Mapping[str, np.ndarray],
-                runs: int = TIMING_RUNS) -> tuple[float, dict[str, tuple[float, ...]]]:
-    """Median seconds of the fp32 model, and every fitted kind's timing (interleaved rounds, in
-    one process); each kind's ``median_s`` is set."""
+                runs: int = TIMING_RUNS, timer=interleaved,
+                cores: int | None = None) -> tuple[float, dict[str, tuple[float, ...]]]:
+    """Median seconds of the fp32 model (at its own saved setting), and every fitted kind's timing
+    (interleaved rounds, in one process) at the thread count it was fastest at
+    (:func:`thread_settings`); each kind's ``median_s`` and ``threads`` are set, and its
+    ``graph`` carries that setting. ``timer``: :func:`~gspo.runtime.bench.interleaved`'s
+    signature (a test's fake measure)."""
     from contextlib import ExitStack
 
+    from gspo.runtime.settings import RunSettings, with_settings
+
+    variants = {f.kind.name: {t: with_settings(f.graph, RunSettings(t)) for t in thread_settings(f.graph, cores)}
+                for f in fitted}
     with ExitStack() as stack:
         runners = [("fp32", stack.enter_context(make_executor(fp32, None, "cpu")))]
-        runners += [(f.kind.name, stack.enter_context(make_executor(f.graph, None, "cpu"))) for f in fitted]
-        timings = interleaved([(label, (lambda ex=ex: ex.run(feeds))) for label, ex in runners], runs=runs, warmup=3)
+        runners += [(_label(name, t), stack.enter_context(make_executor(g, None, "cpu")))
+                    for name, by_threads in variants.items() for t, g in by_threads.items()]
+        timings = timer([(label, (lambda ex=ex: ex.run(feeds))) for label, ex in runners], runs=runs, warmup=3)
     by_label = {t.label: t for t in timings}
+    rounds = {"fp32": by_label["fp32"].seconds}
     for f in fitted:
-        f.median_s = by_label[f.kind.name].median
-    return by_label["fp32"].median, {t.label: t.seconds for t in timings}
+        best = min(variants[f.kind.name], key=lambda t: (by_label[_label(f.kind.name, t)].median, t))
+        f.threads, f.graph = best, variants[f.kind.name][best]
+        f.median_s = by_label[_label(f.kind.name, best)].median
+        rounds[f.kind.name] = by_label[_label(f.kind.name, best)].seconds
+    return by_label["fp32"].median, rounds
+
+
+def _label(kind: str, threads: int) -> str:
+    return f"{kind}[threads={threads}]" if threads else kind

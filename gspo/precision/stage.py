@@ -21,6 +21,7 @@ from gspo.precision.search import (
     evaluate,
     fit,
     outputs_of,
+    thread_settings,
     time_fitted,
 )
 from gspo.precision.variants import kinds, plain, with_placement
@@ -28,7 +29,7 @@ from gspo.search.deadline import Deadline
 from gspo.streams import Placement
 
 __all__ = ["PRECISION_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline", "refine", "saved_fp32",
-           "skipped_for_bf16", "with_precision"]
+           "settings_of", "skipped_for_bf16", "with_precision"]
 
 #: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
 #: exact search gets the rest).
@@ -85,7 +86,8 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
     found, notes = kinds(base, cfg.precision.precisions, backends, lambda: activation_ranges(base, data.calibration))
-    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, len(found), sample_s), say)
+    timed = len(found) * len(thread_settings(base))  # each kind at each thread count
+    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, timed, sample_s), say)
     survivors = [f for f in fitted if f.reduced is not None]
     fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
     fp32_s, rounds = (None, {})
@@ -99,6 +101,7 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     report = dataclasses.replace(result.report, precision=block)
     if best is None:
         return dataclasses.replace(result, report=report)
+    report = dataclasses.replace(report, settings=settings_of(best))
     placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
     return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
 
@@ -127,14 +130,15 @@ def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
 TIMING_SHARE = (0.15, 0.5)
 
 
-def fits_deadline(deadline: Deadline | None, n_kinds: int, sample_s: float) -> Deadline | None:
-    """When the fits of ``n_kinds`` kinds must end: early enough to leave the timing its time, an
-    estimate from ``sample_s`` (one run of the source) of the interleaved rounds of fp32 and every
-    kind, within :data:`TIMING_SHARE` of the time left (``None``: no limit)."""
+def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float) -> Deadline | None:
+    """When the fits must end: early enough to leave the timing its time, an estimate from
+    ``sample_s`` (one run of the source) of the interleaved rounds of fp32 and ``n_timed`` other
+    runners (every kind at every thread count), within :data:`TIMING_SHARE` of the time left
+    (``None``: no limit)."""
     if deadline is None or not deadline.limited:
         return deadline
     left = deadline.remaining()
-    rounds = (TIMING_RUNS + 3) * (n_kinds + 1) * sample_s
+    rounds = (TIMING_RUNS + 3) * (n_timed + 1) * sample_s
     low, high = TIMING_SHARE
     return deadline.within(left - min(high * left, max(low * left, 2 * rounds)))
 
@@ -182,11 +186,25 @@ def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None
     return best
 
 
+def settings_of(best: Fitted):
+    """The report's ``settings`` for the chosen kind: its thread count, saved in its graph, and
+    how to run it without gspo where one plain backend runs it as chosen (a QDQ model on
+    onnxruntime or OpenVINO at f32)."""
+    from gspo.runtime.settings import RunSettings
+    from gspo.search.report_parts import SettingsReport
+
+    s = RunSettings(best.threads)
+    plain_backend = {"ort": "onnxruntime", "openvino": "OpenVINO"}.get(best.kind.backend)
+    advice = f"run it with {plain_backend}: {s.describe(best.kind.backend)}" if plain_backend and not s.is_default else None
+    return SettingsReport(s.threads, best.kind.backend, not s.is_default, advice)
+
+
 def _kind_report(f: Fitted, fp32_s: float | None) -> KindReport:
     return KindReport(
         kind=f.kind.name, precision=f.kind.precision, backend=f.kind.backend,
         pieces_reduced=list(f.reduced) if f.reduced is not None else [], dropped=f.note or None,
-        median_ms=_ms(f.median_s), speedup_over_fp32=round(fp32_s / f.median_s, 4) if fp32_s and f.median_s else None,
+        median_ms=_ms(f.median_s), threads=f.threads,
+        speedup_over_fp32=round(fp32_s / f.median_s, 4) if fp32_s and f.median_s else None,
         calibration=f.calibration, validation=f.validation,
         pieces={str(i): why for i, why in sorted(f.pieces.items())})
 

@@ -166,3 +166,37 @@ def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours(monkeypatch):
     assert fitted.pieces[1] == fitted.pieces[2] and "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
     # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets
     assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0)]
+
+
+def test_each_kind_is_timed_at_each_thread_count_and_keeps_its_fastest():
+    from gspo.precision.search import Fitted, thread_settings, time_fitted
+    from gspo.runtime.bench import Timing
+    from gspo.runtime.settings import saved_settings
+
+    medians = {"fp32": 1.0, "a": 0.9, "a[threads=1]": 0.5, "a[threads=2]": 0.7,
+               "b": 0.6, "b[threads=1]": 0.8, "b[threads=2]": 0.65}
+    calls = []
+
+    def fake_timer(runners, runs, warmup):  # a fake measure: no test depends on a real timing
+        calls.append([label for label, _ in runners])
+        for _, fn in runners:
+            fn()  # every runner is a working session
+        return [Timing(label, (medians[label],) * runs) for label, _ in runners]
+
+    graph = load_bytes(chain())
+    a, b = (Fitted(Kind(name, "int8", "ort", lambda ops: True, lambda reduced: graph), (0,), graph) for name in "ab")
+    fp32_s, rounds = time_fitted(graph, [a, b], data().validation[0], runs=4, timer=fake_timer, cores=2)
+    assert calls == [["fp32", "a", "a[threads=1]", "a[threads=2]", "b", "b[threads=1]", "b[threads=2]"]]
+    assert fp32_s == 1.0 and (a.threads, a.median_s) == (1, 0.5) and (b.threads, b.median_s) == (0, 0.6)
+    assert saved_settings(a.graph).threads == 1 and saved_settings(b.graph).is_default  # saved in the model
+    assert rounds == {"fp32": (1.0,) * 4, "a": (0.5,) * 4, "b": (0.6,) * 4}
+    assert thread_settings(graph, cores=2) == (0, 1, 2) and thread_settings(graph, cores=1) == (0, 1)
+
+
+def test_a_model_too_large_for_more_sessions_is_timed_at_the_default_threads_only():
+    from gspo.ir.builder import GraphBuilder
+    from gspo.precision.search import thread_settings
+
+    b = GraphBuilder("large")  # a lazy weight of 512 MB, never computed
+    huge = b.output(b.op("MatMul", [b.input("x", (1, 1 << 13)), b.weight("w", (1 << 13, 1 << 14))])).build()
+    assert thread_settings(huge, cores=2) == (0,)
