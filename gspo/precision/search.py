@@ -165,11 +165,12 @@ def _ranked(units: list[tuple[int, ...]], judge) -> list[tuple[int, ...]]:
 
 
 def thread_settings(graph: Graph, cores: int | None = None) -> tuple[int, ...]:
-    """The thread counts a fitted kind is timed at: the backend's default (0) and, unless its
-    tensors take more than :data:`~gspo.search.threads.MAX_SESSION_BYTES` (each count is one
-    more session of the model), those worth trying here (:func:`~gspo.runtime.settings.thread_counts`),
-    whatever the fp32 result's setting. On a small model OpenVINO's default is one thread on
-    the 2-core EPYC (ViT-Tiny f32: 11.1 ms, 8.7 ms at 2 threads)."""
+    """The thread counts a fitted kind is timed at, whatever the fp32 result's setting: the
+    backend's default (0) and, unless its tensors take more than
+    :data:`~gspo.search.threads.MAX_SESSION_BYTES` (each count is one more session of the
+    model), those worth trying here (:func:`~gspo.runtime.settings.thread_counts`). On a small
+    model OpenVINO's default is one thread on the 2-core EPYC (ViT-Tiny f32: 11.1 ms, 8.7 ms
+    at 2 threads)."""
     from gspo.runtime.settings import thread_counts
     from gspo.search.threads import MAX_SESSION_BYTES, session_bytes
 

@@ -195,7 +195,9 @@ def settings_of(best: Fitted):
 
     s = RunSettings(best.threads)
     plain_backend = {"ort": "onnxruntime", "openvino": "OpenVINO"}.get(best.kind.backend)
-    advice = f"run it with {plain_backend}: {s.describe(best.kind.backend)}" if plain_backend and not s.is_default else None
+    advice = None
+    if plain_backend and not s.is_default:
+        advice = f"run it with {plain_backend}: {s.describe(best.kind.backend)}"
     return SettingsReport(s.threads, best.kind.backend, not s.is_default, advice)
 
 

@@ -89,12 +89,13 @@ def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable
 #: The QDQ forms static int8 on OpenVINO is built in: (kind name, op types, whether biases are
 #: quantized). The default one quantizes onnxruntime's default op types (fastest on CNNs); the
 #: other only the ops with weights, biases left float, which OpenVINO 2026.4 compiles on
-#: transformers where the default form is refused (ViT-Tiny) and faster where it is not
-#: (DistilBERT with the rest at bf16: 1.83 ms against 2.30 ms, nmse 8.6e-4 against 1.4e-3). In both, a quantized node's
-#: output is quantized only where a quantized node reads it (``quantize_outputs=False``):
-#: onnxruntime's Q/DQ after every MatMul, read by a float bias Add or Softmax, cost OpenVINO a
-#: requantization and added error (ViT-Tiny with the rest at bf16: 6.68 ms and nmse 2.0e-3 with
-#: them, 4.50 ms and 1.3e-3 without; DistilBERT 2.19 against 1.83 ms; ResNet-50 unchanged).
+#: transformers where the default form is refused (ViT-Tiny) and is faster where it is not
+#: (DistilBERT with the rest at bf16: 1.83 ms against 2.30 ms, nmse 8.6e-4 against 1.4e-3).
+#: In both, a quantized node's output is quantized only where a quantized node reads it
+#: (``quantize_outputs=False``): onnxruntime's Q/DQ after every MatMul, read by a float bias Add
+#: or Softmax, cost OpenVINO a requantization and added error (ViT-Tiny with the rest at bf16:
+#: 6.68 ms and nmse 2.0e-3 with them, 4.50 ms and 1.3e-3 without; DistilBERT 2.19 against
+#: 1.83 ms; ResNet-50 unchanged).
 OPENVINO_FORMS = (("int8 on openvino", "default", True), ("int8 on openvino, Conv/MatMul/Gemm only", "weighted", False))
 
 
