@@ -248,11 +248,11 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
         runners["gspo"].close()
         # the ceiling apart, with the fp32 runs again: its many sessions and thread counts do not
         # share the rounds that compare gspo, the peers and fp32
-        fp32 = {k: r for k, r in runners.items() if k.startswith("fp32")}
+        fp32_runners = {k: r for k, r in runners.items() if k.startswith("fp32")}
         more, more_failed = _ceiling(path, calibration)
         failed.update(more_failed)
-        errors.update(_errors({**fp32, **more}, names, validation, budget))
-        ceiling = _timed({**fp32, **more}, names, validation[0], args.runs)
+        errors.update(_errors({"fp32 onnxruntime": runners["fp32 onnxruntime"], **more}, names, validation, budget))
+        ceiling = _timed({**fp32_runners, **more}, names, validation[0], args.runs)
         for r in more.values():
             r.close()
     speedup = _speedups(timings)

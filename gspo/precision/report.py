@@ -4,7 +4,7 @@ timing, and the choice."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from gspo.precision.accuracy import Accuracy
 from gspo.search.report_parts import as_json, part, parts
@@ -43,7 +43,8 @@ class KindReport:
 
     @classmethod
     def from_json(cls, data: Mapping) -> KindReport:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.name != "threads"})
+        # a field with a default may be absent (a report written before it existed)
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data or f.default is MISSING})
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,8 @@ measured against the source model, first on the calibration data; when a limit b
 pieces go back to fp32 one at a time, the one whose error alone is the largest first (its
 contribution measured on the calibration data, as NNCF's accuracy control ranks layers; a model
 of more than :data:`MAX_RANKED` pieces is ranked and sent back in as many runs of neighbouring
-pieces). A
-combination that holds on the calibration data is then judged on the validation data, which
-nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
+pieces). A combination that holds on the calibration data is then judged on the validation
+data, which nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
 is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
 sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, each
 at the thread counts worth trying (:func:`thread_settings`), and the fastest is kept only when it

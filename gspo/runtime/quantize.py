@@ -95,6 +95,12 @@ def _follows(graph: Graph, node: Node, marked: set[str]) -> bool:
     return bool(ins) and ins[0] in marked
 
 
+def _quantized_types(op_types: Collection[str], outputs: bool) -> Collection[str]:
+    """``op_types``, less the ops that only pass quantized values through when outputs get no
+    Q/DQ of their own (``QDQQuantizer`` then gives them none)."""
+    return op_types if outputs else frozenset(op_types) - frozenset(_FOLLOWERS)
+
+
 def quantizable(graph: Graph, op_types: Collection[str] = STATIC_OP_TYPES, outputs: bool = True) -> dict[str, str]:
     """Node id -> op type of the nodes static QDQ quantization of ``op_types`` puts Q/DQ around
     (in graph order).
@@ -105,8 +111,7 @@ def quantizable(graph: Graph, op_types: Collection[str] = STATIC_OP_TYPES, outpu
     (they pass quantized values through). Without ``outputs`` (:func:`quantize_static`'s
     ``quantize_outputs``), those pass-through ops are not quantized at all.
     """
-    if not outputs:
-        op_types = frozenset(op_types) - frozenset(_FOLLOWERS)
+    op_types = _quantized_types(op_types, outputs)
     marked: set[str] = set()
     out: dict[str, str] = {}
     for n in graph.nodes:
@@ -295,8 +300,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     """
     _check_size(graph)
     excluded = _check_ids(graph, exclude)
-    if not quantize_outputs:
-        op_types = frozenset(op_types) - frozenset(_FOLLOWERS)
+    op_types = _quantized_types(op_types, quantize_outputs)
     candidates = quantizable(graph, op_types)
     if not candidates:
         raise GspoError("nothing to quantize: the model has no Conv, MatMul, Gemm or other op onnxruntime "
