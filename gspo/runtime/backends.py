@@ -117,8 +117,10 @@ def backend_versions(names: Sequence[str]) -> str:
     return "+".join(parts)
 
 
-def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig()) -> Runner:
+def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig(),
+                keep_f32: Sequence[str] = ()) -> Runner:
     """A :class:`~gspo.runtime.protocols.Runner` of ``model`` (a graph or serialized ONNX) on backend ``name`` (threads from ``config``).
+    On ``openvino:bf16``, the ops computing the values ``keep_f32`` names compute at f32.
 
     Raises:
         BackendError: the backend refuses the model (the reason in one line).
@@ -133,4 +135,4 @@ def load_runner(name: str, model: bytes | Graph, config: SessionConfig = Session
         from gspo.runtime.cuda import load_cuda_runner
 
         return load_cuda_runner(serialize(model) if isinstance(model, Graph) else model, config.intra_op_threads)
-    return load_openvino(model, config.intra_op_threads, REDUCED_BACKENDS.get(name, "f32"))
+    return load_openvino(model, config.intra_op_threads, REDUCED_BACKENDS.get(name, "f32"), keep_f32)

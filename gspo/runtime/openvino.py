@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
@@ -148,9 +148,11 @@ def refuse_nesting(model: bytes | Graph) -> None:
                            "be interrupted")
 
 
-def load_openvino(model: bytes | Graph, threads: int, precision: str = "f32") -> OpenVinoRunner:
+def load_openvino(model: bytes | Graph, threads: int, precision: str = "f32",
+                  keep_f32: Collection[str] = ()) -> OpenVinoRunner:
     """A runner of ``model`` compiled by OpenVINO's CPU plugin for latency at ``precision``
-    (``threads``: 0 lets OpenVINO choose).
+    (``threads``: 0 lets OpenVINO choose). At bf16, the ops that compute the values named in
+    ``keep_f32`` compute at f32 in the same compiled model (:func:`_kept_f32`).
 
     Raises:
         BackendError: the model nests control flow too deep (:func:`refuse_nesting`), or OpenVINO
@@ -166,10 +168,53 @@ def load_openvino(model: bytes | Graph, threads: int, precision: str = "f32") ->
     if threads:
         config["INFERENCE_NUM_THREADS"] = int(threads)
     try:
-        compiled = core.compile_model(core.read_model(io.BytesIO(model)), "CPU", config)
+        read = core.read_model(io.BytesIO(model))
+        if keep_f32 and precision != "f32":
+            read = _kept_f32(core, read, keep_f32)
+        compiled = core.compile_model(read, "CPU", config)
     except Exception as e:
         raise BackendError(f"OpenVINO cannot compile the model: {_reason(e)}") from None
     return OpenVinoRunner(compiled)
+
+
+#: The runtime attribute that keeps an op at its own precision whatever the inference precision
+#: (OpenVINO's ``ov::disable_fp16_compression``, "precise" in its IR; the CPU plugin honours it at
+#: bf16 too). OpenVINO's Python API cannot set it on an op, its IR reader can.
+_PRECISE = {"name": "precise", "version": "0"}
+
+
+def _kept_f32(core, model, values: Collection[str]):
+    """``model`` (read from ONNX) with the ops that compute ``values`` marked to stay at f32: the op
+    that outputs each value, and the unnamed ops it was decomposed into on the way back from it
+    (a Conv's bias Add, a Gemm's MatMul, ...) up to named values, weights and inputs. Written as
+    IR, marked there, and read back."""
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    ov = _openvino()
+    producer = {name: op for op in model.get_ordered_ops() if op.get_type_name() != "Result"
+                for out in op.outputs() for name in out.get_names()}  # a Result carries its value's name too
+    marked: set[str] = set()
+    stack = [producer[v] for v in values if v in producer]
+    while stack:
+        op = stack.pop()
+        if op.get_friendly_name() in marked or op.get_type_name() in ("Constant", "Parameter"):
+            continue
+        marked.add(op.get_friendly_name())
+        stack += [src for src in (i.get_source_output().get_node() for i in op.inputs())
+                  if not any(out.get_names() for out in src.outputs())]
+    with tempfile.TemporaryDirectory(prefix="gspo-ov-") as tmp:
+        ov.save_model(model, f"{tmp}/m.xml", compress_to_fp16=False)
+        tree = ET.parse(f"{tmp}/m.xml")
+        weights = np.fromfile(f"{tmp}/m.bin", dtype=np.uint8)
+    for layer in tree.getroot().iter("layer"):
+        if layer.get("name") in marked:
+            info = layer.find("rt_info")
+            if info is None:
+                info = ET.Element("rt_info")
+                layer.insert(1 if layer.find("data") is not None else 0, info)
+            ET.SubElement(info, "attribute", _PRECISE)
+    return core.read_model(ET.tostring(tree.getroot(), encoding="unicode"), ov.Tensor(weights))
 
 
 #: What :func:`openvino_probe` runs: read and compile the model at its path, at the given precision.

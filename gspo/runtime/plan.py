@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from gspo.ir import Graph
 from gspo.ir.subgraph import extract
 from gspo.streams import Placement, Schedule, check_schedule, node_id, segment_runs, split_runs
+from gspo.streams.placement import kept_f32
 
 __all__ = ["Segment", "Plan", "make_plan"]
 
@@ -28,6 +29,9 @@ class Segment:
     waits: tuple[int, ...]
     signals: tuple[int, ...]
     backend: str = "ort"
+    #: The values whose ops compute at f32 in a segment on ``openvino:bf16`` (ops placed on
+    #: OpenVINO at f32 among bf16 ones: :func:`~gspo.streams.placement.split_runs`).
+    keep_f32: tuple[str, ...] = ()
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -149,7 +153,9 @@ def make_plan(graph: Graph, schedule: Schedule, placement: Placement | None = No
         idx = tuple(sorted(index[op] for op in ops))
         sub, _ = extract(graph, idx, name=f"{graph.name}/s{s}.{renumber[old]}",
                          copies=_constants_read(graph, idx, const))
-        segments.append(Segment(renumber[old], s, idx, sub, tuple(waits[old]), tuple(signals[old]), backend))
+        f32 = {index[op] for op in kept_f32(ops, backend, placement)}
+        keep = tuple(v.name for i in sorted(f32) for v in graph.nodes[i].outputs if v.name)
+        segments.append(Segment(renumber[old], s, idx, sub, tuple(waits[old]), tuple(signals[old]), backend, keep))
     streams = tuple(
         tuple(seg.index for seg in segments if seg.stream == s) for s in range(schedule.num_streams)
     )

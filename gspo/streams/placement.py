@@ -3,7 +3,8 @@
 Ops not listed run on the default backend (onnxruntime's CPU provider), so a model placed
 entirely there needs no placement at all and stays a plain ONNX file. A placement is saved in
 the model's ``gspo.placement`` metadata, like a schedule; the runtime cuts each stream's run of
-ops where the backend changes and runs each piece on its backend.
+ops where the backend changes and runs each piece on its backend (OpenVINO's f32 and bf16 ops,
+neighbours, run as one model: :func:`split_runs`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.streams.schedule import node_id
 
-__all__ = ["Placement", "PlacementError", "PLACEMENT_VERSION", "DEFAULT_BACKEND"]
+__all__ = ["Placement", "PlacementError", "PLACEMENT_VERSION", "DEFAULT_BACKEND", "OPENVINO_PRECISIONS", "kept_f32",
+           "split_runs"]
 
 PLACEMENT_VERSION = 1
 DEFAULT_BACKEND = "ort"
@@ -108,8 +110,20 @@ class Placement:
         return cls(pairs)
 
 
+#: Backends whose neighbouring ops run as one model: OpenVINO at f32 and at bf16, compiled at
+#: bf16 with the f32 ops kept at f32 (:func:`gspo.runtime.openvino.load_openvino`), so that an
+#: op sent back to f32 costs no cut, no second model and no copy between them.
+OPENVINO_PRECISIONS = ("openvino", "openvino:bf16")
+
+
+def _family(backend: str) -> str:
+    return OPENVINO_PRECISIONS[0] if backend in OPENVINO_PRECISIONS else backend
+
+
 def split_runs(runs: Iterable[tuple[int, tuple[str, ...]]], placement: Placement | None) -> list[tuple[int, tuple[str, ...], str]]:
-    """Runs of ops cut again wherever the backend changes: ``(stream, op ids, backend)`` each."""
+    """Runs of ops cut again wherever the backend changes: ``(stream, op ids, backend)`` each.
+    Neighbouring ops on OpenVINO at f32 and at bf16 stay in one run on ``openvino:bf16``
+    (:data:`OPENVINO_PRECISIONS`; which of its ops stay f32: :func:`kept_f32`)."""
     where = placement.backend_of() if placement is not None else {}
     out = []
     for stream, ops in runs:
@@ -117,11 +131,20 @@ def split_runs(runs: Iterable[tuple[int, tuple[str, ...]]], placement: Placement
         backend = None
         for op in ops:
             b = where.get(op, DEFAULT_BACKEND)
-            if current and b != backend:
+            if current and _family(b) != _family(backend):
                 out.append((stream, tuple(current), backend))
                 current = []
+            backend = OPENVINO_PRECISIONS[1] if current and OPENVINO_PRECISIONS[1] in (b, backend) else b
             current.append(op)
-            backend = b
         if current:
             out.append((stream, tuple(current), backend))
     return out
+
+
+def kept_f32(ops: Iterable[str], backend: str, placement: Placement | None) -> tuple[str, ...]:
+    """The ops of a run on ``backend`` (:func:`split_runs`) that its placement puts on OpenVINO
+    at f32 while the run is on ``openvino:bf16``."""
+    if backend != OPENVINO_PRECISIONS[1] or placement is None:
+        return ()
+    where = placement.backend_of()
+    return tuple(op for op in ops if where.get(op) == OPENVINO_PRECISIONS[0])

@@ -95,3 +95,26 @@ def test_a_run_of_constants_alone_passes_on_what_it_was_told():
     schedule = Schedule((("a", "c1"), ("out",), ("c2",)), (("c1", "c2"), ("c2", "out")))
     plan = make_plan(g, schedule)
     assert _waits_for_the_relu(plan) and {seg.stream for seg in plan.segments} == {0, 1}
+
+
+def _two_matmuls():
+    """``y1 = x @ w1``, ``y2 = relu(x) @ w2``: x[1, 64]."""
+    rng = np.random.default_rng(0)
+    w = [numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), f"w{i}") for i in (1, 2)]
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["y1"]), helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y2"])]
+    f = TensorProto.FLOAT
+    return onnx_model(nodes, [helper.make_tensor_value_info("x", f, [1, 64])],
+                      [helper.make_tensor_value_info(n, f, [1, 64]) for n in ("y1", "y2")], w)
+
+
+def test_openvinos_f32_ops_among_bf16_ones_are_one_segment_that_names_the_values_kept_f32():
+    from gspo.streams import Placement
+
+    g = ir.load_bytes(_two_matmuls().SerializeToString())
+    placement = Placement.of({"y1": "openvino", "r": "openvino:bf16", "y2": "openvino:bf16"})
+    plan = make_plan(g, Schedule.single(g), placement)
+    assert [(s.backend, s.keep_f32) for s in plan.segments] == [("openvino:bf16", ("y1",))]
+    ort_between = Placement.of({"y1": "openvino", "y2": "openvino:bf16"})  # the Relu on onnxruntime
+    assert [(s.backend, s.keep_f32) for s in make_plan(g, Schedule.single(g), ort_between).segments] == [
+        ("openvino", ()), ("ort", ()), ("openvino:bf16", ())]

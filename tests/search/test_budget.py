@@ -169,7 +169,7 @@ class SlowCompiler:
     def __init__(self, seconds_per_op: float, clock: FakeClock):
         self.seconds_per_op, self.clock, self.compiled = seconds_per_op, clock, []
 
-    def __call__(self, name, model, config=None):
+    def __call__(self, name, model, config=None, keep_f32=()):
         session = make_session(model) if config is None else make_session(model, config)
         if name != "ort":
             ops = len(model.nodes) if isinstance(model, Graph) else len(onnx.load_from_string(model).graph.node)
