@@ -6,10 +6,13 @@ measured against the source model, first on the calibration data; when a limit b
 pieces go back to fp32 one at a time, the one whose error alone is the largest first (its
 contribution measured on the calibration data, as NNCF's accuracy control ranks layers; a model
 of more than :data:`MAX_RANKED` pieces is ranked and sent back in as many runs of neighbouring
-pieces). A combination that holds on the calibration data is then judged on the validation
-data, which nothing is tuned on; if it breaks there, reverting goes on. A kind with every piece back at fp32
-is dropped. (A kind whose other pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`,
-sends its pieces back to bf16.) The survivors are timed against the fp32 model, interleaved, each
+pieces, each of these pieces then reduced again on its own where the budget still holds). The
+pieces are finer than the rewrite search's (:data:`PIECE_OPS`). A combination that holds on the
+calibration data is then judged on the validation data, which nothing is tuned on; if it breaks
+there, reverting goes on. A kind with every piece back at fp32 is dropped. (A kind whose other
+pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`, sends its pieces back to bf16.)
+On OpenVINO, the pieces back at fp32 run in the same compiled model as the bf16 ones
+(:func:`~gspo.streams.placement.split_runs`). The survivors are timed against the fp32 model, interleaved, each
 at the thread counts worth trying (:func:`thread_settings`), and the fastest is kept only when it
 is faster in so many rounds that chance is ruled out; the budget is never traded for speed.
 """
@@ -32,6 +35,11 @@ from gspo.streams import node_id
 
 __all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "thread_settings", "time_fitted"]
 
+#: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
+#: finer than the rewrite search's pieces (64), so that what goes back to fp32 is no more of the
+#: model than the budget needs (MobileNetV3 at bf16 on OpenVINO holds nmse=1e-3 with one piece of
+#: 19 back at f32; cut in 5, one piece of 30 ops).
+PIECE_OPS = 16
 #: Rounds of the interleaved timing, and the significance the fastest must reach.
 TIMING_RUNS = 20
 ALPHA = 0.01
@@ -45,9 +53,10 @@ class Pieces:
 
     @classmethod
     def of(cls, graph: Graph, threshold: int) -> Pieces:
+        """``graph`` cut into pieces of at most ``threshold`` ops, and at most :data:`PIECE_OPS`."""
         from gspo.partition import partition
 
-        parts = partition(graph, threshold)
+        parts = partition(graph, min(threshold, PIECE_OPS))
         return cls(tuple(frozenset(node_id(graph.nodes[i]) for i in p.ops) for p in parts.pieces))
 
     def union(self, chosen) -> frozenset[str]:
@@ -89,13 +98,15 @@ class _Out(Exception):
 
 
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-        deadline: Deadline | None) -> Fitted:
+        deadline: Deadline | None, pinned: Mapping[int, str] | None = None) -> Fitted:
     """Fit ``kind`` to the budget (see the module docstring). ``reference`` holds the source
     model's outputs on ``data.calibration`` and ``data.validation`` under those keys; the fit ends
-    at ``deadline`` (``None``: it does not)."""
-    touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops)]
-    fitted = Fitted(kind, None, pieces={i: "nothing in it this kind reduces" for i in range(len(pieces.ops))
-                                        if i not in touched})
+    at ``deadline`` (``None``: it does not). The pieces ``pinned`` names are left as the kind
+    builds them unreduced, each with the reason given."""
+    pinned = dict(pinned or {})
+    touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
+    fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
+                                        for i in range(len(pieces.ops)) if i not in touched})
     if not touched:
         fitted.note = "nothing in the model this kind reduces"
         return fitted
@@ -122,25 +133,25 @@ MAX_RANKED = 8
 
 def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
     """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
-    validation both hold."""
+    validation both hold; then the pieces sent back together tried again alone (:func:`_refine`)."""
     current = list(touched)
     order: list[tuple[int, ...]] | None = None
+    sent: list[tuple[int, ...]] = []
     graph, cal = judge(current, "calibration")
     rank = 0
     while True:
         if cal.holds:
             _, val = judge(current, "validation")
             if val.holds:
-                fitted.reduced, fitted.graph, fitted.calibration, fitted.validation = tuple(current), graph, cal, val
-                for i in current:
-                    fitted.pieces[i] = "reduced"
-                return fitted
+                _holds(fitted, current, graph, cal, val)
+                return _refine(fitted, sent, judge)
             why = "the validation data broke the budget (" + "; ".join(val.broken) + ")"
         else:
             why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"
         if order is None:
             order = _ranked(_units(current, MAX_RANKED), judge) if len(current) > 1 else [tuple(current)]
         worst, rank = order.pop(0), rank + 1
+        sent.append(worst)
         alone = "its error alone" if len(worst) == 1 else f"the error of pieces {worst[0]}-{worst[-1]} alone"
         for i in worst:
             current.remove(i)
@@ -149,6 +160,35 @@ def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
             fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
             return fitted
         graph, cal = judge(current, "calibration")
+
+
+def _holds(fitted: Fitted, current, graph: Graph, cal: Accuracy, val: Accuracy) -> None:
+    """Record ``current``, which holds the budget on both data sets, as the fit."""
+    fitted.reduced, fitted.graph, fitted.calibration, fitted.validation = tuple(sorted(current)), graph, cal, val
+    for i in current:
+        fitted.pieces[i] = "reduced"
+
+
+def _refine(fitted: Fitted, sent: list[tuple[int, ...]], judge) -> Fitted:
+    """Each piece sent back in a run of neighbours (:data:`MAX_RANKED`) reduced again on its own,
+    the last run sent back first, where the budget still holds on both data sets: the run's error
+    alone broke it, which says little of each piece's. Stops, keeping what holds, at the
+    deadline."""
+    current = list(fitted.reduced)
+    try:
+        for unit in reversed(sent):
+            for i in unit if len(unit) > 1 else ():
+                graph, cal = judge(current + [i], "calibration")
+                which, acc = ("validation", judge(current + [i], "validation")[1]) if cal.holds else ("calibration", cal)
+                if acc.holds:
+                    current.append(i)
+                    _holds(fitted, current, graph, cal, acc)
+                else:
+                    fitted.pieces[i] += f"; reduced again on its own, the {which} data broke the budget (" + \
+                        "; ".join(acc.broken) + ")"
+    except (_Out, GspoError):
+        pass
+    return fitted
 
 
 def _units(current: list[int], limit: int) -> list[tuple[int, ...]]:

@@ -28,8 +28,8 @@ from gspo.precision.variants import kinds, plain, with_placement
 from gspo.search.deadline import Deadline
 from gspo.streams import Placement
 
-__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline", "refine", "saved_fp32",
-           "settings_of", "skipped_for_bf16", "with_precision"]
+__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline",
+           "on_bf16_fit", "refine", "saved_fp32", "settings_of", "skipped_for_bf16", "with_precision"]
 
 #: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
 #: exact search gets the rest).
@@ -146,28 +146,53 @@ def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float) -> D
 def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say) -> list[Fitted]:
     """Every kind fitted in turn, each until an equal share of the time left for the kinds not yet
     fitted (one kind cannot take the others' time); ``judged``: the data, the source's outputs on
-    it and the budget."""
+    it and the budget. A kind whose rest runs at bf16 starts from the bf16 kind's fit
+    (:func:`on_bf16_fit`)."""
     data, reference, budget = judged
     fitted: list[Fitted] = []
     for i, k in enumerate(found):
         say(f"fitting {k.name}")
         skip = skipped_for_bf16(k, fitted)
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
-        fitted.append(Fitted(k, None, note=skip) if skip else fit(k, pieces, data, reference, budget, mine))
+        if skip:
+            fitted.append(Fitted(k, None, note=skip))
+            continue
+        k, pinned = on_bf16_fit(k, pieces, fitted)
+        fitted.append(fit(k, pieces, data, reference, budget, mine, pinned))
     return fitted
 
 
+def _bf16_fit(fitted: list[Fitted]) -> Fitted | None:
+    return next((f for f in fitted if f.kind.precision == "bf16"), None)
+
+
 def skipped_for_bf16(kind, fitted: list[Fitted]) -> str | None:
-    """Why ``kind``, whose unquantized pieces run at bf16, is not fitted: bf16 of the whole model
-    did not hold the budget (its fit, earlier in ``fitted``, sent a piece back); ``None``: fit it."""
+    """Why ``kind``, whose unquantized pieces run at bf16, is not fitted: the bf16 kind (fitted
+    earlier in ``fitted``) holds the budget with no piece at bf16; ``None``: fit it."""
     if kind.rest != "bf16":
         return None
-    whole = next((f for f in fitted if f.kind.precision == "bf16"), None)
-    sent_back = whole is None or whole.reduced is None or any(why.startswith("back to") for why in whole.pieces.values())
-    if not sent_back:
+    whole = _bf16_fit(fitted)
+    if whole is not None and whole.reduced is not None:
         return None
-    return ("not fitted: bf16 on openvino of the whole model does not hold the budget, and this kind runs "
+    return ("not fitted: bf16 on openvino does not hold the budget with any piece at bf16, and this kind runs "
             "every piece it does not quantize at bf16")
+
+
+def on_bf16_fit(kind, pieces: Pieces, fitted: list[Fitted]):
+    """``kind`` and the pieces its fit leaves alone: for a kind whose rest runs at bf16, the pieces
+    the bf16 kind's fit sent back to fp32 stay at fp32 (OpenVINO at f32 in the same model)
+    untouched, with the reason; any other kind as it is."""
+    from gspo.precision.variants import keeping_f32
+
+    whole = _bf16_fit(fitted)
+    if kind.rest != "bf16" or whole is None:
+        return kind, None
+    back = {i: why for i, why in whole.pieces.items() if why.startswith("back to")}
+    if not back:
+        return kind, None
+    pinned = {i: f"kept at fp32, where the fit of bf16 on openvino sent it: {why.split(': ', 1)[1]}"
+              for i, why in back.items()}
+    return keeping_f32(kind, pieces.union(back)), pinned
 
 
 def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:

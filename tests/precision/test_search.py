@@ -156,18 +156,34 @@ def test_a_slow_kind_takes_its_share_of_the_time_not_the_next_kinds():
     assert clock.now <= 40.0 + 10.0  # the slow kind stopped at its share (one build may run over)
 
 
-def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours(monkeypatch):
+def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours_then_each_is_tried_again(monkeypatch):
     import gspo.precision.search as search
 
     monkeypatch.setattr(search, "MAX_RANKED", 2)  # three pieces, two units: (0,) and (1, 2)
     d, built = data(), []
     fitted = fit(fake_kind(built), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
-    assert fitted.reduced == (0,) and fitted.validation.holds
-    assert fitted.pieces[1] == fitted.pieces[2] and "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
-    # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets
-    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0)]
+    assert fitted.reduced == (0, 2) and fitted.validation.holds and fitted.calibration.holds
+    assert fitted.validation.outputs["y"]["nmse"] <= 1e-4
+    assert fitted.pieces[2] == "reduced"  # its error alone is small: back again
+    assert "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
+    assert "reduced again on its own, the calibration data broke the budget (y: nmse" in fitted.pieces[1]
+    # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets,
+    # then piece 1 with it (broke the calibration data), then piece 2 (held on both)
+    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0),
+                     (EPS[0], EPS[1], 0), (EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
+    assert fitted.graph is not None and built[-1] == (EPS[0], 0, EPS[2])  # the graph of what holds
 
 
+def test_the_deadline_during_the_second_tries_keeps_what_held(monkeypatch):
+    import gspo.precision.search as search
+
+    monkeypatch.setattr(search, "MAX_RANKED", 2)
+    d = data()
+    ticks = iter([0.0] * 5 + [100.0] * 10)  # five judgments in time, then the deadline
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"),
+                 deadline=Deadline(50.0, clock=lambda: next(ticks)))
+    assert fitted.reduced == (0,) and fitted.validation.holds and fitted.note == ""
+    assert fitted.pieces[1] == fitted.pieces[2] and "reduced again" not in fitted.pieces[1]
 def test_each_kind_is_timed_at_each_thread_count_and_keeps_its_fastest():
     from gspo.precision.search import Fitted, thread_settings, time_fitted
     from gspo.runtime.bench import Timing

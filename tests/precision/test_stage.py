@@ -103,22 +103,44 @@ def _bf16_here():
         pytest.skip(f"bf16 on OpenVINO cannot run here: {why}")
 
 
-def test_int8_with_the_rest_at_bf16_waits_for_bf16_of_the_whole_model_to_hold():
-    from gspo.precision.search import Fitted
-    from gspo.precision.stage import skipped_for_bf16
-    from gspo.precision.variants import Kind
+def test_int8_with_the_rest_at_bf16_starts_from_the_fit_of_bf16():
+    from gspo.ir import load_bytes
+    from gspo.precision.search import Fitted, Pieces
+    from gspo.precision.stage import on_bf16_fit, skipped_for_bf16
+    from gspo.precision.variants import Kind, with_placement
+    from gspo.streams import Placement
+    from tests.precision.test_search import chain
+
+    graph, built = load_bytes(chain()), []
+
+    def build(reduced):  # the QDQ model placed whole on OpenVINO at bf16, as openvino_static builds it
+        built.append(reduced)
+        return with_placement(graph, Placement.whole(graph, "openvino:bf16"))
 
     def kind(name, precision, rest="fp32"):
-        return Kind(name, precision, "openvino", lambda ops: True, lambda reduced: None, rest)
+        return Kind(name, precision, "openvino", lambda ops: True, build, rest)
 
     bf16, mixed, plain_int8 = kind("bf16", "bf16"), kind("int8, the rest at bf16", "int8", "bf16"), kind("int8", "int8")
-    whole = Fitted(bf16, (0, 1), pieces={0: "reduced", 1: "reduced"})
-    part = Fitted(bf16, (1,), pieces={0: "back to fp32: the calibration data broke the budget", 1: "reduced"})
+    pieces = Pieces((frozenset({"m0", "r0"}), frozenset({"m1", "r1"}), frozenset({"y"})))
+    whole = Fitted(bf16, (0, 1, 2), pieces={0: "reduced", 1: "reduced", 2: "reduced"})
+    part = Fitted(bf16, (1, 2), pieces={0: "back to fp32: the calibration data broke the budget (y: nmse 2e-3 > 1e-3)",
+                                        1: "reduced", 2: "reduced"})
     dropped = Fitted(bf16, None, note="every piece went back to fp32 to hold the budget")
-    assert skipped_for_bf16(mixed, [whole]) is None
-    for fitted in ([part], [dropped], []):
-        assert skipped_for_bf16(mixed, fitted).startswith("not fitted: bf16 on openvino of the whole model")
+    for fitted in ([whole], [part]):
+        assert skipped_for_bf16(mixed, fitted) is None
+    for fitted in ([dropped], []):
+        assert skipped_for_bf16(mixed, fitted).startswith("not fitted: bf16 on openvino does not hold the budget")
     assert skipped_for_bf16(plain_int8, [dropped]) is None
+    assert on_bf16_fit(mixed, pieces, [whole]) == (mixed, None)
+    assert on_bf16_fit(plain_int8, pieces, [part]) == (plain_int8, None)
+    kept, pinned = on_bf16_fit(mixed, pieces, [part])
+    assert pinned == {0: "kept at fp32, where the fit of bf16 on openvino sent it: the calibration data broke the "
+                         "budget (y: nmse 2e-3 > 1e-3)"}
+    g = kept.build(frozenset({"m0", "r0", "y"}))
+    assert built[-1] == {"y"}  # the piece kept at fp32 is never quantized
+    where = Placement.from_json(g.extras.placement).backend_of()
+    assert {op for op, b in where.items() if b == "openvino"} == {"m0", "r0"}
+    assert {op for op, b in where.items() if b == "openvino:bf16"} == {"m1", "r1", "y"}
 
 
 def test_with_bf16_and_int8_the_kinds_at_bf16_are_fitted_or_say_why_not(model, tmp_path):
@@ -133,7 +155,7 @@ def test_with_bf16_and_int8_the_kinds_at_bf16_are_fitted_or_say_why_not(model, t
         bf16 = next(k for k in block["kinds"] if k["kind"] == "bf16 on openvino")
         assert (bf16["pieces_reduced"] == list(range(block["pieces"]))) == fitted
         for k in at_bf16:
-            not_fitted = (k["dropped"] or "").startswith("not fitted: bf16 on openvino of the whole model")
+            not_fitted = (k["dropped"] or "").startswith("not fitted: bf16 on openvino does not hold the budget")
             assert not_fitted != fitted
             assert all(not why.startswith("back to fp32") for why in k["pieces"].values())  # back to bf16
             if k["validation"] is not None:
