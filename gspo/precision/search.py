@@ -33,7 +33,7 @@ from gspo.runtime.executor import make_executor
 from gspo.search.deadline import Deadline
 from gspo.streams import node_id
 
-__all__ = ["Fitted", "Pieces", "evaluate", "fit", "outputs_of", "thread_settings", "time_fitted"]
+__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "evaluate", "fit", "outputs_of", "refine", "thread_settings", "time_fitted"]
 
 #: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
 #: finer than the rewrite search's pieces (64), so that what goes back to fp32 is no more of the
@@ -79,6 +79,10 @@ class Fitted:
     note: str = ""
     median_s: float | None = None
     threads: int = 0
+    #: The runs of pieces sent back, in turn (:func:`refine` tries each piece of a run again), and
+    #: the pieces with nothing the kind reduces.
+    sent: tuple[tuple[int, ...], ...] = ()
+    idle: tuple[int, ...] = ()
 
 
 def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -97,12 +101,17 @@ class _Out(Exception):
     """The deadline came before the fit ended."""
 
 
+#: A fit's note when its time ran out before anything held the budget.
+OUT_OF_TIME = "the time budget ended before the error was within the budget"
+
+
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
         deadline: Deadline | None, pinned: Mapping[int, str] | None = None) -> Fitted:
-    """Fit ``kind`` to the budget (see the module docstring). ``reference`` holds the source
-    model's outputs on ``data.calibration`` and ``data.validation`` under those keys; the fit ends
-    at ``deadline`` (``None``: it does not). The pieces ``pinned`` names are left as the kind
-    builds them unreduced, each with the reason given."""
+    """Fit ``kind`` to the budget (see the module docstring; the pieces sent back together are
+    tried again by :func:`refine`). ``reference`` holds the source model's outputs on
+    ``data.calibration`` and ``data.validation`` under those keys; the fit ends at ``deadline``
+    (``None``: it does not). The pieces ``pinned`` names are left as the kind builds them
+    unreduced, each with the reason given."""
     pinned = dict(pinned or {})
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
     fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
@@ -110,20 +119,41 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
     if not touched:
         fitted.note = "nothing in the model this kind reduces"
         return fitted
+    fitted.idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
+    try:
+        return _revert(fitted, touched, _judge(kind, pieces, (data, reference, budget), deadline, fitted.idle))
+    except _Out:
+        fitted.note = OUT_OF_TIME
+    except GspoError as e:
+        fitted.note = f"could not be built or run: {e}"
+    return fitted
+
+
+def refine(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
+           deadline: Deadline | None) -> Fitted:
+    """A fitted kind's pieces sent back in runs of neighbours reduced again one at a time
+    (:func:`_refine`), until ``deadline``."""
+    if fitted.reduced is None or not any(len(unit) > 1 for unit in fitted.sent):
+        return fitted
+    return _refine(fitted, list(fitted.sent), _judge(fitted.kind, pieces, (data, reference, budget), deadline,
+                                                     fitted.idle))
+
+
+def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: Sequence[int]):
+    """``judge(chosen, which)``: ``kind`` built with the pieces ``chosen`` reduced, and its accuracy
+    on the ``which`` data (``judged``: the data, the reference outputs, the budget). The pieces
+    ``idle`` (nothing in them the kind reduces) are built as reduced all along: their ops (a Concat
+    or a MaxPool between quantized Convs) are left to the kind, as with the whole model reduced,
+    not kept as fp32 ops that cut it."""
+    data, reference, budget = judged
 
     def judge(chosen, which: str) -> tuple[Graph, Accuracy]:
         if deadline is not None and deadline.expired():
             raise _Out
-        graph = kind.build(pieces.union(chosen))
+        graph = kind.build(pieces.union(list(chosen) + list(idle)))
         return graph, evaluate(graph, getattr(data, which), reference[which], budget)
 
-    try:
-        return _revert(fitted, touched, judge)
-    except _Out:
-        fitted.note = "the time budget ended before the error was within the budget"
-    except GspoError as e:
-        fitted.note = f"could not be built or run: {e}"
-    return fitted
+    return judge
 
 
 #: At most this many units are ranked: with more pieces, neighbouring pieces are ranked and sent
@@ -133,7 +163,7 @@ MAX_RANKED = 8
 
 def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
     """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
-    validation both hold; then the pieces sent back together tried again alone (:func:`_refine`)."""
+    validation both hold; the runs of pieces sent back are kept in ``fitted.sent``."""
     current = list(touched)
     order: list[tuple[int, ...]] | None = None
     sent: list[tuple[int, ...]] = []
@@ -144,7 +174,8 @@ def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
             _, val = judge(current, "validation")
             if val.holds:
                 _holds(fitted, current, graph, cal, val)
-                return _refine(fitted, sent, judge)
+                fitted.sent = tuple(sent)
+                return fitted
             why = "the validation data broke the budget (" + "; ".join(val.broken) + ")"
         else:
             why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"

@@ -87,7 +87,9 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     say("calibrating")
     found, notes = kinds(base, cfg.precision.precisions, backends, lambda: activation_ranges(base, data.calibration))
     timed = len(found) * len(thread_settings(base))  # each kind at each thread count
-    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, timed, sample_s), say)
+    per_kind = len(thread_settings(base))  # each kind is timed at each thread count
+    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, timed, sample_s), say,
+                       lambda n: fits_deadline(deadline, n * per_kind, sample_s))
     survivors = [f for f in fitted if f.reduced is not None]
     fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
     fp32_s, rounds = (None, {})
@@ -143,23 +145,48 @@ def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float) -> D
     return deadline.within(left - min(high * left, max(low * left, 2 * rounds)))
 
 
-def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say) -> list[Fitted]:
+def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
+              again: Callable[[int], Deadline | None] | None = None) -> list[Fitted]:
     """Every kind fitted in turn, each until an equal share of the time left for the kinds not yet
     fitted (one kind cannot take the others' time); ``judged``: the data, the source's outputs on
     it and the budget. A kind whose rest runs at bf16 starts from the bf16 kind's fit
-    (:func:`on_bf16_fit`)."""
+    (:func:`on_bf16_fit`). Then, until ``again(n)`` (the deadline that leaves time to time ``n``
+    kinds; ``deadline`` without it), a second round, the kinds whose rest runs at bf16 first,
+    each in an equal share again: a kind whose share ran out is fitted again, and a survivor's
+    pieces sent back together are tried again one at a time
+    (:func:`~gspo.precision.search.refine`)."""
+    from gspo.precision.search import OUT_OF_TIME
+    from gspo.precision.search import refine as refine_fit
+
     data, reference, budget = judged
     fitted: list[Fitted] = []
     for i, k in enumerate(found):
         say(f"fitting {k.name}")
-        skip = skipped_for_bf16(k, fitted)
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
-        if skip:
-            fitted.append(Fitted(k, None, note=skip))
-            continue
-        k, pinned = on_bf16_fit(k, pieces, fitted)
-        fitted.append(fit(k, pieces, data, reference, budget, mine, pinned))
+        fitted.append(_fit_one(k, pieces, judged, mine, fitted))
+    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or
+                     (f.reduced is not None and any(len(u) > 1 for u in f.sent))),
+                    key=lambda j: (fitted[j].kind.rest != "bf16", j))
+    later = again(sum(f.reduced is not None or f.note == OUT_OF_TIME for f in fitted)) if again else deadline
+    for n, j in enumerate(second):
+        mine = later.share(1 / (len(second) - n)) if later is not None else None
+        f = fitted[j]
+        if f.note == OUT_OF_TIME:
+            say(f"fitting {f.kind.name} again")
+            fitted[j] = _fit_one(found[j], pieces, judged, mine, fitted[:j])
+        else:
+            say(f"fitting {f.kind.name} piece by piece")
+            refine_fit(f, pieces, data, reference, budget, mine)
     return fitted
+
+
+def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: list[Fitted]) -> Fitted:
+    """``kind`` fitted until ``deadline``, after the kinds ``before`` it (the bf16 kind's fit among them)."""
+    skip = skipped_for_bf16(kind, before)
+    if skip:
+        return Fitted(kind, None, note=skip)
+    kind, pinned = on_bf16_fit(kind, pieces, before)
+    return fit(kind, pieces, *judged, deadline, pinned)
 
 
 def _bf16_fit(fitted: list[Fitted]) -> Fitted | None:

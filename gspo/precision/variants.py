@@ -200,13 +200,11 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
         matmuls = dynamic_quantizable(graph)
         if q:
             found = ranges()
-            # the rest at bf16 first: the fastest within the budget where bf16 holds (9 of the 11
-            # models of benchmarks/precision/), so the first to take the fits' shares of the time
-            rests = ("bf16", "fp32") if any(k.precision == "bf16" for k in out) else ("fp32",)
+            out += [_static(graph, found, q)] if "ort" in backends else []
+            rests = ("fp32", "bf16") if any(k.precision == "bf16" for k in out) else ("fp32",)
             probe = _probed_once(probe)
             out += [openvino_static(graph, found, form, probe, rest) for rest in rests for _, form, _ in OPENVINO_FORMS
                     if "openvino" in backends]
-            out += [_static(graph, found, q)] if "ort" in backends else []
         if matmuls:
             out.append(_dynamic(graph, matmuls))
         elif q:

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo.ir import load_bytes
 from gspo.precision.accuracy import ErrorBudget
-from gspo.precision.search import Pieces, fit, outputs_of
+from gspo.precision.search import Pieces, fit, outputs_of, refine
 from gspo.precision.variants import Kind
 from gspo.search.deadline import Deadline
 
@@ -111,6 +111,23 @@ def test_the_deadline_ends_the_fit_with_a_note():
     assert fitted.note == "the time budget ended before the error was within the budget"
 
 
+def test_the_pieces_a_kind_does_not_touch_are_built_as_reduced_and_pinned_ones_are_not():
+    """A piece with nothing the kind reduces is handed to every build as reduced (its ops left to
+    the kind, as with the whole model reduced), and reported as untouched; a pinned piece never."""
+    d, seen = data(), []
+    base = fake_kind([])
+
+    def build(reduced):
+        seen.append(reduced)
+        return base.build(reduced)
+
+    kind = Kind("partial", "int8", "ort", lambda ops: "y" not in ops, build)
+    fitted = fit(kind, PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None, pinned={1: "kept at fp32"})
+    assert seen and all(PIECES.ops[2] <= r and not PIECES.ops[1] & r for r in seen)
+    assert fitted.reduced == (0,) and fitted.validation.holds
+    assert fitted.pieces == {0: "reduced", 1: "kept at fp32", 2: "nothing in it this kind reduces"}
+
+
 def test_a_kind_that_touches_nothing_is_dropped_with_the_reason():
     d = data()
     kind = Kind("none", "int8", "ort", lambda ops: False, lambda reduced: load_bytes(chain()))
@@ -161,16 +178,19 @@ def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours_then_each_is_
 
     monkeypatch.setattr(search, "MAX_RANKED", 2)  # three pieces, two units: (0,) and (1, 2)
     d, built = data(), []
-    fitted = fit(fake_kind(built), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
+    budget = ErrorBudget.parse("nmse=1e-4")
+    fitted = fit(fake_kind(built), PIECES, d, reference(d), budget, None)
+    assert fitted.reduced == (0,) and fitted.validation.holds and fitted.sent == ((1, 2),)
+    assert fitted.pieces[1] == fitted.pieces[2] and "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
+    # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets
+    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0)]
+    refine(fitted, PIECES, d, reference(d), budget, None)
     assert fitted.reduced == (0, 2) and fitted.validation.holds and fitted.calibration.holds
     assert fitted.validation.outputs["y"]["nmse"] <= 1e-4
-    assert fitted.pieces[2] == "reduced"  # its error alone is small: back again
-    assert "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
+    assert fitted.pieces[2] == "reduced"  # its error alone is small: reduced again
     assert "reduced again on its own, the calibration data broke the budget (y: nmse" in fitted.pieces[1]
-    # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets,
-    # then piece 1 with it (broke the calibration data), then piece 2 (held on both)
-    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0),
-                     (EPS[0], EPS[1], 0), (EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
+    # then piece 1 with piece 0 (broke the calibration data), then piece 2 (held on both)
+    assert built[5:] == [(EPS[0], EPS[1], 0), (EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
     assert fitted.graph is not None and built[-1] == (EPS[0], 0, EPS[2])  # the graph of what holds
 
 
@@ -179,11 +199,23 @@ def test_the_deadline_during_the_second_tries_keeps_what_held(monkeypatch):
 
     monkeypatch.setattr(search, "MAX_RANKED", 2)
     d = data()
-    ticks = iter([0.0] * 5 + [100.0] * 10)  # five judgments in time, then the deadline
-    fitted = fit(fake_kind([]), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"),
-                 deadline=Deadline(50.0, clock=lambda: next(ticks)))
+    budget = ErrorBudget.parse("nmse=1e-4")
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), budget, None)
+    refine(fitted, PIECES, d, reference(d), budget, deadline=Deadline(50.0, clock=lambda: 100.0))
     assert fitted.reduced == (0,) and fitted.validation.holds and fitted.note == ""
     assert fitted.pieces[1] == fitted.pieces[2] and "reduced again" not in fitted.pieces[1]
+
+
+def test_a_fit_that_sent_pieces_back_one_at_a_time_has_nothing_to_try_again():
+    d, built = data(), []
+    budget = ErrorBudget.parse("nmse=1e-4")
+    fitted = fit(fake_kind(built), PIECES, d, reference(d), budget, None)
+    assert fitted.sent == ((1,),)
+    n = len(built)
+    refine(fitted, PIECES, d, reference(d), budget, None)
+    assert len(built) == n and fitted.reduced == (0, 2)
+
+
 def test_each_kind_is_timed_at_each_thread_count_and_keeps_its_fastest():
     from gspo.precision.search import Fitted, thread_settings, time_fitted
     from gspo.runtime.bench import Timing
@@ -216,3 +248,22 @@ def test_a_model_too_large_for_more_sessions_is_timed_at_the_default_threads_onl
     b = GraphBuilder("large")  # a lazy weight of 512 MB, never computed
     huge = b.output(b.op("MatMul", [b.input("x", (1, 1 << 13)), b.weight("w", (1 << 13, 1 << 14))])).build()
     assert thread_settings(huge, cores=2) == (0,)
+
+
+def test_a_kind_whose_share_ran_out_is_fitted_again_in_the_time_the_others_left():
+    from gspo.precision.stage import fit_kinds
+    from tests.search.fakes import FakeClock
+
+    clock, d, said = FakeClock(now=0.0), data(), []
+    base = fake_kind([])
+
+    def slow(reduced):  # every build takes 10 s of the fake clock; the fit needs six
+        clock.advance(10.0)
+        return base.build(reduced)
+
+    kinds = [Kind("slow", "int8", "ort", lambda ops: True, slow), fake_kind([])]
+    fitted = fit_kinds(kinds, PIECES, (d, reference(d), ErrorBudget.parse("nmse=1e-4")),
+                       Deadline.after(30.0, clock), said.append, again=lambda n: Deadline.after(200.0, clock))
+    assert said == ["fitting slow", "fitting fake", "fitting slow again"]
+    assert fitted[0].reduced == (0, 2) and fitted[0].validation.holds and fitted[0].note == ""
+    assert fitted[1].reduced == (0, 2)
