@@ -33,7 +33,8 @@ from gspo.runtime.executor import make_executor
 from gspo.search.deadline import Deadline
 from gspo.streams import node_id
 
-__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "evaluate", "fit", "outputs_of", "refine", "thread_settings", "time_fitted"]
+__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "outputs_of", "refine", "resume",
+           "thread_settings", "time_fitted"]
 
 #: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
 #: finer than the rewrite search's pieces (64), so that what goes back to fp32 is no more of the
@@ -83,6 +84,8 @@ class Fitted:
     #: the pieces with nothing the kind reduces.
     sent: tuple[tuple[int, ...], ...] = ()
     idle: tuple[int, ...] = ()
+    #: Where the fit stands while the deadline has stopped it (:func:`resume`).
+    progress: Progress | None = None
 
 
 def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -101,6 +104,20 @@ class _Out(Exception):
     """The deadline came before the fit ended."""
 
 
+@dataclass
+class Progress:
+    """Where a fit stands, so that one the deadline stopped goes on from there
+    (:func:`resume`): the pieces still reduced, the order the rest go back in once ranked (the
+    units' errors alone found so far), the runs sent back, and the current pieces' judgment on the
+    calibration data once made."""
+
+    current: list[int]
+    order: list[tuple[int, ...]] | None = None
+    excess: dict[tuple[int, ...], float] = field(default_factory=dict)
+    sent: list[tuple[int, ...]] = field(default_factory=list)
+    calibration: tuple[Graph, Accuracy] | None = None
+
+
 #: A fit's note when its time ran out before anything held the budget.
 OUT_OF_TIME = "the time budget ended before the error was within the budget"
 
@@ -110,8 +127,8 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
     """Fit ``kind`` to the budget (see the module docstring; the pieces sent back together are
     tried again by :func:`refine`). ``reference`` holds the source model's outputs on
     ``data.calibration`` and ``data.validation`` under those keys; the fit ends at ``deadline``
-    (``None``: it does not). The pieces ``pinned`` names are left as the kind builds them
-    unreduced, each with the reason given."""
+    (``None``: it does not; where it ends it, :func:`resume` goes on). The pieces ``pinned``
+    names are left as the kind builds them unreduced, each with the reason given."""
     pinned = dict(pinned or {})
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
     fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
@@ -120,12 +137,23 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
         fitted.note = "nothing in the model this kind reduces"
         return fitted
     fitted.idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
+    fitted.progress = Progress(touched)
+    return resume(fitted, pieces, data, reference, budget, deadline)
+
+
+def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
+           deadline: Deadline | None) -> Fitted:
+    """Go on with a fit from its :class:`Progress` until ``deadline``: a fit the deadline stopped
+    (its note :data:`OUT_OF_TIME`) loses none of the judgments it made."""
+    fitted.note = ""
     try:
-        return _revert(fitted, touched, _judge(kind, pieces, (data, reference, budget), deadline, fitted.idle))
+        _revert(fitted, fitted.progress, _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle))
     except _Out:
         fitted.note = OUT_OF_TIME
     except GspoError as e:
         fitted.note = f"could not be built or run: {e}"
+    if fitted.note != OUT_OF_TIME:
+        fitted.progress = None
     return fitted
 
 
@@ -161,36 +189,37 @@ def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: 
 MAX_RANKED = 8
 
 
-def _revert(fitted: Fitted, touched: list[int], judge) -> Fitted:
+def _revert(fitted: Fitted, state: Progress, judge) -> Fitted:
     """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
     validation both hold; the runs of pieces sent back are kept in ``fitted.sent``."""
-    current = list(touched)
-    order: list[tuple[int, ...]] | None = None
-    sent: list[tuple[int, ...]] = []
-    graph, cal = judge(current, "calibration")
-    rank = 0
+    current = state.current
     while True:
+        if state.calibration is None:
+            state.calibration = judge(current, "calibration")
+        graph, cal = state.calibration
         if cal.holds:
             _, val = judge(current, "validation")
             if val.holds:
                 _holds(fitted, current, graph, cal, val)
-                fitted.sent = tuple(sent)
+                fitted.sent = tuple(state.sent)
                 return fitted
             why = "the validation data broke the budget (" + "; ".join(val.broken) + ")"
         else:
             why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"
-        if order is None:
-            order = _ranked(_units(current, MAX_RANKED), judge) if len(current) > 1 else [tuple(current)]
-        worst, rank = order.pop(0), rank + 1
-        sent.append(worst)
+        if state.order is None:
+            units = _units(current, MAX_RANKED) if len(current) > 1 else [tuple(current)]
+            state.order = _ranked(units, judge, state.excess) if len(units) > 1 else units
+        worst = state.order.pop(0)
+        state.sent.append(worst)
+        rank = len(state.sent)
         alone = "its error alone" if len(worst) == 1 else f"the error of pieces {worst[0]}-{worst[-1]} alone"
         for i in worst:
             current.remove(i)
             fitted.pieces[i] = f"back to {fitted.kind.rest}: {why}; {alone} ranked {rank}"
+        state.calibration = None
         if not current:
             fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
             return fitted
-        graph, cal = judge(current, "calibration")
 
 
 def _holds(fitted: Fitted, current, graph: Graph, cal: Accuracy, val: Accuracy) -> None:
@@ -228,9 +257,12 @@ def _units(current: list[int], limit: int) -> list[tuple[int, ...]]:
     return [tuple(current[j * n // k:(j + 1) * n // k]) for j in range(k)]
 
 
-def _ranked(units: list[tuple[int, ...]], judge) -> list[tuple[int, ...]]:
-    """The units by their error alone on the calibration data, the largest first."""
-    excess = {u: judge(list(u), "calibration")[1].excess for u in units}
+def _ranked(units: list[tuple[int, ...]], judge, excess: dict) -> list[tuple[int, ...]]:
+    """The units by their error alone on the calibration data, the largest first (``excess``:
+    those judged so far, filled in as they are)."""
+    for u in units:
+        if u not in excess:
+            excess[u] = judge(list(u), "calibration")[1].excess
     return sorted(units, key=lambda u: (-excess[u], u))
 
 

@@ -152,10 +152,10 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
     it and the budget. A kind whose rest runs at bf16 starts from the bf16 kind's fit
     (:func:`on_bf16_fit`). Then, until ``again(n)`` (the deadline that leaves time to time ``n``
     kinds; ``deadline`` without it), a second round, the kinds whose rest runs at bf16 first,
-    each in an equal share again: a kind whose share ran out is fitted again, and a survivor's
-    pieces sent back together are tried again one at a time
-    (:func:`~gspo.precision.search.refine`)."""
-    from gspo.precision.search import OUT_OF_TIME
+    each in an equal share again: a kind whose share ran out goes on from where it stopped
+    (:func:`~gspo.precision.search.resume`), and a survivor's pieces sent back together are tried
+    again one at a time (:func:`~gspo.precision.search.refine`)."""
+    from gspo.precision.search import OUT_OF_TIME, resume
     from gspo.precision.search import refine as refine_fit
 
     data, reference, budget = judged
@@ -164,17 +164,19 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         say(f"fitting {k.name}")
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
         fitted.append(_fit_one(k, pieces, judged, mine, fitted))
-    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or
-                     (f.reduced is not None and any(len(u) > 1 for u in f.sent))),
+    def to_refine(f: Fitted) -> bool:
+        return f.reduced is not None and any(len(u) > 1 for u in f.sent)
+
+    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or to_refine(f)),
                     key=lambda j: (fitted[j].kind.rest != "bf16", j))
     later = again(sum(f.reduced is not None or f.note == OUT_OF_TIME for f in fitted)) if again else deadline
     for n, j in enumerate(second):
         mine = later.share(1 / (len(second) - n)) if later is not None else None
         f = fitted[j]
         if f.note == OUT_OF_TIME:
-            say(f"fitting {f.kind.name} again")
-            fitted[j] = _fit_one(found[j], pieces, judged, mine, fitted[:j])
-        else:
+            say(f"fitting {f.kind.name}, on from where its share ended")
+            resume(f, pieces, data, reference, budget, mine)
+        if to_refine(f):
             say(f"fitting {f.kind.name} piece by piece")
             refine_fit(f, pieces, data, reference, budget, mine)
     return fitted

@@ -250,12 +250,12 @@ def test_a_model_too_large_for_more_sessions_is_timed_at_the_default_threads_onl
     assert thread_settings(huge, cores=2) == (0,)
 
 
-def test_a_kind_whose_share_ran_out_is_fitted_again_in_the_time_the_others_left():
+def test_a_kind_whose_share_ran_out_goes_on_in_the_time_the_others_left_losing_no_judgment():
     from gspo.precision.stage import fit_kinds
     from tests.search.fakes import FakeClock
 
-    clock, d, said = FakeClock(now=0.0), data(), []
-    base = fake_kind([])
+    clock, d, said, built = FakeClock(now=0.0), data(), [], []
+    base = fake_kind(built)
 
     def slow(reduced):  # every build takes 10 s of the fake clock; the fit needs six
         clock.advance(10.0)
@@ -264,6 +264,9 @@ def test_a_kind_whose_share_ran_out_is_fitted_again_in_the_time_the_others_left(
     kinds = [Kind("slow", "int8", "ort", lambda ops: True, slow), fake_kind([])]
     fitted = fit_kinds(kinds, PIECES, (d, reference(d), ErrorBudget.parse("nmse=1e-4")),
                        Deadline.after(30.0, clock), said.append, again=lambda n: Deadline.after(200.0, clock))
-    assert said == ["fitting slow", "fitting fake", "fitting slow again"]
+    assert said == ["fitting slow", "fitting fake", "fitting slow, on from where its share ended"]
     assert fitted[0].reduced == (0, 2) and fitted[0].validation.holds and fitted[0].note == ""
+    assert fitted[0].progress is None and "ranked 1" in fitted[0].pieces[1]
+    # the same six builds as a fit in one go: two in the first share, four after it
+    assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], 0), (0, 0, EPS[2]), (EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
     assert fitted[1].reduced == (0, 2)
