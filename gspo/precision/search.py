@@ -12,9 +12,10 @@ calibration data is then judged on the validation data, which nothing is tuned o
 there, reverting goes on. A kind with every piece back at fp32 is dropped. (A kind whose other
 pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`, sends its pieces back to bf16.)
 On OpenVINO, the pieces back at fp32 run in the same compiled model as the bf16 ones
-(:func:`~gspo.streams.placement.split_runs`). The survivors are timed against the fp32 model, interleaved, each
-at the thread counts worth trying (:func:`thread_settings`), and the fastest is kept only when it
-is faster in so many rounds that chance is ruled out; the budget is never traded for speed.
+(:func:`~gspo.streams.placement.split_runs`). The survivors are timed against the fp32 model,
+interleaved, each at the thread counts worth trying (:func:`thread_settings`), and the fastest is
+kept only when it is faster in so many rounds that chance is ruled out; the budget is never
+traded for speed.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gspo.runtime.executor import make_executor
 from gspo.search.deadline import Deadline
 from gspo.streams import node_id
 
-__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "outputs_of", "refine", "resume",
+__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "outputs_of", "reduce_again", "resume",
            "thread_settings", "time_fitted"]
 
 #: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
@@ -81,12 +82,17 @@ class Fitted:
     note: str = ""
     median_s: float | None = None
     threads: int = 0
-    #: The runs of pieces sent back, in turn (:func:`refine` tries each piece of a run again), and
-    #: the pieces with nothing the kind reduces.
+    #: The runs of pieces sent back, in turn (:func:`reduce_again` tries each piece of a run
+    #: again), and the pieces with nothing the kind reduces.
     sent: tuple[tuple[int, ...], ...] = ()
     idle: tuple[int, ...] = ()
     #: Where the fit stands while the deadline has stopped it (:func:`resume`).
     progress: Progress | None = None
+
+    @property
+    def runs_sent_back(self) -> bool:
+        """Whether the fit holds with pieces sent back in runs (:func:`reduce_again` has work)."""
+        return self.reduced is not None and any(len(unit) > 1 for unit in self.sent)
 
 
 def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -126,7 +132,7 @@ OUT_OF_TIME = "the time budget ended before the error was within the budget"
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
         deadline: Deadline | None, pinned: Mapping[int, str] | None = None) -> Fitted:
     """Fit ``kind`` to the budget (see the module docstring; the pieces sent back together are
-    tried again by :func:`refine`). ``reference`` holds the source model's outputs on
+    tried again by :func:`reduce_again`). ``reference`` holds the source model's outputs on
     ``data.calibration`` and ``data.validation`` under those keys; the fit ends at ``deadline``
     (``None``: it does not; where it ends it, :func:`resume` goes on). The pieces ``pinned``
     names are left as the kind builds them unreduced, each with the reason given."""
@@ -158,14 +164,14 @@ def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], 
     return fitted
 
 
-def refine(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-           deadline: Deadline | None) -> Fitted:
+def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
+                 deadline: Deadline | None) -> Fitted:
     """A fitted kind's pieces sent back in runs of neighbours reduced again one at a time
-    (:func:`_refine`), until ``deadline``."""
-    if fitted.reduced is None or not any(len(unit) > 1 for unit in fitted.sent):
+    (:func:`_reduce_again`), until ``deadline``."""
+    if not fitted.runs_sent_back:
         return fitted
-    return _refine(fitted, list(fitted.sent), _judge(fitted.kind, pieces, (data, reference, budget), deadline,
-                                                     fitted.idle))
+    judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle)
+    return _reduce_again(fitted, list(fitted.sent), judge)
 
 
 def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: Sequence[int]):
@@ -230,7 +236,7 @@ def _holds(fitted: Fitted, current, graph: Graph, cal: Accuracy, val: Accuracy) 
         fitted.pieces[i] = "reduced"
 
 
-def _refine(fitted: Fitted, sent: list[tuple[int, ...]], judge) -> Fitted:
+def _reduce_again(fitted: Fitted, sent: list[tuple[int, ...]], judge) -> Fitted:
     """Each piece sent back in a run of neighbours (:data:`MAX_RANKED`) reduced again on its own,
     the last run sent back first, where the budget still holds on both data sets: the run's error
     alone broke it, which says little of each piece's. Stops, keeping what holds, at the

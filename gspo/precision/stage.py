@@ -154,9 +154,8 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
     kinds; ``deadline`` without it), a second round, the kinds whose rest runs at bf16 first,
     each in an equal share again: a kind whose share ran out goes on from where it stopped
     (:func:`~gspo.precision.search.resume`), and a survivor's pieces sent back together are tried
-    again one at a time (:func:`~gspo.precision.search.refine`)."""
-    from gspo.precision.search import OUT_OF_TIME, resume
-    from gspo.precision.search import refine as refine_fit
+    again one at a time (:func:`~gspo.precision.search.reduce_again`)."""
+    from gspo.precision.search import OUT_OF_TIME, reduce_again, resume
 
     data, reference, budget = judged
     fitted: list[Fitted] = []
@@ -164,10 +163,7 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         say(f"fitting {k.name}")
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
         fitted.append(_fit_one(k, pieces, judged, mine, fitted))
-    def to_refine(f: Fitted) -> bool:
-        return f.reduced is not None and any(len(u) > 1 for u in f.sent)
-
-    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or to_refine(f)),
+    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or f.runs_sent_back),
                     key=lambda j: (fitted[j].kind.rest != "bf16", j))
     later = again(sum(f.reduced is not None or f.note == OUT_OF_TIME for f in fitted)) if again else deadline
     for n, j in enumerate(second):
@@ -176,9 +172,9 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         if f.note == OUT_OF_TIME:
             say(f"fitting {f.kind.name}, on from where its share ended")
             resume(f, pieces, data, reference, budget, mine)
-        if to_refine(f):
+        if f.runs_sent_back:
             say(f"fitting {f.kind.name} piece by piece")
-            refine_fit(f, pieces, data, reference, budget, mine)
+            reduce_again(f, pieces, data, reference, budget, mine)
     return fitted
 
 

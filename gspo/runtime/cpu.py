@@ -83,7 +83,7 @@ class CpuExecutor:
         # outputs no piece computes: weights the graph returns as they are
         self._weight_outputs = {n: graph.weights[n].evaluate(graph.store) for n in self.outputs if n in graph.weights}
         self._sessions: list[Runner] = [load_runner(seg.backend, seg.graph, config, seg.keep_f32)
-                                              for seg in self.plan.segments]
+                                        for seg in self.plan.segments]
         # each segment's inputs and outputs, named once (not per call)
         self._io = [(seg.inputs, list(seg.outputs)) for seg in self.plan.segments]
         if single:

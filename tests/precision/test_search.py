@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo.ir import load_bytes
 from gspo.precision.accuracy import ErrorBudget
-from gspo.precision.search import Pieces, fit, outputs_of, refine
+from gspo.precision.search import Pieces, fit, outputs_of, reduce_again
 from gspo.precision.variants import Kind
 from gspo.search.deadline import Deadline
 
@@ -184,7 +184,7 @@ def test_more_pieces_than_are_ranked_go_back_in_runs_of_neighbours_then_each_is_
     assert fitted.pieces[1] == fitted.pieces[2] and "the error of pieces 1-2 alone ranked 1" in fitted.pieces[1]
     # all three, then each unit alone (two judgments for three pieces), then piece 0 on both data sets
     assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0), (EPS[0], 0, 0)]
-    refine(fitted, PIECES, d, reference(d), budget, None)
+    reduce_again(fitted, PIECES, d, reference(d), budget, None)
     assert fitted.reduced == (0, 2) and fitted.validation.holds and fitted.calibration.holds
     assert fitted.validation.outputs["y"]["nmse"] <= 1e-4
     assert fitted.pieces[2] == "reduced"  # its error alone is small: reduced again
@@ -201,7 +201,7 @@ def test_the_deadline_during_the_second_tries_keeps_what_held(monkeypatch):
     d = data()
     budget = ErrorBudget.parse("nmse=1e-4")
     fitted = fit(fake_kind([]), PIECES, d, reference(d), budget, None)
-    refine(fitted, PIECES, d, reference(d), budget, deadline=Deadline(50.0, clock=lambda: 100.0))
+    reduce_again(fitted, PIECES, d, reference(d), budget, deadline=Deadline(50.0, clock=lambda: 100.0))
     assert fitted.reduced == (0,) and fitted.validation.holds and fitted.note == ""
     assert fitted.pieces[1] == fitted.pieces[2] and "reduced again" not in fitted.pieces[1]
 
@@ -212,7 +212,7 @@ def test_a_fit_that_sent_pieces_back_one_at_a_time_has_nothing_to_try_again():
     fitted = fit(fake_kind(built), PIECES, d, reference(d), budget, None)
     assert fitted.sent == ((1,),)
     n = len(built)
-    refine(fitted, PIECES, d, reference(d), budget, None)
+    reduce_again(fitted, PIECES, d, reference(d), budget, None)
     assert len(built) == n and fitted.reduced == (0, 2)
 
 
