@@ -5,13 +5,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError", "first_line", "read_json"]
+__all__ = ["GspoError", "ModelLoadError", "InputShapeError", "UnsupportedModelError", "clipped", "first_line",
+           "read_json"]
 
 
 def first_line(e: BaseException, limit: int = 300) -> str:
     """The first line of an exception's message (for one-line errors), or its type's name."""
     lines = str(e).strip().splitlines()
     return lines[0][:limit] if lines else type(e).__name__
+
+
+def clipped(value, limit: int = 80, quote: bool = False) -> str:
+    """``value`` as a one-line message shows what the user gave (a name, an environment variable,
+    a stored row): cut to ``limit`` characters, with how long it was (``aaaa... (10000000
+    characters)``), control characters and line breaks escaped; in quotes as ``repr`` writes
+    them when ``quote`` (a value that is not text is shown as its ``repr``, cut the same way).
+
+    A tampered schedule naming an op of 10,000,000 characters made an error "line" of 10 MB.
+    """
+    if not isinstance(value, str):
+        value, quote = repr(value), False
+    head = value[:limit]
+    head = repr(head) if quote else "".join(c if c.isprintable() else repr(c)[1:-1] for c in head)
+    return head if len(value) <= limit else f"{head}... ({len(value)} characters)"
 
 
 class GspoError(Exception):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gspo.costmodel.db import CalibrationCache, CalibrationDB, valid_row
+from gspo.costmodel.microbench import Bench
 
 BAD = ['{"seconds": "abc"}', "{}", "[1, 2]", '"text"', "null", "not json", '{"seconds": NaN}',
        '{"seconds": -1.0}', '{"seconds": true}', '{"refused": 3}', '{"fixed_s": 1e-5}']
@@ -61,11 +62,12 @@ def test_a_good_row_is_never_overwritten(tmp_path):
 
 def test_all_leaves_bad_rows_out(tmp_path, caplog):
     p = tmp_path / "c.sqlite"
-    _stored(p, "a", "op", '{"seconds": "abc"}')
+    a, b = Bench("op", {"op": "Relu", "n": 1}).signature, Bench("op", {"op": "Relu", "n": 2}).signature
+    _stored(p, a, "op", '{"seconds": "abc"}')
     db = CalibrationDB(p, "dev", "rt")
-    db.put("b", "op", {"seconds": 1e-5})
+    db.put(b, "op", {"seconds": 1e-5})
     with caplog.at_level(logging.WARNING):
-        assert db.all("op") == [("b", {"seconds": 1e-5})]
+        assert db.all("op") == [(b, {"seconds": 1e-5})]
     assert any("not a valid measurement" in r.getMessage() for r in caplog.records)
     db.close()
 

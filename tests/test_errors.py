@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gspo.errors import GspoError, read_json
+from gspo.errors import GspoError, clipped, read_json
 
 
 def test_read_json_reads_a_document_and_names_the_file_in_one_line_otherwise(tmp_path):
@@ -21,3 +21,13 @@ def test_read_json_reads_a_document_and_names_the_file_in_one_line_otherwise(tmp
     deep.write_text("[" * 100000 + "]" * 100000)
     with pytest.raises(GspoError, match="not valid JSON"):
         read_json(deep, "baseline")
+
+
+def test_clipped_cuts_what_the_user_gave_to_one_short_line():
+    assert clipped("Relu_1") == "Relu_1" and clipped("Relu_1", quote=True) == "'Relu_1'"
+    assert clipped("a" * 10_000_000) == "a" * 80 + "... (10000000 characters)"
+    assert clipped("a" * 10_000_000, 10, quote=True) == "'aaaaaaaaaa'... (10000000 characters)"
+    assert clipped("a" * 80) == "a" * 80  # as long as the limit: whole
+    assert clipped("x\ny\u2028z\x00") == "x\\ny\\u2028z\\x00"  # no line break reaches the line
+    assert clipped(b"\xff" * 100, 8) == "b'\\xff\\x... (403 characters)"  # not text: its repr, cut
+    assert "\n" not in clipped("\n" * 1000, quote=True)

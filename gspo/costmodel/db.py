@@ -5,10 +5,12 @@ measurement: an interrupted run loses at most the measurement in flight, and two
 on one database neither corrupt it nor lose measurements (``INSERT OR IGNORE`` keeps the first
 of two measurements of the same signature).
 
-Rows are validated as rows, not only as a schema: a row that is not JSON, not an object, or
-whose fields have the wrong types or values (``{"seconds": "abc"}``, ``{}``, ``[1, 2]``, a
-negative or non-finite time) is treated as missing, with a warning, and the next measurement of
-its signature replaces it (:func:`valid_row`).
+Rows are validated as rows, not only as a schema: a row that is not JSON text (a BLOB, NULL, a
+number), not an object, whose fields have the wrong types or values (``{"seconds": "abc"}``,
+``{}``, ``[1, 2]``, a negative or non-finite time), or that is not in the form its key's reader
+takes (``{"seconds": 1e308}`` under a placement crossing's key, which wants ``fixed_s`` and
+``bandwidth``) is treated as missing, with one warning, and the next measurement of its
+signature replaces it (:func:`valid_row`, :func:`_key_form`).
 
 Where the database is only a cache (optimize's placement timings, in the user's cache folder),
 :class:`CalibrationCache` wraps it: a database that is corrupt, of another schema, locked by
@@ -21,10 +23,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import sqlite3
 from pathlib import Path
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, clipped, first_line
 
 __all__ = ["CalibrationDB", "CalibrationCache", "CacheError", "LOCK_WAIT_S", "valid_row"]
 
@@ -79,16 +82,83 @@ _OPTIONAL = {"seconds": _seconds, "one_session": _seconds, "segments_in_order": 
 def valid_row(kind: str, row) -> bool:
     """Whether ``row`` is a measurement of ``kind`` as its readers use it: a JSON object with
     the fields of one of the kind's forms, every known field of the right type and range."""
+    return _fits(row, _REQUIRED.get(kind))
+
+
+def _fits(row, forms) -> bool:
     if not isinstance(row, dict) or not all(isinstance(k, str) for k in row):
         return False
     if not all(check(row[k]) for k, check in _OPTIONAL.items() if k in row):
         return False
-    forms = _REQUIRED.get(kind)
     return forms is None or any(all(k in row and check(row[k]) for k, check in form.items()) for form in forms)
 
 
-def _shown(text: str) -> str:
-    return text if len(text) <= 60 else text[:57] + "..."
+#: The keys gspo stores rows under and the one form each key's reader takes, by the key's start
+#: (gspo.search.placement: a crossing's fixed cost and a piece's time on a backend) or whole key
+#: (gspo.costmodel.calibrate's fixed costs). A row of its kind but in another key's form
+#: (``{"seconds": 1e308}`` under a crossing's key) was an internal error where it was read.
+_PREFIXES = (("placement-crossing:", "placement", ({"fixed_s": _seconds, "bandwidth": _positive},)),
+             ("placement:", "placement", ({"refused": _text}, {"seconds": _seconds})))
+_WHOLE = {"fixed-costs": ("fixed", ({"call": _seconds, "sync": _seconds},)),
+          "launch-cost": ("fixed", ({"seconds": _seconds},)), "layout": ("fixed", ({"block": _count},))}
+#: A benchmark's key (gspo.costmodel.microbench.Bench.signature: its kind and spec as a JSON
+#: object), with ``#pass=K`` after it for pass K >= 1 (gspo.costmodel.calibrate.PASS_MARK).
+_BENCHMARK = re.compile(r"(\{.*\})(?:#pass=[0-9]+)?", re.S)
+_BENCHMARK_KINDS = ("op", "chain", "branches", "piece")
+
+
+def _key_form(signature: str) -> tuple[str, tuple | None] | None:
+    """The kind and forms of the rows gspo stores under ``signature`` (``None``: not a key gspo
+    makes; its row is checked against its own kind only)."""
+    for start, kind, forms in _PREFIXES:
+        if signature.startswith(start):
+            return kind, forms
+    if signature in _WHOLE:
+        return _WHOLE[signature]
+    match = _BENCHMARK.fullmatch(signature)
+    try:
+        spec = json.loads(match.group(1)) if match else None
+    except (ValueError, RecursionError):
+        spec = None
+    kind = spec.get("kind") if isinstance(spec, dict) else None
+    return (kind, _REQUIRED[kind]) if kind in _BENCHMARK_KINDS else None
+
+
+def _stored(value) -> str:
+    """A stored value as a warning shows it (what is not text named as SQLite's type)."""
+    if isinstance(value, bytes):
+        return f"a BLOB of {len(value)} bytes"
+    if value is None:
+        return "NULL"
+    return clipped(value, 60) if isinstance(value, str) else f"the number {clipped(value, 60)}"
+
+
+def _fields(forms) -> str:
+    return " or ".join(" and ".join(form) for form in forms)
+
+
+def _problem(signature, kind, data, benchmark: bool = False) -> tuple[dict | None, str]:
+    """The row stored as ``(signature, kind, data)`` and ``""``, or ``None`` and why it is not a
+    valid measurement (a ``benchmark``'s row must be under a benchmark's key)."""
+    if not isinstance(signature, str) or not isinstance(kind, str):
+        return None, f"its key or kind is {_stored(signature if not isinstance(signature, str) else kind)}"
+    if not isinstance(data, (str, bytes)):
+        return None, _stored(data)
+    try:
+        row = json.loads(data)
+    except (ValueError, RecursionError):  # UnicodeDecodeError included (a BLOB not UTF-8)
+        return None, _stored(data)
+    expected = _key_form(signature)
+    if expected is None and benchmark:
+        return None, f"{_stored(data)}; its key is not a benchmark's"
+    if expected is not None and expected[0] != kind:
+        return None, f"{_stored(data)}; stored as {clipped(kind, 20, quote=True)}, its key's rows are {expected[0]!r}"
+    forms = expected[1] if expected is not None else _REQUIRED.get(kind)
+    if not _fits(row, forms):
+        return None, _stored(data) + (f"; its key's rows hold {_fields(forms)}" if expected and forms else "")
+    if isinstance(data, bytes):
+        return None, _stored(data)  # JSON, but not stored as text: measured again, stored as text
+    return row, ""
 
 
 class CacheError(GspoError):
@@ -97,7 +167,7 @@ class CacheError(GspoError):
 
 
 def _reason(e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = first_line(e)
     if isinstance(e, sqlite3.OperationalError) and "locked" in text:
         return f"{text} (another process holds it)"
     if isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError):
@@ -156,19 +226,15 @@ class CalibrationDB:
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         return self._call(lambda: self._conn.execute(sql, args).fetchall())
 
-    def _row(self, signature: str, kind: str, text: str) -> dict | None:
-        """The stored row, or ``None`` (with a warning, once) when it is not a valid one."""
-        try:
-            row = json.loads(text)
-        except (ValueError, RecursionError):
-            row = None
-        if valid_row(kind, row):
-            return row
-        if signature not in self._warned:
+    def _row(self, signature, kind, data, benchmark: bool = False) -> dict | None:
+        """The stored row, or ``None`` (with a warning, once) when it is not a valid one: not JSON
+        text, not of its kind's form, or not of the form its key's reader takes."""
+        row, why = _problem(signature, kind, data, benchmark)
+        if row is None and signature not in self._warned:
             self._warned.add(signature)
-            log.warning("calibration database %s: the row of %s is not a valid measurement (%s); measuring it again",
-                        self.path, _shown(signature), _shown(" ".join(text.split())))
-        return None
+            log.warning("calibration database %s: the row of %s is not a valid measurement (%s); %s", self.path,
+                        _stored(signature), why, "leaving it out" if benchmark else "measuring it again")
+        return row
 
     def get(self, signature: str) -> dict | None:
         """The measurement stored under ``signature`` (``None``: not measured yet, or stored as
@@ -180,10 +246,12 @@ class CalibrationDB:
     def put(self, signature: str, kind: str, data: dict) -> None:
         """Store ``data`` under ``signature`` unless a valid measurement is stored there already
         (one that is not valid is replaced; ``data`` that is not one is not stored)."""
-        if not valid_row(kind, data):
-            log.info("calibration database %s: not storing %s (not a valid measurement)", self.path, _shown(signature))
+        row = (self.device, self.runtime, signature, kind, json.dumps(data, sort_keys=True, default=str))
+        if _problem(signature, kind, row[4])[0] is None:
+            log.info("calibration database %s: not storing %s (not a valid measurement)", self.path,
+                     _stored(signature))
             return
-        self._call(self._insert, (self.device, self.runtime, signature, kind, json.dumps(data, sort_keys=True)))
+        self._call(self._insert, row)
 
     def _insert(self, row: tuple) -> None:
         self._conn.execute("BEGIN IMMEDIATE")
@@ -192,7 +260,7 @@ class CalibrationDB:
                                        "signature=?", row[:3]).fetchall()
             if not found:
                 self._conn.execute("INSERT INTO measurements VALUES (?, ?, ?, ?, ?)", row)
-            elif not self._parses(found[0][0], found[0][1]):
+            elif _problem(row[2], found[0][0], found[0][1])[0] is None:
                 self._conn.execute("UPDATE measurements SET kind=?, data=? WHERE device=? AND runtime=? AND "
                                    "signature=?", (row[3], row[4], *row[:3]))
             self._conn.execute("COMMIT")
@@ -200,20 +268,15 @@ class CalibrationDB:
             self._conn.execute("ROLLBACK")
             raise
 
-    @staticmethod
-    def _parses(kind: str, text: str) -> bool:
-        try:
-            return valid_row(kind, json.loads(text))
-        except (ValueError, RecursionError):
-            return False
-
     def all(self, kind: str) -> list[tuple[str, dict]]:
         """Every valid ``(signature, data)`` of ``kind``, in signature order (rows that are not
-        valid measurements are left out, with a warning)."""
+        valid measurements, and those of a benchmark's kind not under a benchmark's key, are left
+        out, with a warning)."""
         rows = self._query(
             "SELECT signature, data FROM measurements WHERE device=? AND runtime=? AND kind=? ORDER BY signature",
             (self.device, self.runtime, kind))
-        found = [(sig, self._row(sig, kind, d)) for sig, d in rows]
+        benchmark = kind in _BENCHMARK_KINDS
+        found = [(sig, self._row(sig, kind, d, benchmark)) for sig, d in rows]
         return [(sig, d) for sig, d in found if d is not None]
 
     def count(self) -> int:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, clipped
 from gspo.ir import Graph
 from gspo.ir.ranges import input_ranges
 from gspo.ir.weights import np_dtype
@@ -178,12 +178,25 @@ def random_input_sets(graph: Graph, seed: int, runs: int) -> list[dict[str, np.n
 
 
 def _check_spec(name: str, dtype: np.dtype, shape: Sequence[int], v, label: str) -> None:
+    """Raise when an input's data is not of the dtype and shape the model wants, with the advice
+    that helps: data of the wanted type for a dtype that differs, ``--input-shape`` for a shape
+    (the shape advice answered a dtype mismatch before)."""
     text = v.dtype == _STRING and np.dtype(dtype).kind in "USO"  # text arrives as unicode, bytes or objects
-    if tuple(shape) != tuple(v.shape) or (dtype != np_dtype(v.dtype) and not text):
-        raise GspoError(
-            f"{label}: input {name!r} is {dtype}{list(shape)}, "
-            f"the model wants {np_dtype(v.dtype)}{list(v.shape)} (pin other shapes with --input-shape)"
-        )
+    want = np_dtype(v.dtype)
+    advice = []
+    if dtype != want and not text:
+        advice.append("give text data" if v.dtype == _STRING else f"give {want} data")
+    if tuple(shape) != tuple(v.shape):
+        advice.append("pin other shapes with --input-shape")
+    if advice:
+        raise GspoError(f"{label}: input {clipped(name, quote=True)} is {dtype}{list(shape)}, the model wants "
+                        f"{'text' if v.dtype == _STRING else want}{list(v.shape)} ({'; '.join(advice)})")
+
+
+def _names(names: list[str]) -> str:
+    """Input names as a one-line error lists them: the first five, each cut at 80 characters."""
+    shown = ", ".join(clipped(n, quote=True) for n in names[:5])
+    return f"[{shown}{f', ... ({len(names)} in all)' if len(names) > 5 else ''}]"
 
 
 def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--inputs") -> dict[str, np.ndarray]:
@@ -198,7 +211,7 @@ def check_inputs(feeds: Mapping[str, np.ndarray], graph: Graph, label: str = "--
     missing = sorted(set(expected) - set(feeds))
     extra = sorted(set(feeds) - set(expected))
     if missing or extra:
-        raise GspoError(f"{label}: inputs do not match the model (missing: {missing}, unknown: {extra})")
+        raise GspoError(f"{label}: inputs do not match the model (missing: {_names(missing)}, unknown: {_names(extra)})")
     headers = declared(feeds)
     if headers is not None:
         for name, (shape, dtype) in headers.items():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, clipped, first_line
 from gspo.ir import Graph, Node
 from gspo.ir.dag import dependencies
 
@@ -40,7 +40,7 @@ def node_id(node: Node) -> str:
     for v in node.outputs:
         if v.name:
             return v.name
-    raise ScheduleError(f"node {node.name or node.op_type!r} has no named output")
+    raise ScheduleError(f"node {clipped(node.name or node.op_type, quote=True)} has no named output")
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Schedule:
             if isinstance(data, str):
                 data = json.loads(data)
             if data.get("version") != SCHEMA_VERSION:
-                raise ScheduleError(f"schedule version {data.get('version')!r} is not {SCHEMA_VERSION}")
+                raise ScheduleError(f"schedule version {clipped(data.get('version'), quote=True)} is not {SCHEMA_VERSION}")
             streams = tuple(tuple(str(x) for x in s) for s in data["streams"])
             events = tuple((str(a), str(b)) for a, b in data.get("events", ()))
         except ScheduleError:
@@ -86,7 +86,7 @@ class Schedule:
         except RecursionError:
             raise ScheduleError("the schedule is not valid JSON of the expected form (nested too deeply)") from None
         except (ValueError, TypeError, KeyError, AttributeError) as e:
-            raise ScheduleError(f"the schedule is not valid JSON of the expected form ({e})") from None
+            raise ScheduleError(f"the schedule is not valid JSON of the expected form ({first_line(e, 80)})") from None
         return cls(streams, events)
 
     @classmethod
@@ -123,6 +123,12 @@ def check_bounds(graph: Graph, schedule: Schedule, cap: int = MAX_SAVED_STREAMS)
                             f"at most {ops * n}")
 
 
+def _name(op: str) -> str:
+    """An op's id as a one-line error shows it: quoted, cut at 80 characters (a tampered
+    schedule naming an op of 10,000,000 characters made an error "line" of 10 MB)."""
+    return clipped(op, quote=True)
+
+
 def check_schedule(graph: Graph, schedule: Schedule) -> None:
     """Raise :class:`ScheduleError` unless ``schedule`` runs ``graph`` correctly.
 
@@ -136,18 +142,18 @@ def check_schedule(graph: Graph, schedule: Schedule) -> None:
     for s, ops in enumerate(schedule.streams):
         for op in ops:
             if op not in known:
-                raise ScheduleError(f"the schedule names {op!r}, which is not an op of the model")
+                raise ScheduleError(f"the schedule names {_name(op)}, which is not an op of the model")
             if op in where:
-                raise ScheduleError(f"{op!r} is scheduled twice")
+                raise ScheduleError(f"{_name(op)} is scheduled twice")
             where[op] = s
     missing = [op for op in ids if op not in where]
     if missing:
-        raise ScheduleError(f"{len(missing)} ops are not scheduled (first: {missing[0]!r})")
+        raise ScheduleError(f"{len(missing)} ops are not scheduled (first: {_name(missing[0])})")
     for a, b in schedule.events:
         if a not in known or b not in known:
-            raise ScheduleError(f"an event names an unknown op ({a!r} -> {b!r})")
+            raise ScheduleError(f"an event names an unknown op ({_name(a)} -> {_name(b)})")
         if where[a] == where[b]:
-            raise ScheduleError(f"event {a!r} -> {b!r} is within one stream")
+            raise ScheduleError(f"event {_name(a)} -> {_name(b)} is within one stream")
     hb = happens_before(graph, schedule)
     if not nx.is_directed_acyclic_graph(hb):
         raise ScheduleError("the schedule deadlocks: stream order and events form a cycle")
@@ -161,7 +167,7 @@ def check_schedule(graph: Graph, schedule: Schedule) -> None:
     for i, ds in enumerate(deps):
         for d in ds:
             if not (reach[ids[d]] >> rank[ids[i]]) & 1:
-                raise ScheduleError(f"{ids[i]!r} may run before {ids[d]!r}, which it reads")
+                raise ScheduleError(f"{_name(ids[i])} may run before {_name(ids[d])}, which it reads")
 
 
 def segment_runs(schedule: Schedule) -> list[tuple[int, tuple[str, ...]]]:

@@ -10,7 +10,7 @@ from gspo import ir
 from gspo.errors import GspoError
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import capture_values, make_session, random_inputs, run
-from gspo.runtime.inputs import check_inputs
+from gspo.runtime.inputs import check_inputs, load_inputs
 from tests.helpers import relu_model
 
 
@@ -180,3 +180,37 @@ def test_string_inputs_get_random_tokens_and_npz_text_is_accepted():
     given = check_inputs({"s": np.array([["s1", "s2", "zz", "s1"]])}, g)
     assert given["s"].dtype == object
     np.testing.assert_array_equal(run(make_session(g), given)["y"], [[1, 2, 0, 1]])
+
+
+def _xy():
+    b = GraphBuilder()
+    b.output(b.op("Relu", [b.input("x", (1, 3))], out="y"))
+    return b.build()
+
+
+def test_a_dtype_mismatch_says_which_data_to_give_not_to_pin_shapes(tmp_path):
+    """Issue 51, item 10: int64 data for a float32 input was answered "pin other shapes with
+    --input-shape", which cannot help; each advice now goes with the mismatch it fixes."""
+    path = tmp_path / "in.npz"
+    np.savez(path, x=np.ones((1, 3), np.int64))
+    with pytest.raises(GspoError) as e:
+        load_inputs(str(path), _xy())
+    assert str(e.value) == f"{path}: input 'x' is int64[1, 3], the model wants float32[1, 3] (give float32 data)"
+    with pytest.raises(GspoError, match=r"is float32\[2, 3\], the model wants float32\[1, 3\] "
+                                        r"\(pin other shapes with --input-shape\)$"):
+        check_inputs({"x": np.ones((2, 3), np.float32)}, _xy())
+    with pytest.raises(GspoError, match=r"is int32\[3\], the model wants float32\[1, 3\] "
+                                        r"\(give float32 data; pin other shapes with --input-shape\)$"):
+        check_inputs({"x": np.ones(3, np.int32)}, _xy())
+    with pytest.raises(GspoError, match=r"input 's' is float32\[1, 4\], the model wants text\[1, 4\] "
+                                        r"\(give text data\)$"):
+        check_inputs({"s": np.ones((1, 4), np.float32)}, _label_encoder())
+
+
+def test_input_names_in_an_error_are_cut_and_counted():
+    feeds = {"x": np.ones((1, 3), np.float32), **{f"{k}" + "n" * 100_000: np.ones(1) for k in range(1000)}}
+    with pytest.raises(GspoError) as e:
+        check_inputs(feeds, _xy())
+    message = str(e.value)
+    assert message.startswith("--inputs: inputs do not match the model (missing: [], unknown: ['0nnn")
+    assert message.endswith(" characters), ... (1000 in all)])") and len(message) < 700

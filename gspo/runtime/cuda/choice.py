@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, clipped
 from gspo.runtime.cuda.common import CudaConfig, CudaError
 
 __all__ = ["CUDA_RUNTIMES", "cuda_executor", "cuda_runtime", "device_block", "require_cuda", "runtime_key",
@@ -24,9 +24,11 @@ _requested: list[str] = []
 
 
 def _check(name: str, where: str = "--cuda-runtime") -> str:
-    name = str(name).strip().lower()
+    """``name`` as a runtime of :data:`CUDA_RUNTIMES`, or a one-line error showing what was given
+    (cut at 80 characters: a 5,000-character ``$GSPO_CUDA_RUNTIME`` was echoed in full)."""
+    given, name = name, str(name).strip().lower()
     if name not in CUDA_RUNTIMES:
-        raise GspoError(f"{where} takes {', '.join(CUDA_RUNTIMES)} (got {name!r})")
+        raise GspoError(f"{where} takes {', '.join(CUDA_RUNTIMES)} (got {clipped(given, quote=True)})")
     return name
 
 
