@@ -65,3 +65,28 @@ def test_a_short_gspo_cuda_runtime_is_shown_as_given(monkeypatch):
     monkeypatch.setattr(choice, "_requested", [])
     with pytest.raises(GspoError, match=r"^GSPO_CUDA_RUNTIME takes auto, ort, torch \(got 'TensorRT'\)$"):
         choice.requested()
+
+
+
+@pytest.mark.parametrize("case", ["not an op", "unknown backend", "placed twice"])
+def test_a_placement_naming_something_of_ten_million_characters_is_a_short_line(case):
+    from gspo.streams import Placement, PlacementError
+    from gspo.streams.schedule import node_id
+
+    from onnx import helper
+
+    from gspo.ir.onnx_io import from_model
+    from tests.helpers import onnx_model, relu_model
+
+    g = from_model(relu_model())
+    if case == "placed twice":  # an op of the model whose own name is long
+        m = relu_model()
+        nodes = [helper.make_node("Relu", ["x"], [LONG]), helper.make_node("Identity", [LONG], ["y"])]
+        g = from_model(onnx_model(nodes, list(m.graph.input), list(m.graph.output)))
+    ops = [node_id(n) for n in g.nodes]
+    backends = {"not an op": {"onnxruntime": [LONG, *ops[1:]]}, "unknown backend": {LONG: ops},
+                "placed twice": {"onnxruntime": [ops[0], *ops]}}[case]
+    with pytest.raises(PlacementError) as e:
+        Placement.from_json({"version": 1, "backends": backends}).check(g, ("onnxruntime", "openvino"))
+    assert len(str(e.value)) < 300, len(str(e.value))
+    assert "(10000000 characters)" in str(e.value)

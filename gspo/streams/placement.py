@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, clipped
 from gspo.ir import Graph
 from gspo.streams.schedule import node_id
 
@@ -79,14 +79,14 @@ class Placement:
             allowed = set(backends)
             unknown_backend = next((b for b, _ in self.backends if b not in allowed), None)
             if unknown_backend is not None:
-                raise PlacementError(f"the placement names backend {unknown_backend!r} (known: {', '.join(backends)})")
+                raise PlacementError(f"the placement names backend {clipped(unknown_backend, quote=True)} (known: {', '.join(backends)})")
         known = {node_id(n) for n in graph.nodes}
         seen: set[str] = set()
         for op in (op for _, ops in self.backends for op in ops):
             if op not in known:
-                raise PlacementError(f"the placement names {op!r}, which is not an op of the model")
+                raise PlacementError(f"the placement names {clipped(op, quote=True)}, which is not an op of the model")
             if op in seen:
-                raise PlacementError(f"the placement places {op!r} twice")
+                raise PlacementError(f"the placement places {clipped(op, quote=True)} twice")
             seen.add(op)
 
     def to_json(self) -> dict:
@@ -100,7 +100,7 @@ class Placement:
             if isinstance(data, str):
                 data = json.loads(data)
             if data.get("version") != PLACEMENT_VERSION:
-                raise PlacementError(f"placement version {data.get('version')!r} is not {PLACEMENT_VERSION}")
+                raise PlacementError(f"placement version {clipped(data.get('version'))} is not {PLACEMENT_VERSION}")
             backends = data["backends"]
             pairs = tuple((str(b), tuple(str(op) for op in ops)) for b, ops in sorted(backends.items()))
         except PlacementError:
