@@ -8,7 +8,10 @@ Every backend loads serialized ONNX bytes into a *runner* with onnxruntime's cal
   at f32 precision (no bf16 or f16 arithmetic, so results stay equivalent);
 * ``openvino:bf16``: the same at bf16 inference precision, where the CPU has bf16 instructions.
   Never searched for an exact result: only ``gspo optimize --precision bf16`` places ops there,
-  within the accuracy budget the user states (:mod:`gspo.precision`);
+  within the accuracy budget the user states (:mod:`gspo.precision`), and only on a CPU with bf16
+  instructions (:func:`backend_status`). A saved model placed there runs on any CPU OpenVINO
+  runs on: without bf16 instructions at f32 (:func:`run_precision`), which computes what bf16
+  approximates and so stays within the budget, said once a process;
 * ``cuda``: onnxruntime's CUDA provider on device 0 (``pip install 'gspo[gpu]'`` and an NVIDIA
   GPU), TF32 off; host arrays in and out (:class:`~gspo.runtime.cuda.CudaRunner`), so a value
   crossing between the CPU and the GPU is copied. Available only when
@@ -22,16 +25,26 @@ runner of each); the OpenVINO adapter is :mod:`gspo.runtime.openvino`, the CUDA 
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 
 from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
-from gspo.runtime.openvino import bf16_refusal, load_openvino, openvino_status, openvino_version
+from gspo.runtime.openvino import (
+    bf16_missing,
+    bf16_refusal,
+    load_openvino,
+    openvino_status,
+    openvino_version,
+)
 from gspo.runtime.protocols import Runner
 from gspo.runtime.session import SessionConfig, make_session
 
 __all__ = ["BACKENDS", "REDUCED_BACKENDS", "RUNNABLE_BACKENDS", "DEFAULT_BACKEND", "backend_status", "available_backends",
-           "check_backends", "load_runner", "backend_versions"]
+           "check_backends", "load_runner", "backend_versions", "run_precision"]
+
+log = logging.getLogger(__name__)
 
 #: Every backend gspo knows, in the order they are preferred on a tie.
 BACKENDS = ("ort", "openvino", "cuda")
@@ -42,6 +55,9 @@ REDUCED_BACKENDS = {"openvino:bf16": "bf16"}
 RUNNABLE_BACKENDS = BACKENDS + tuple(REDUCED_BACKENDS)
 #: gpu_status() of device 0, once a process (its probe builds a CUDA session).
 _cuda_checked: dict[int, tuple[bool, str]] = {}
+#: The reduced backends whose saved placement this process was told runs at f32 here (said once).
+_told_f32: set[str] = set()
+_told_lock = threading.Lock()
 
 
 def backend_status(name: str) -> tuple[bool, str]:
@@ -65,6 +81,35 @@ def _bf16_status() -> tuple[bool, str]:
         return ok, why
     refusal = bf16_refusal()
     return (False, refusal) if refusal else (True, f"{why} at bf16")
+
+
+def run_precision(name: str) -> str:
+    """The precision the pieces of a saved model placed on backend ``name`` run at here: the
+    backend's own, except ``openvino:bf16`` where OpenVINO has no bf16 arithmetic (a CPU without
+    bf16 instructions): f32, pinned, which computes what bf16 approximates, so the model's stated
+    budget holds; a warning says so once a process. (A search still refuses such a backend here:
+    :func:`backend_status`.)
+
+    Raises:
+        GspoError: the backend cannot run here at all (OpenVINO missing, an unknown backend, ...).
+    """
+    if name not in REDUCED_BACKENDS:
+        ok, why = backend_status(name)
+        if not ok:
+            raise GspoError(f"backend {name!r} cannot run here: {why}")
+        return "f32"
+    ok, why = openvino_status()
+    if not ok:
+        raise GspoError(f"backend {name!r} cannot run here: {why}")
+    missing = bf16_missing()
+    if missing is None:
+        return REDUCED_BACKENDS[name]
+    with _told_lock:
+        tell = name not in _told_f32
+        _told_f32.add(name)
+    if tell:
+        log.warning("%s: the ops placed on %s run at f32 (exact, within the model's stated budget)", missing, name)
+    return "f32"
 
 
 def _cuda_status() -> tuple[bool, str]:
@@ -120,7 +165,8 @@ def backend_versions(names: Sequence[str]) -> str:
 def load_runner(name: str, model: bytes | Graph, config: SessionConfig = SessionConfig(),
                 keep_f32: Sequence[str] = ()) -> Runner:
     """A :class:`~gspo.runtime.protocols.Runner` of ``model`` (a graph or serialized ONNX) on backend ``name`` (threads from ``config``).
-    On ``openvino:bf16``, the ops computing the values ``keep_f32`` names compute at f32.
+    On ``openvino:bf16``, the ops computing the values ``keep_f32`` names compute at f32 (all of
+    them where the CPU has no bf16 instructions: :func:`run_precision`).
 
     Raises:
         BackendError: the backend refuses the model (the reason in one line).
@@ -128,11 +174,9 @@ def load_runner(name: str, model: bytes | Graph, config: SessionConfig = Session
     """
     if name == "ort":
         return make_session(model, config)
-    ok, why = backend_status(name)
-    if not ok:
-        raise GspoError(f"backend {name!r} cannot run here: {why}")
+    precision = run_precision(name)
     if name == "cuda":
         from gspo.runtime.cuda import load_cuda_runner
 
         return load_cuda_runner(serialize(model) if isinstance(model, Graph) else model, config.intra_op_threads)
-    return load_openvino(model, config.intra_op_threads, REDUCED_BACKENDS.get(name, "f32"), keep_f32)
+    return load_openvino(model, config.intra_op_threads, precision, keep_f32)

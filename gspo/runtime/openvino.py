@@ -20,8 +20,8 @@ from gspo.ir.protos import control_flow_depth
 from gspo.runtime.buffers import BUFFERS, LARGE_OUTPUT
 from gspo.runtime.session import BackendError
 
-__all__ = ["INSTALL", "MAX_OPENVINO_NESTING", "OpenVinoRunner", "bf16_refusal", "load_openvino", "openvino_probe",
-           "openvino_status", "openvino_version", "refuse_nesting"]
+__all__ = ["INSTALL", "MAX_OPENVINO_NESTING", "NO_BF16", "OpenVinoRunner", "bf16_missing", "bf16_refusal", "cpu_capabilities",
+           "load_openvino", "openvino_probe", "openvino_status", "openvino_version", "refuse_nesting", "sweep_temp"]
 
 #: How to install the backend.
 INSTALL = "pip install 'gspo[openvino]' (the openvino package)"
@@ -49,17 +49,33 @@ def openvino_status() -> tuple[bool, str]:
     return True, f"OpenVINO {openvino_version()} CPU"
 
 
-def bf16_refusal() -> str | None:
-    """Why OpenVINO (installed) would not run bf16 arithmetic on this CPU (``None``: it does):
-    without bf16 instructions it would quietly run f32, and a bf16 placement would only cost a
-    compile."""
+#: What :func:`bf16_missing` says of a CPU without bf16 instructions.
+NO_BF16 = "this CPU has no bf16 instructions"
+
+
+def cpu_capabilities() -> list[str]:
+    """What OpenVINO's CPU plugin says this CPU can do (``BF16``, ``INT8``, ...): the CPU
+    features gspo's bf16 decisions read (tests replace this function to inject a CPU)."""
+    return list(_openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
+
+
+def bf16_missing() -> str | None:
+    """Why OpenVINO (installed) has no bf16 arithmetic on this CPU (``None``: it has)."""
     try:
-        caps = _openvino_core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+        caps = cpu_capabilities()
     except Exception as e:  # noqa: BLE001 - OpenVINO raises its own exception types
         return f"OpenVINO cannot tell this CPU's capabilities: {_reason(e)}"
-    if "BF16" not in caps:
-        return "this CPU has no bf16 instructions (OpenVINO would run f32)"
-    return None
+    return None if "BF16" in caps else NO_BF16
+
+
+def bf16_refusal() -> str | None:
+    """Why a search may not place ops on OpenVINO at bf16 here (``None``: it may): without bf16
+    instructions OpenVINO would quietly run f32, and a bf16 placement would only cost a compile.
+    (A saved bf16 placement still runs here, at f32: :func:`gspo.runtime.backends.run_precision`.)"""
+    missing = bf16_missing()
+    if missing == NO_BF16:
+        return f"{missing} (OpenVINO would run f32)"
+    return missing
 
 
 class OpenVinoRunner:
@@ -188,7 +204,6 @@ def _kept_f32(core, model, values: Collection[str]):
     that outputs each value, and the unnamed ops it was decomposed into on the way back from it
     (a Conv's bias Add, a Gemm's MatMul, ...) up to named values, weights and inputs. Written as
     IR, marked there, and read back."""
-    import tempfile
     import xml.etree.ElementTree as ET
 
     ov = _openvino()
@@ -203,7 +218,7 @@ def _kept_f32(core, model, values: Collection[str]):
         marked.add(op.get_friendly_name())
         stack += [src for src in (i.get_source_output().get_node() for i in op.inputs())
                   if not any(out.get_names() for out in src.outputs())]
-    with tempfile.TemporaryDirectory(prefix="gspo-ov-") as tmp:
+    with _scratch() as tmp:
         ov.save_model(model, f"{tmp}/m.xml", compress_to_fp16=False)
         tree = ET.parse(f"{tmp}/m.xml")
         weights = np.fromfile(f"{tmp}/m.bin", dtype=np.uint8)
@@ -217,34 +232,70 @@ def _kept_f32(core, model, values: Collection[str]):
     return core.read_model(ET.tostring(tree.getroot(), encoding="unicode"), ov.Tensor(weights))
 
 
-#: What :func:`openvino_probe` runs: read and compile the model at its path, at the given precision.
-_PROBE = ("import sys, openvino as ov; c = ov.Core(); "
-          "c.compile_model(c.read_model(sys.argv[1]), 'CPU', {'INFERENCE_PRECISION_HINT': sys.argv[2]})")
+def _scratch():
+    """A temporary folder named after this process (:mod:`gspo.outputs`' scheme,
+    ``.gspo-ov.gspo-HOST-PID-TOKEN.tmp``), so that the one a killed process left is removed by a
+    later run (:func:`sweep_temp`, which runs first)."""
+    import tempfile
+    from pathlib import Path
+
+    from gspo.outputs import _temp_prefix
+
+    sweep_temp()
+    folder = Path(tempfile.gettempdir())
+    return tempfile.TemporaryDirectory(prefix=_temp_prefix(folder / "gspo-ov"), suffix=".tmp", dir=folder)
+
+
+#: What :func:`openvino_probe` runs: read the model from standard input and compile it at the given
+#: precision. No file holds the model: one a killed process left would stay (issue 51).
+_PROBE = ("import io, sys, openvino as ov; c = ov.Core(); "
+          "c.compile_model(c.read_model(io.BytesIO(sys.stdin.buffer.read())), 'CPU', "
+          "{'INFERENCE_PRECISION_HINT': sys.argv[1]})")
+#: The files earlier gspo versions' probes wrote into the temporary folder (``mkstemp``), and how
+#: old one must be to be removed: a probe used its file for at most its timeout.
+_OLD_PROBE_FILES, _OLD_PROBE_AGE = "gspo-probe-*.onnx", 3600.0
+
+
+def sweep_temp() -> None:
+    """Remove from the temporary folder what killed gspo processes left there: their named
+    temporary folders (:func:`gspo.outputs.remove_stale`) and, an hour after they were made, the
+    model files earlier versions' probes wrote (owned by this user)."""
+    import glob
+    import os
+    import tempfile
+    import time
+
+    from gspo.outputs import remove_stale
+
+    folder = tempfile.gettempdir()
+    remove_stale(folder)
+    for path in glob.glob(os.path.join(glob.escape(folder), _OLD_PROBE_FILES)):
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            if st.st_uid == os.getuid() and time.time() - st.st_mtime > _OLD_PROBE_AGE:
+                os.unlink(path)
+        except OSError:
+            continue
 
 
 def openvino_probe(model: bytes, precision: str = "f32", timeout: float = 300.0) -> str | None:
     """Why OpenVINO cannot compile ``model``, found in a process of its own (``None``: it compiles):
     a model OpenVINO has never been given in this form (a quantized one gspo made) can crash its
-    compile (SIGSEGV), which must not take the caller's process with it."""
-    import os
+    compile (SIGSEGV), which must not take the caller's process with it. The model goes to the
+    process through a pipe (no file); :func:`sweep_temp` runs first."""
     import subprocess
     import sys
-    import tempfile
 
-    fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gspo-probe-")
+    sweep_temp()
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model)
-        done = subprocess.run([sys.executable, "-c", _PROBE, path, precision], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-c", _PROBE, precision], input=model, capture_output=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"OpenVINO's compile ran past {timeout:g} s"
-    finally:
-        os.unlink(path)
     if done.returncode < 0:
         return f"OpenVINO's compile crashed (signal {-done.returncode})"
     if done.returncode:  # its traceback's message, without the frames and the logs before it
-        said = [line for line in done.stderr.splitlines()
+        said = [line.removeprefix("RuntimeError: ") for line in done.stderr.decode(errors="replace").splitlines()
                 if line.strip() and not line.startswith(("WARNING", "Traceback", "  "))]
         return f"OpenVINO cannot compile the model: {_reason(RuntimeError(chr(10).join(said) or 'no reason given'))}"
     return None

@@ -30,13 +30,16 @@ one by the same criterion.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
+from gspo.runtime.backends import REDUCED_BACKENDS, run_precision
+from gspo.runtime.executor import make_executor
 from gspo.runtime.inputs import random_inputs
 from gspo.runtime.session import SessionConfig, make_session, run
 from gspo.runtime.spill import SpilledArray
@@ -115,6 +118,8 @@ class VerifyResult:
     """The outcome of a verification: equivalent or not, and the difference per output and run."""
     equivalent: bool
     outputs: tuple[OutputDiff, ...] = field(default_factory=tuple)
+    #: How each model ran (:func:`verify`: the reference's way, then the candidate's).
+    ran: tuple[str, ...] = ()
 
     @property
     def worst(self) -> OutputDiff | None:
@@ -306,6 +311,31 @@ def _rank(d: OutputDiff) -> int:
     return 2 if d.ok else 3
 
 
+def _as_saved(graph: Graph, config: SessionConfig, what: str,
+              stack: contextlib.ExitStack) -> tuple[Callable[[Mapping[str, np.ndarray]], dict], str]:
+    """``graph`` run as gspo runs it (``gspo run``, :class:`gspo.InferenceSession`): without a saved
+    schedule or placement, one onnxruntime session; with one, the executor that follows them
+    (each piece on the backend it was placed on), closed with ``stack``. Returns the run and how
+    it runs, in words that follow "MODEL ran" ("on onnxruntime", "as saved: 3 ops on openvino").
+
+    Raises:
+        GspoError: one line: the model cannot run here as saved (a backend it names is missing).
+    """
+    if not graph.extras.schedule and not graph.extras.placement:
+        session = make_session(graph, config)
+        return (lambda feeds: run(session, feeds)), "on onnxruntime"
+    try:
+        executor = stack.enter_context(make_executor(graph, None, "cpu", config))
+    except GspoError as e:
+        raise GspoError(f"{what} cannot run here as saved: {e}") from None
+    placement = executor.placement
+    where = "onnxruntime" if placement is None else ", ".join(
+        f"{n} ops on {b}" + (" (at f32 here)" if b in REDUCED_BACKENDS and run_precision(b) == "f32" else "")
+        for b, n in placement.counts(graph).items())
+    streams = f" on {executor.num_streams} streams" if executor.num_streams > 1 else ""
+    return executor.run, f"as saved: {where}{streams}"
+
+
 def verify(
     reference: Graph,
     candidate: Graph,
@@ -315,7 +345,9 @@ def verify(
     inputs: Mapping[str, np.ndarray] | None = None,
     config: SessionConfig = SessionConfig(),
 ) -> VerifyResult:
-    """Run both graphs with onnxruntime on the same inputs and compare every output.
+    """Run both graphs on the same inputs as gspo runs them and compare every output: a graph with
+    a saved schedule or placement on the executor that follows them (a piece placed on OpenVINO
+    runs there), any other on onnxruntime; how each ran is the result's ``ran``.
 
     Every output is held to ``tolerance``'s ``rtol``, ``atol`` and ``ntol`` (its ``step`` is
     the output's own: :func:`output_steps`). With ``inputs`` given they are used once (refused
@@ -332,17 +364,18 @@ def verify(
         raise GspoError("the models have different inputs (names, types or shapes)")
     if inputs is not None:
         check_finite_inputs(inputs)
-    s_ref, s_cand = make_session(reference, config), make_session(candidate, config)
-    # One input set at a time: only it and the two models' outputs on it are held.
-    feeds_sets = iter([inputs]) if inputs is not None else (random_inputs(reference, seed + i) for i in range(runs))
-    worst: dict[str, OutputDiff] = {}
-    steps = output_steps(reference)
-    for feeds in feeds_sets:
-        res = compare_outputs(run(s_ref, feeds), run(s_cand, feeds), tolerance.rtol, tolerance.atol,
-                              tolerance.ntol, steps)
-        del feeds  # let the set go before the next one is drawn
-        for d in res.outputs:
-            if worse(worst.get(d.name), d):
-                worst[d.name] = d
+    with contextlib.ExitStack() as stack:
+        run_ref, ran_ref = _as_saved(reference, config, "the first model", stack)
+        run_cand, ran_cand = _as_saved(candidate, config, "the second model", stack)
+        # One input set at a time: only it and the two models' outputs on it are held.
+        feeds_sets = iter([inputs]) if inputs is not None else (random_inputs(reference, seed + i) for i in range(runs))
+        worst: dict[str, OutputDiff] = {}
+        steps = output_steps(reference)
+        for feeds in feeds_sets:
+            res = compare_outputs(run_ref(feeds), run_cand(feeds), tolerance.rtol, tolerance.atol, tolerance.ntol, steps)
+            del feeds  # let the set go before the next one is drawn
+            for d in res.outputs:
+                if worse(worst.get(d.name), d):
+                    worst[d.name] = d
     diffs = tuple(worst.values())
-    return VerifyResult(all(d.ok for d in diffs), diffs)
+    return VerifyResult(all(d.ok for d in diffs), diffs, (ran_ref, ran_cand))
