@@ -8,6 +8,13 @@ if a file of that name exists, even one that appeared while gspo was working (tw
 the same path: one wins, the other reports it). Only regular files are written: a target that
 is (through links or not) a device, FIFO or socket is refused, also with ``overwrite``.
 
+A target that is a symbolic link is written *through*, as ``cp`` does: with ``overwrite`` the
+existing file its links lead to is replaced (from a temporary file beside it); the link stays.
+Refused also with ``overwrite``: a path or link into /proc (``/dev/stdout`` is a link to
+``/proc/self/fd/1``, a process's open file descriptor), a dangling link (gspo does not create
+the file a link names, as GNU ``cp`` does not), a loop of links, and links that take files
+written together (a model and its weights) to two folders or to other names.
+
 Temporary files are named after the process that made them
 (``.NAME.gspo-HOST-PID-TOKEN.tmp``, NAME shortened so that any legal target name fits): HOST
 identifies the machine and its process-id namespace (a hash of the host name, the kernel's boot
@@ -18,7 +25,8 @@ leaves one, and the next write into that folder removes it once it is provably d
 this machine (the same HOST) by a process that no longer runs.
 
 :func:`check_outputs` refuses, before any work, an output that is an input, an input model's
-external data, another output, not a regular file, or a name the file system cannot hold.
+external data, inside an input folder, another output, not a regular file, or a name the file
+system cannot hold.
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, er
 _BOOT_ID, _PID_NAMESPACE = "/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"
 #: What a temporary name adds to the target's: ".", ".gspo-", 16 digits, "-", a pid, "-", 12 digits, ".tmp".
 _TEMP_EXTRA = 1 + 6 + 16 + 1 + 10 + 1 + 12 + 4
+#: Where the kernel shows processes and their open files; nothing in it is a file to write.
+_PROC = Path("/proc")
 
 
 class OutputError(GspoError):
@@ -65,18 +75,16 @@ def _host_of(hostname: str) -> str:
     """A hash of the whole host name, the kernel's boot id and the pid namespace: the scope in
     which a pid names one process (elsewhere, the host name and a hardware address)."""
     parts = [hostname]
-    with contextlib.suppress(OSError):
-        parts.append(Path(_BOOT_ID).read_text().strip())
-    with contextlib.suppress(OSError):
-        parts.append(os.readlink(_PID_NAMESPACE))
+    for read in (lambda: Path(_BOOT_ID).read_text().strip(), lambda: os.readlink(_PID_NAMESPACE)):
+        with contextlib.suppress(OSError):
+            parts.append(read())
     if len(parts) == 1:
         parts.append(str(uuid.getnode()))
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
 def _name_max(folder: Path) -> int:
-    """The longest file name (in bytes) the file system of ``folder`` (or its nearest existing
-    ancestor) takes."""
+    """The longest file name (in bytes) the file system of ``folder`` (or its nearest existing ancestor) takes."""
     for f in (folder, *folder.parents):
         with contextlib.suppress(OSError, ValueError):
             if f.is_dir():
@@ -91,42 +99,33 @@ def _temp_prefix(target: Path) -> str:
     return f".{name}.gspo-{_host()}-{os.getpid()}-"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (OSError, OverflowError):  # another user's process, or a number the system cannot hold
-        return True
-    return True
-
-
 def _is_stale(name: str) -> bool:
     """Whether ``name`` is a temporary file of a gspo process on this machine that is gone."""
     m = _TEMP_NAME.match(name)
-    return bool(m) and m["host"] == _host() and int(m["pid"]) > 0 and not _alive(int(m["pid"]))
+    if not m or m["host"] != _host() or int(m["pid"]) <= 0:
+        return False
+    try:
+        os.kill(int(m["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError):  # another user's process, or a number the system cannot hold
+        pass
+    return False
 
 
 def remove_stale(folder: str | os.PathLike) -> list[Path]:
-    """Remove the temporary files and folders gspo processes that are gone left in ``folder``.
-
-    Only names gspo makes (see the module's docstring), of this machine, owned by this user,
-    whose process no longer runs; returns what was removed.
-    """
-    removed = []
+    """Remove the temporary files and folders gspo processes that are gone left in ``folder``:
+    only names gspo makes (see the module's docstring), of this machine, owned by this user,
+    whose process no longer runs. Returns what was removed."""
     try:
         with os.scandir(folder) as entries:
-            stale = [e for e in entries if _is_stale(e.name) and e.stat(follow_symlinks=False).st_uid == os.getuid()]
+            stale = [Path(e.path) for e in entries
+                     if _is_stale(e.name) and e.stat(follow_symlinks=False).st_uid == os.getuid()]
     except OSError:
-        return removed
-    for e in stale:
-        with contextlib.suppress(OSError):
-            if e.is_dir(follow_symlinks=False):
-                shutil.rmtree(e.path)
-            else:
-                os.unlink(e.path)
-            removed.append(Path(e.path))
-    return removed
+        return []
+    for path in stale:
+        _remove(path)
+    return [path for path in stale if not os.path.lexists(path)]
 
 
 def _new_file_mode(target: Path) -> int:
@@ -134,8 +133,7 @@ def _new_file_mode(target: Path) -> int:
     try:
         return stat.S_IMODE(target.stat().st_mode)
     except OSError:
-        umask = os.umask(0)
-        os.umask(umask)
+        os.umask(umask := os.umask(0))
         return 0o666 & ~umask
 
 
@@ -146,7 +144,7 @@ def _exists_error(target: Path) -> OutputError:
 def _claim_then_replace(tmp: Path, target: Path) -> None:
     """Where hard links are not supported: create the target exclusively, then replace it."""
     try:
-        os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        _make_file(target)
     except FileExistsError:
         raise _exists_error(target) from None
     try:
@@ -190,11 +188,34 @@ def _special(path: str | os.PathLike) -> str | None:
 
 
 def _refuse_special(path: str | os.PathLike, label: str = "") -> None:
-    kind = _special(path)
-    if kind:
+    if kind := _special(path):
         how = " (through a link)" if os.path.islink(path) else ""
         raise OutputError(f"{path}: {label}is {kind}{how}, not a regular file; gspo writes only regular files "
                           "(refused also with --force)")
+
+
+def _written(path: str | os.PathLike, label: str = "") -> Path:
+    """The file that writing ``path`` replaces: ``path``, or for a symbolic link the existing file
+    its links lead to (see the module's docstring for the links refused)."""
+    given = p = Path(path)
+    try:
+        for _ in range(40):  # the kernel's own limit
+            shown, p = p, Path(os.path.realpath(p.parent)) / p.name  # its folders resolved
+            if p == _PROC or _PROC in p.parents:
+                what = f"a link to {shown}" if shown is not given else p
+                raise OutputError(f"{given}: {label}is {what}, a process's open file descriptor or other file of "
+                                  "/proc; gspo writes only regular files (refused also with --force)")
+            if not p.is_symlink():
+                break
+            p = p.parent / os.readlink(p)
+        else:
+            raise OutputError(f"{given}: {label}is a loop of symbolic links")
+        if shown is not given and not p.exists():
+            raise OutputError(f"{given}: {label}is a link to {p}, which does not exist; gspo writes through a link "
+                              "only onto an existing file (refused also with --force: remove the link)")
+    except OSError as e:
+        raise _cannot_write(given, e) from None
+    return given if shown is given else p
 
 
 def _names_a_folder(path: str | os.PathLike) -> bool:
@@ -209,13 +230,15 @@ def _folder_error(path: str | os.PathLike, option: str = "the output") -> Output
                        f"{option} needs a file path")
 
 
-def _refuse_existing(path: str | os.PathLike, overwrite: bool) -> None:
+def _target(path: str | os.PathLike, overwrite: bool) -> Path:
+    """The file to write for ``path`` (see :func:`_written`), refusing what is not to be written."""
     if _names_a_folder(path):
         raise _folder_error(path)
     _refuse_special(path)
     target = Path(path)
     if not overwrite and (target.exists() or target.is_symlink()):
         raise _exists_error(target)
+    return _written(target) if overwrite else target
 
 
 def _cannot_write(target: Path, e: OSError) -> OutputError:
@@ -234,15 +257,10 @@ def _make_file(path: Path) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-def _make_folder(path: Path) -> None:
-    os.mkdir(path, 0o700)
-
-
 @contextlib.contextmanager
 def _temporary(target: Path, make) -> Iterator[Path]:
-    """A new temporary file or folder beside ``target`` (made by ``make``), removed on the way
-    out whatever happens: its name is chosen before it is made, inside the ``try`` that removes
-    it, so that an interrupt (SIGTERM) as it is made leaves nothing behind."""
+    """A new temporary file or folder beside ``target`` (made by ``make``), removed on the way out whatever
+    happens: named inside the ``try`` that removes it, so an interrupt (SIGTERM) as it is made leaves nothing."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         remove_stale(target.parent)
@@ -267,17 +285,16 @@ def _temporary(target: Path, make) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def replacing(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success move it onto ``path``.
-
-    Missing folders are created and stale temporary files of gone gspo processes removed. On any
-    exception (or interrupt) the temporary file is removed and ``path`` is left untouched.
+    """Yield a temporary path beside ``path`` (a link's target: see the module's docstring); on
+    success move it onto ``path``. Missing folders are created and stale temporary files of gone
+    gspo processes removed. On any exception (or interrupt) the temporary file is removed and
+    ``path`` is left untouched.
 
     Raises:
-        OutputError: ``path`` exists and ``overwrite`` is false (checked again, atomically, at
-            the end), it is (or becomes) a device, FIFO or socket, or it cannot be written.
+        OutputError: ``path`` exists and ``overwrite`` is false (checked again, atomically, at the
+            end), it is (or becomes) a device, FIFO or socket, a link refused, or it cannot be written.
     """
-    _refuse_existing(path, overwrite)
-    target = Path(path)
+    target = _target(path, overwrite)
     with _temporary(target, _make_file) as tmp:
         try:
             yield tmp
@@ -288,8 +305,7 @@ def replacing(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path
 
 
 def _identity(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_dev, st.st_ino
+    return (st := path.stat()).st_dev, st.st_ino
 
 
 def _all_into_place(staged: Sequence[tuple[Path, Path]], overwrite: bool) -> None:
@@ -321,13 +337,15 @@ def replacing_together(paths: Sequence[str | os.PathLike], overwrite: bool = Fal
     targets = [Path(p) for p in paths]
     if len({t.parent.resolve() for t in targets}) != 1:
         raise ValueError("replacing_together needs files of one folder")
-    for p in paths:
-        _refuse_existing(p, overwrite)
-    first = targets[0]
-    with _temporary(first, _make_folder) as folder:
+    ends = [_target(p, overwrite) for p in paths]
+    if len({e.parent.resolve() for e in ends}) != 1 or any(e.name != t.name for e, t in zip(ends, targets)):
+        raise OutputError(f"{' and '.join(map(str, targets))}: a link leads one to another folder or name; files "
+                          "written together (a model and its weights) go through links only to one folder, same names")
+    first = ends[0]
+    with _temporary(first, functools.partial(os.mkdir, mode=0o700)) as folder:
         try:
             yield folder
-            staged = [(folder / t.name, t) for t in targets if (folder / t.name).exists()]
+            staged = [(folder / t.name, e) for t, e in zip(targets, ends) if (folder / t.name).exists()]
             _all_into_place(staged, overwrite)
         except OSError as e:
             raise _cannot_write(first, e) from None
@@ -353,12 +371,9 @@ def atomic_write(path: str | os.PathLike, data: bytes | str, overwrite: bool = F
 
 
 def _same(a: Path, b: Path) -> bool:
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
+    with contextlib.suppress(OSError, ValueError, RuntimeError):  # RuntimeError: a loop of links
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    return False
 
 
 def _writable_folder(path: Path) -> None:
@@ -372,39 +387,41 @@ def _writable_folder(path: Path) -> None:
         raise OutputError(f"{path}: cannot write in {folder}")
 
 
-def external_data_files(model: str | os.PathLike) -> list[Path]:
-    """The files holding the external data (weights) of the ONNX model at ``model``, as its
-    tensors name them (none when it keeps none, or is no regular file or no readable model)."""
-    path = Path(model)
-    if _special(path) or not path.is_file():
-        return []
+def _reads(inputs: Mapping | Iterable, models: Iterable, wanted: bool) -> tuple[list, list]:
+    """What the command reads, each as (path, how a message names it): the files, with (when
+    ``wanted``: an output exists) the external data of each model, an input ending in .onnx
+    counting as one; and the folders, named by their option when ``inputs`` maps options to paths."""
+    pairs = inputs.items() if isinstance(inputs, Mapping) else ((None, p) for p in inputs)
+    given = [(option, Path(p)) for option, p in pairs if p is not None]
+    folders = [(p, f"{o}'s folder {p}" if o else f"the input folder {p}") for o, p in given if p.is_dir()]
+    read = [(p, "an input file") for _, p in given if not p.is_dir()]
+    if not wanted:
+        return read, folders
     # imported here: importing gspo.ir loads gspo.ir.onnx_io, which writes through this module
     from gspo.ir.external import external_locations, read_header
 
-    proto = read_header(path)  # None: not a model (loading it says so, in its own words)
-    return [] if proto is None else [path.parent / loc for loc in external_locations(proto)]
+    models = [Path(m) for m in models if m is not None]
+    seen = {m.resolve() for m in models}
+    models += [p for p, _ in read if p.suffix.lower() == ".onnx" and p.resolve() not in seen]
+    for m in models:  # the files its tensors name (none: no regular file, or no model: loading it says so)
+        if proto := None if _special(m) or not m.is_file() else read_header(m):
+            read += [(m.parent / loc, f"the external data of {m}") for loc in external_locations(proto)]
+    return read, folders
 
 
-def _read_files(inputs: Iterable, models: Iterable, wanted: bool) -> list[tuple[Path, str]]:
-    """What the command reads, each with how a message names it: the inputs, and (when
-    ``wanted``: an output exists) the external data of each model (an input ending in .onnx
-    counts as one)."""
-    read = [(Path(p), "an input file") for p in inputs if p is not None]
-    if not wanted:
-        return read
-    given = [Path(m) for m in models if m is not None]
-    seen = {m.resolve() for m in given}
-    given += [p for p, _ in read if p.suffix.lower() == ".onnx" and p.resolve() not in seen]
-    return read + [(data, f"the external data of {m}") for m in given for data in external_data_files(m)]
+def _inside(out: Path, folder: Path) -> bool:
+    """Whether ``out``, as named or where its links lead, is ``folder`` or inside it (at any depth,
+    existing or not): one of its existing folders is ``folder``."""
+    key = _identity(folder)
+    ends = (Path(os.path.realpath(out.parent)) / out.name, Path(os.path.realpath(out)))
+    return any(_identity(f) == key for end in ends for f in (end, *end.parents) if f.exists())
 
 
 def _planned(outputs: Mapping, model_outputs: Collection[str]) -> list[tuple[str, Path, bool]]:
     """Each output to write as (its option, its path, whether it is written for certain): a
     model's output adds its weights file ``OUT.data`` (written when the weights pass ~1.8 GB)."""
     planned = []
-    for name, p in outputs.items():
-        if p is None:
-            continue
+    for name, p in [(name, p) for name, p in outputs.items() if p is not None]:
         if _names_a_folder(p):
             raise _folder_error(p, name)
         planned.append((name, Path(p), True))
@@ -429,19 +446,23 @@ def _fits(out: Path, certain: bool) -> bool:
 
 
 def _check_one(name: str, out: Path, certain: bool, read, force: bool) -> None:
-    """Refuse the output ``out`` (option ``name``) as :func:`check_outputs` says."""
-    for i, what in read:
+    """Refuse the output ``out`` (option ``name``) as :func:`check_outputs` says (``read``: :func:`_reads`)."""
+    files, folders = read
+    for i, what in files:
         if _same(out, i):
             raise OutputError(f"{out}: {name} is {what}; choose another path")
-    _refuse_special(out, f"{name} " if not certain else "")
+    for folder, what in folders:
+        if _inside(out, folder):
+            raise OutputError(f"{out}: {name} is inside {what}, which gspo reads; choose a path outside it")
+    label = f"{name} " if not certain else ""
+    end = _written(out, label)
+    _refuse_special(out, label)
     if out.is_dir():
         raise OutputError(f"{out}: is a folder ({name} needs a file path)")
     if (out.exists() or out.is_symlink()) and not force:
-        if certain:
-            raise OutputError(f"{out}: exists; use --force to overwrite it")
-        raise OutputError(f"{out}: exists (gspo writes {name} there when the weights pass 1.8 GB); "
-                          "use --force to overwrite it")
-    _writable_folder(out)
+        why = "" if certain else f" (gspo writes {name} there when the weights pass 1.8 GB)"
+        raise OutputError(f"{out}: exists{why}; use --force to overwrite it")
+    _writable_folder(end)
 
 
 def check_outputs(outputs: Mapping[str, str | os.PathLike | None], inputs=(), force: bool = False, *,
@@ -449,21 +470,23 @@ def check_outputs(outputs: Mapping[str, str | os.PathLike | None], inputs=(), fo
     """Refuse, before any work, outputs that would lose data or could not be written.
 
     ``outputs`` maps an option name (``-o``, ``--report``) to its path (``None``: not given);
-    ``inputs`` are the files read, ``models`` the ONNX models among them (an input ending in
-    ``.onnx`` counts as one too): their external-data files are inputs as well. The outputs named
-    in ``model_outputs`` are models, whose weights may go to ``OUT.data`` beside them: that path
-    is checked like ``OUT``. Refused, in one line: an output that is an input or an input's
-    external data (also through a link) or another output; a device, FIFO or socket (through
-    links or not; also with ``force``); a folder, or a path ending in '/'; an existing file
-    without ``force``; a name or path too long for the file system; a path whose folder cannot
-    be created or written. Stale temporary files of gone gspo processes beside them are removed.
+    ``inputs`` are the files and folders read (or a mapping of their options to them, which the
+    messages name), ``models`` the ONNX models among them (an input ending in ``.onnx`` counts as
+    one too): their external-data files are inputs as well. The outputs named in
+    ``model_outputs`` are models, whose weights may go to ``OUT.data`` beside them: that path is
+    checked like ``OUT``. Refused, in one line: an output that is an input, an input's external
+    data or another output (also through a link), or is inside an input folder (at any depth,
+    as named or where its links lead, existing or not); a device, FIFO or socket, a link into
+    /proc or a dangling link (also with ``force``); a folder, or a path ending in '/'; an
+    existing file without ``force``; a name or path too long for the file system; a path whose
+    folder cannot be created or written. Stale temporary files of gone processes are removed.
     """
     planned = _planned(outputs, model_outputs)
     checked: list[tuple[str, Path]] = []
     try:
         planned = [(name, out, certain) for name, out, certain in planned if _fits(out, certain)]
         wanted = any(out.exists() or out.is_symlink() for _, out, _ in planned)
-        read = _read_files(inputs, models, wanted)
+        read = _reads(inputs, models, wanted)
         for name, out, certain in planned:
             for other_name, other in checked:
                 if _same(out, other):

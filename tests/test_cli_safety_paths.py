@@ -158,3 +158,31 @@ def test_output_names_become_safe_archive_entries_and_the_run_says_so(tmp_path):
     assert sorted(unquote(e) for e in entries) == sorted(names)
     assert "'../../evil' is saved as" in result.output and "'plain' is saved" not in result.output
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["m.onnx", "out.npz", "sub"]
+
+
+# --------------------------------- issue 51, item 1: outputs inside --calibration/--validation DIR
+def _samples(folder, count=2):
+    """A folder of ``count`` samples of branchy()'s input, one per .npz (as --calibration takes)."""
+    folder.mkdir()
+    for i in range(count):
+        np.savez(folder / f"s{i:05d}.npz", x=np.random.default_rng(i).standard_normal((1, 4, 8, 8)).astype(np.float32))
+    return folder
+
+
+@pytest.mark.parametrize("output", [("-o", "calX/s00000.npz"), ("--report", "valX/s00001.npz"),
+                                    ("-o", "calX/new/o.onnx"), ("-o", "to_val/o.onnx")])
+def test_optimize_never_writes_inside_its_calibration_or_validation_folder(tmp_path, output, no_work, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = ir.save(branchy(), tmp_path / "m.onnx")
+    cal, val = _samples(tmp_path / "calX"), _samples(tmp_path / "valX")
+    (tmp_path / "to_val").symlink_to("valX")
+    before = {p: p.read_bytes() for p in (*cal.iterdir(), *val.iterdir())}
+    option, path = output
+    outs = {"-o": "o.onnx", option: path}
+    error = one_line_error(gspo("optimize", model, *[a for o, p in outs.items() for a in (o, p)], "--force",
+                                "--precision", "int8", "--max-error", "nmse=1e-2", "--calibration", "calX",
+                                "--validation", "valX", *FAST))
+    which = "--calibration's folder calX" if path.startswith("calX") else "--validation's folder valX"
+    assert error == f"gspo: error: {path}: {option} is inside {which}, which gspo reads; choose a path outside it"
+    assert {p: p.read_bytes() for p in (*cal.iterdir(), *val.iterdir())} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calX", "m.onnx", "to_val", "valX"]

@@ -70,12 +70,11 @@ def test_a_short_gspo_cuda_runtime_is_shown_as_given(monkeypatch):
 
 @pytest.mark.parametrize("case", ["not an op", "unknown backend", "placed twice"])
 def test_a_placement_naming_something_of_ten_million_characters_is_a_short_line(case):
-    from gspo.streams import Placement, PlacementError
-    from gspo.streams.schedule import node_id
-
     from onnx import helper
 
     from gspo.ir.onnx_io import from_model
+    from gspo.streams import Placement, PlacementError
+    from gspo.streams.schedule import node_id
     from tests.helpers import onnx_model, relu_model
 
     g = from_model(relu_model())

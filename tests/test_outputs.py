@@ -214,13 +214,17 @@ def test_check_outputs_removes_stale_temporary_files_before_the_work(tmp_path):
     assert not stale.exists()
 
 
-def test_check_outputs_counts_a_dangling_symbolic_link_as_an_existing_file(tmp_path):
+def test_a_dangling_symbolic_link_is_neither_replaced_nor_written_through(tmp_path):
     (tmp_path / "o.onnx").symlink_to(tmp_path / "nowhere")
-    with pytest.raises(OutputError, match="exists; use --force"):
-        check_outputs({"-o": tmp_path / "o.onnx"}, [], force=False)
+    for force in (False, True):
+        with pytest.raises(OutputError, match=r"o\.onnx: is a link to .*nowhere, which does not exist; .*remove the link"):
+            check_outputs({"-o": tmp_path / "o.onnx"}, [], force=force)
     with pytest.raises(OutputError, match="exists; not overwritten"):
         atomic_write(tmp_path / "o.onnx", "{}")
+    with pytest.raises(OutputError, match="which does not exist"):
+        atomic_write(tmp_path / "o.onnx", "{}", overwrite=True)
     assert (tmp_path / "o.onnx").is_symlink() and not (tmp_path / "nowhere").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.onnx"]
 
 
 def test_a_temporary_name_with_a_pid_the_system_cannot_hold_is_left_alone(tmp_path):

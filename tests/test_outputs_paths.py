@@ -194,3 +194,91 @@ def test_an_interrupt_as_the_temporary_file_is_made_leaves_nothing(tmp_path, mon
         atomic_write(tmp_path / "o.json", "{}")
     monkeypatch.undo()
     assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------- issue 51, item 2: symbolic links as outputs
+@pytest.fixture
+def open_fd(tmp_path):
+    """A descriptor this process holds open on a file (as a shell's ``> log`` gives stdout)."""
+    log = tmp_path / "log"
+    log.write_bytes(b"the log so far")
+    fd = os.open(log, os.O_WRONLY | os.O_APPEND)
+    yield fd
+    os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux shows open files in /proc")
+def test_a_link_to_a_processs_open_file_descriptor_is_refused_even_with_force(tmp_path, open_fd):
+    link = tmp_path / "stdout"  # what /dev/stdout is: a link to /proc/self/fd/1
+    link.symlink_to(f"/proc/self/fd/{open_fd}")
+    (tmp_path / "fds").symlink_to("/proc/self/fd")  # what /dev/fd is
+    for out in (link, tmp_path / "fds" / str(open_fd), f"/proc/self/fd/{open_fd}"):
+        for force in (False, True):
+            with pytest.raises(OutputError, match=r"a process's open file descriptor .*gspo writes only regular files"):
+                check_outputs({"-o": out}, [], force=force)
+        with pytest.raises(OutputError, match="a process's open file descriptor"):
+            atomic_write(out, b"model", overwrite=True)
+    with pytest.raises(OutputError, match=f"stdout: is a link to /proc/self/fd/{open_fd}, a process's open file"):
+        check_outputs({"--report": link}, [], force=True)
+    with pytest.raises(OutputError, match="a process's open file descriptor"):
+        with replacing_together([tmp_path / "stdout.data", link], overwrite=True) as folder:
+            (folder / "stdout").write_bytes(b"model")
+    assert link.is_symlink() and os.readlink(link) == f"/proc/self/fd/{open_fd}"
+    assert (tmp_path / "log").read_bytes() == b"the log so far"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fds", "log", "stdout"]
+
+
+def test_a_link_to_a_regular_file_is_written_through_beside_its_target_and_stays_a_link(tmp_path, monkeypatch):
+    real = tmp_path / "store" / "model.onnx"
+    real.parent.mkdir()
+    real.write_bytes(b"old")
+    real.chmod(0o640)
+    (tmp_path / "out").mkdir()
+    first, second = tmp_path / "out" / "a.onnx", tmp_path / "out" / "b.onnx"
+    second.symlink_to(os.path.join("..", "store", "model.onnx"))  # relative, and a chain: a -> b -> model
+    first.symlink_to("b.onnx")
+    with pytest.raises(OutputError, match="exists; use --force"):
+        check_outputs({"-o": first}, [], force=False)
+    with pytest.raises(OutputError, match="-o is an input file"):  # the input is seen through the links
+        check_outputs({"-o": first}, [real], force=True)
+    check_outputs({"-o": first}, [], force=True)
+    moves = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (moves.append((src, dst)), real_replace(src, dst)))
+    atomic_write(first, b"new", overwrite=True)
+    assert [(os.path.dirname(src), dst) for src, dst in moves] == [(str(real.parent), real)]
+    assert first.is_symlink() and second.is_symlink() and first.read_bytes() == b"new"
+    assert real.read_bytes() == b"new" and real.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a.onnx", "b.onnx", "model.onnx", "out", "store"]
+
+
+def test_files_written_together_go_through_links_only_into_one_folder_under_their_names(tmp_path):
+    store, out = tmp_path / "store", tmp_path / "out"
+    store.mkdir()
+    out.mkdir()
+    for name in ("m.onnx", "m.onnx.data"):
+        (store / name).write_bytes(b"old")
+        (out / name).symlink_to(store / name)
+    with replacing_together([out / "m.onnx.data", out / "m.onnx"], overwrite=True) as folder:
+        (folder / "m.onnx.data").write_bytes(b"weights")
+        (folder / "m.onnx").write_bytes(b"model")
+    assert (store / "m.onnx").read_bytes() == b"model" and (store / "m.onnx.data").read_bytes() == b"weights"
+    assert all((out / n).is_symlink() for n in ("m.onnx", "m.onnx.data"))
+    (out / "m.onnx.data").unlink()  # the model would name weights beside it that land elsewhere
+    with pytest.raises(OutputError, match="m.onnx: a link leads one to another folder or name; files written together"):
+        with replacing_together([out / "m.onnx.data", out / "m.onnx"], overwrite=True) as folder:
+            (folder / "m.onnx.data").write_bytes(b"new weights")
+            (folder / "m.onnx").write_bytes(b"new model")
+    assert (store / "m.onnx").read_bytes() == b"model" and sorted(p.name for p in out.iterdir()) == ["m.onnx"]
+
+
+def test_a_loop_of_links_is_refused(tmp_path):
+    (tmp_path / "a").symlink_to("b")
+    (tmp_path / "b").symlink_to("a")
+    (tmp_path / "m.onnx").write_bytes(b"model")
+    for inputs in ([], [tmp_path / "m.onnx"]):
+        with pytest.raises(OutputError, match="a: is a loop of symbolic links"):
+            check_outputs({"-o": tmp_path / "a", "--report": tmp_path / "r.json"}, inputs, force=True)
+    with pytest.raises(OutputError, match="loop of symbolic links"):
+        atomic_write(tmp_path / "a", b"x", overwrite=True)
+    assert (tmp_path / "a").is_symlink() and sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "m.onnx"]

@@ -104,7 +104,8 @@ def optimize_cmd(model, output, **options):
 
     o = options
     report, force, inputs_file = o["report"], o["force"], o["inputs_file"]
-    check_outputs({"-o": output, "--report": report}, (model, inputs_file, o["calibration"], o["validation"]), force,
+    check_outputs({"-o": output, "--report": report}, {"MODEL": model, "--inputs": inputs_file,
+                  "--calibration": o["calibration"], "--validation": o["validation"]}, force,
                   models=[model], model_outputs=["-o"])
     if o["no_streams"] and o["no_rules"]:
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
