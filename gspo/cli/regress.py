@@ -42,7 +42,7 @@ def _estimate(modelset, baseline, update, tolerance, json_file, force) -> int:
 
     mset = load_modelset(modelset)
     base_path = Path(baseline) if baseline else Path(modelset).with_suffix(".baseline.json")
-    check_outputs({"--json": json_file}, mset.files() + [base_path], force, models=_models(mset))
+    check_outputs({"--json": json_file}, mset.reads() + [base_path], force, models=_models(mset))
     if update:
         check_baseline_output(base_path, mset, force)
     known = None if update else known_baseline(base_path)
@@ -92,7 +92,7 @@ def _measured(opts: SimpleNamespace, outputs: dict[str, str | None]) -> int:
 
     against, record, force = opts.against, opts.record, opts.force
     mset = load_modelset(opts.modelset, opts.threshold, opts.rounds)
-    read = mset.files()
+    read = mset.reads()
     if against:
         read += [Path(against) / INDEX] + [p for s in mset.models for p in artifact_paths(against, s.name).values()]
     check_outputs(outputs, read, force, models=_models(mset))

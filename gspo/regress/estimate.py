@@ -94,7 +94,7 @@ def check_baseline_output(path: str | os.PathLike, mset: ModelSet, force: bool) 
     """Refuse, before any work, a baseline to write that is an input (the set, a model, its inputs)
     or an existing file that is not a baseline (unless ``force``); an existing baseline is replaced."""
     p = Path(path)
-    check_outputs({"--baseline": p}, mset.files(), force=True)
+    check_outputs({"--baseline": p}, mset.reads(), force=True)
     if p.exists() and not force:
         try:
             read_baseline(p)

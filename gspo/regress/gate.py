@@ -185,7 +185,7 @@ def run_gate(modelset: str | os.PathLike, against: str | os.PathLike | None = No
     if against is not None:
         store.read_index(against)
     if record is not None:
-        inputs = mset.files() + ([p for s in mset.models for p in store.artifact_paths(against, s.name).values()]
+        inputs = mset.reads() + ([p for s in mset.models for p in store.artifact_paths(against, s.name).values()]
                                  + [Path(against) / store.INDEX] if against is not None else [])
         store.check_store(record, [s.name for s in mset.models], inputs, force)
     versions = store.versions()

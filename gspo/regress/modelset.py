@@ -151,6 +151,11 @@ class ModelSet:
         """Every file the set reads: the set itself, its models and their inputs."""
         return [self.path] + [f for m in self.models for f in m.files()]
 
+    def reads(self) -> list[Path]:
+        """What no output may be: :meth:`files`, and the data folders given, whose every path
+        (existing or not) :func:`gspo.outputs.check_outputs` keeps outputs out of."""
+        return self.files() + [p for m in self.models for p in m.data().values() if p.is_dir()]
+
 
 #: A model set file larger than this is not one (a set of a thousand models is under 1 MB).
 MAX_SET_BYTES = 64 * 2**20

@@ -122,6 +122,20 @@ def test_fields_are_read_relative_to_the_set_and_the_sets_defaults_apply(files):
         load_modelset(write(files, [entry()], validation="val"))  # data follow a model's inputs
 
 
+
+@pytest.mark.parametrize("args", [("--estimate", "--json", "calib/new.npz"),
+                                  ("--record", "calib/base"), ("--record", "base", "--json", "val/r.npz"),
+                                  ("--estimate", "--update", "--baseline", "val/sub/b.json")])
+def test_no_output_goes_inside_a_data_folder_of_the_set(files, args):
+    """A file the gate wrote into a model's calibration folder became a sample the next run
+    refused ("not an .npz file")."""
+    p = write(files, [entry(precision="int8", max_error=BUDGET, calibration="calib", validation="val")])
+    before = sorted(q.relative_to(files) for q in files.rglob("*"))
+    argv = [a if not a.startswith(("calib/", "val/")) and a != "base" else str(files / a) for a in args]
+    error = one_line_error(gspo("regress", p, *argv, "--force"))
+    assert "is inside the input folder" in error and ("calib" in error or "val" in error), error
+    assert sorted(q.relative_to(files) for q in files.rglob("*")) == before
+
 def test_an_entry_without_precision_keeps_its_cache_key():
     assert cache_key("s", {}, None, {"budget": 0}, (), {"gspo": "1"}) == sha256(json.dumps(
         {"source": "s", "input_shapes": {}, "inputs": None, "options": {"budget": 0}, "exclude_rules": [],
