@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from onnx import TensorProto
 
 from gspo.errors import first_line
 from gspo.ir import Graph, Node
@@ -30,13 +31,19 @@ from gspo.ir.subgraph import extract
 from gspo.runtime.torchrt.ops import lookup
 from gspo.runtime.torchrt.registry import Call, Unsupported
 
-__all__ = ["Fallback", "Program", "convert", "to_numpy", "to_torch", "unsupported"]
+__all__ = ["Fallback", "Program", "convert", "to_device", "to_numpy", "to_torch", "unsupported"]
 
 #: Ops whose outputs differ from call to call: never folded.
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
                      "Bernoulli"})
 #: A node's output larger than this (elements) is not folded at conversion (it stays a step).
 _FOLD_LIMIT = 1 << 24
+#: The element types an onnxruntime island exchanges with the program (numpy's own types:
+#: onnxruntime's Python API takes no ml_dtypes array, bfloat16 and 8-bit floats included).
+_EXCHANGED = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.INT8,
+                        TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
+                        TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64, TensorProto.BOOL,
+                        TensorProto.STRING})
 
 
 class StepError(RuntimeError):
@@ -56,15 +63,42 @@ class Fallback:
 
 
 def to_torch(array: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host array as a tensor on ``device``: its own copy (0-d and empty arrays keep their shape)."""
+    """A host array as a tensor on ``device``: its own copy (0-d and empty arrays keep their shape;
+    ml_dtypes' bfloat16 becomes torch's)."""
     array = np.asarray(array)
+    if array.dtype.name == "bfloat16" and array.dtype.itemsize == 2:
+        bits = torch.from_numpy(np.array(array, order="C", copy=True).view(np.int16))
+        return bits.view(torch.bfloat16).to(device)
     if not (array.dtype == np.bool_ or array.dtype.kind in "iuf"):
         raise Unsupported(f"values of numpy type {array.dtype} have no torch tensor")
-    return torch.from_numpy(np.array(array, order="C", copy=True)).to(device)
+    copy = np.array(array, order="C", copy=True)
+    if copy.dtype.kind in "iu":  # the canonical type: onnxruntime hands back numpy.ulonglong, torch takes uint64
+        copy = copy.view(np.dtype(f"{copy.dtype.kind}{copy.dtype.itemsize}"))
+    return torch.from_numpy(copy).to(device)
+
+
+def to_device(array: np.ndarray, device: torch.device):
+    """A host value as the program keeps it: a tensor on ``device``, or the host array itself
+    when torch has no dtype for it (strings, 8-bit floats): only onnxruntime islands read those."""
+    array = np.asarray(array)
+    if array.dtype == np.bool_ or array.dtype.kind in "iuf" or array.dtype.name == "bfloat16":
+        return to_torch(array, device)
+    return np.array(array, copy=True)
+
+
+def _kept(t: torch.Tensor) -> np.ndarray:
+    """A value folded at conversion as a host array of its own type (bfloat16 as ml_dtypes')."""
+    if isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.detach().cpu().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return to_numpy(t)
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
-    """A tensor as a host array of its own (bfloat16 read as float32)."""
+    """A tensor as a host array of its own (bfloat16 read as float32; a host array kept as it is)."""
+    if isinstance(t, np.ndarray):
+        return t
     t = t.detach()
     if t.dtype == torch.bfloat16:
         t = t.float()
@@ -84,18 +118,25 @@ class _Island:
     """Consecutive nodes the op table cannot run, on onnxruntime's CPU provider."""
 
     def __init__(self, graph: Graph, indices: list[int]):
-        from gspo.runtime.session import SessionConfig, make_session
+        from gspo.runtime.session import BackendError, SessionConfig, make_session
 
         sub, _ = extract(graph, indices, name=f"{graph.name}/cpu{indices[0]}")
         self.graph = sub
         self.inputs = tuple(v.name for v in sub.inputs)
         self.outputs = tuple(v.name for v in sub.outputs)
+        for v in (*sub.inputs, *sub.outputs):
+            if v.type_proto or (v.dtype and v.dtype not in _EXCHANGED):  # dtype 0: a type not inferred
+                node = graph.nodes[indices[0]]
+                what = (f"its {TensorProto.DataType.Name(v.dtype)} value {v.name!r} (onnxruntime's Python API "
+                        f"takes no such array)") if not v.type_proto else f"{v.name!r}, which is no tensor"
+                raise BackendError(f"{node.op_type} ({node.name or f'#{indices[0]}'}): the torch runtime cannot run "
+                                   f"it and cannot exchange with onnxruntime {what}")
         self.session = make_session(sub, SessionConfig())
 
-    def __call__(self, device: torch.device, xs: list) -> list[torch.Tensor]:
+    def __call__(self, device: torch.device, xs: list) -> list:
         feeds = {name: to_numpy(x) for name, x in zip(self.inputs, xs)}
         outs = self.session.run(list(self.outputs), feeds)
-        return [to_torch(np.asarray(o), device) for o in outs]
+        return [to_device(np.asarray(o), device) for o in outs]
 
 
 def _static_shape(graph: Graph, name: str) -> tuple[int, ...] | None:
@@ -130,10 +171,10 @@ class Program:
         self._known: dict[str, np.ndarray] = {}
         self._steps: list[_Step] = []
         self._build()
-        self._consts = {name: to_torch(value, self.device) for name, value in self._known.items()
+        self._consts = {name: to_device(value, self.device) for name, value in self._known.items()
                         if name in self._read_consts}
         self._known_outputs = {name: self._consts.get(name) if name in self._consts else
-                               to_torch(self._known[name], self.device)
+                               to_device(self._known[name], self.device)
                                for name in self.outputs if name in self._known}
 
     # ------------------------------------------------------------------ conversion
@@ -144,9 +185,10 @@ class Program:
         pending: list[tuple[int, Node, Call | None, object]] = []
         for name, w in g.weights.items():
             self._known[name] = np.asarray(w.evaluate(g.store))
+        types = {name: v.dtype for name, v in g.values.items()}
         for i, node in enumerate(g.nodes):
             consts = tuple(self._known.get(n) if n else None for n in node.inputs)
-            call = Call(node, consts, opset, self.device)
+            call = Call(node, consts, opset, self.device, tuple(types.get(n, 0) if n else 0 for n in node.inputs))
             try:
                 fn = lookup(call)
             except Unsupported as e:
@@ -178,7 +220,7 @@ class Program:
             return False
         for v, t in zip(node.outputs, outs):
             if v.name:
-                self._known[v.name] = to_numpy(t)
+                self._known[v.name] = _kept(t)
         return True
 
     def _group(self, pending) -> list[_Step]:
@@ -269,7 +311,7 @@ class Program:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One run on host arrays; the outputs as host arrays (dtype as the graph declares)."""
-        values = {name: to_torch(np.asarray(feeds[name]), self.device) for name in self.inputs}
+        values = {name: to_device(np.asarray(feeds[name]), self.device) for name in self.inputs}
         with torch.inference_mode():
             out = self(values)  # raises StepError naming the node
         return {name: to_numpy(out[name]) for name in self.outputs}
@@ -279,12 +321,14 @@ def unsupported(graph: Graph) -> list[Fallback]:
     """The nodes of ``graph`` the op table cannot run (onnxruntime's CPU provider runs them),
     without converting anything; the reasons as :attr:`Program.fallbacks` gives them."""
     known = {n for n, w in graph.weights.items() if w.size <= 1 << 16}  # shapes, axes, scales
+    types = {name: v.dtype for name, v in graph.values.items()}
     found = []
     for i, node in enumerate(graph.nodes):
         consts = tuple(np.asarray(graph.weights[n].evaluate(graph.store)) if n in known else None
                        for n in node.inputs)
+        in_types = tuple(types.get(n, 0) if n else 0 for n in node.inputs)
         try:
-            lookup(Call(node, consts, graph.opset, torch.device("cpu")))
+            lookup(Call(node, consts, graph.opset, torch.device("cpu"), in_types))
         except Unsupported as e:
             found.append(Fallback(node.name or f"#{i}", node.op_type, first_line(e)))
     return found

@@ -29,7 +29,7 @@ from gspo.runtime.bench import DeviceTime
 from gspo.runtime.cuda.common import CudaError
 from gspo.runtime.cuda.executor import PieceTime
 from gspo.runtime.plan import make_plan
-from gspo.runtime.torchrt.convert import Fallback, Program, StepError, convert, to_numpy, to_torch
+from gspo.runtime.torchrt.convert import Fallback, Program, StepError, convert, to_device, to_numpy
 from gspo.runtime.torchrt.streams import CudaStreams, NullStreams
 from gspo.streams import Schedule
 
@@ -92,7 +92,7 @@ class TorchExecutor:
         try:
             self.programs: list[Program] = [convert(seg.graph, self.device) for seg in self.plan.segments]
             # outputs no segment computes: weights the graph returns as they are
-            self._weight_outputs = {n: to_torch(graph.weights[n].evaluate(graph.store), self.device)
+            self._weight_outputs = {n: to_device(graph.weights[n].evaluate(graph.store), self.device)
                                     for n in self.outputs if n in graph.weights}
             if self._api.on_device and self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)  # the constants, copied on the default stream
@@ -125,7 +125,7 @@ class TorchExecutor:
     # ------------------------------------------------------------------ running
     def upload(self, feeds: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """The inputs on the device (copied, and finished before this returns)."""
-        values = {name: to_torch(np.asarray(feeds[name]), self.device) for name in (v.name for v in self.graph.inputs)}
+        values = {name: to_device(np.asarray(feeds[name]), self.device) for name in (v.name for v in self.graph.inputs)}
         if self._api.on_device:
             torch.cuda.synchronize(self.device)
         return values

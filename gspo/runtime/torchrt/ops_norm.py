@@ -81,7 +81,7 @@ def _lp_norm(c: Call, x):
     t = x[0]
     axis = norm_axis(c.attr("axis", -1), t.dim())
     norm = torch.linalg.vector_norm(t, ord=c.attr("p", 2), dim=axis, keepdim=True)
-    return [t / norm]
+    return [torch.where(norm == 0, torch.zeros_like(t), t / norm)]  # ONNX: a zero vector stays zero
 
 
 @op("LRN")

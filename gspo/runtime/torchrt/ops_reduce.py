@@ -45,11 +45,29 @@ def _float_back(fn):
     return run
 
 
+def _extreme(fn, largest: bool):
+    """``torch.amax``/``amin``; over an empty axis the standard's identity: the type's lowest
+    value for a maximum (-inf, False), its highest for a minimum (torch refuses empty axes)."""
+    def run(t, dims, keep):
+        if all(t.shape[d] for d in dims):
+            return fn(t, dims, keepdim=keep)
+        shape = [1 if d in dims else n for d, n in enumerate(t.shape)] if keep else \
+            [n for d, n in enumerate(t.shape) if d not in dims]
+        if t.dtype == torch.bool:
+            fill = not largest
+        elif t.dtype.is_floating_point:
+            fill = float("-inf") if largest else float("inf")
+        else:
+            fill = torch.iinfo(t.dtype).min if largest else torch.iinfo(t.dtype).max
+        return torch.full(shape, fill, dtype=t.dtype, device=t.device)
+    return run
+
+
 _REDUCE = {
     "ReduceSum": (_sum, lambda t: t),
     "ReduceMean": (_mean, lambda t: t),
-    "ReduceMax": (lambda t, d, k: torch.amax(t, d, keepdim=k), lambda t: t),
-    "ReduceMin": (lambda t, d, k: torch.amin(t, d, keepdim=k), lambda t: t),
+    "ReduceMax": (_extreme(torch.amax, True), lambda t: t),
+    "ReduceMin": (_extreme(torch.amin, False), lambda t: t),
     "ReduceProd": (_prod, lambda t: t),
     "ReduceL1": (lambda t, d, k: _sum(t.abs(), d, k), torch.abs),
     "ReduceL2": (_float_back(lambda t, d, k: torch.sqrt(torch.sum(t * t, d, keepdim=k))), torch.abs),

@@ -263,5 +263,6 @@ def _depth_to_space(c: Call, x):
 def _space_to_depth(c: Call, x):
     t, b = x[0], int(c.attr("blocksize"))
     n, ch, h, w = t.shape
-    y = t.reshape(n, ch, h // b, b, w // b, b).permute(0, 3, 5, 1, 2, 4)
+    order = (0, 1, 3, 5, 2, 4) if c.attr("mode", "DCR") == "CRD" else (0, 3, 5, 1, 2, 4)  # mode: opset 28
+    y = t.reshape(n, ch, h // b, b, w // b, b).permute(*order)
     return [y.reshape(n, ch * b * b, h // b, w // b)]

@@ -76,13 +76,15 @@ class Call:
     """One node as its op function sees it.
 
     ``consts[i]`` is input i's value when it is known at conversion (a weight, a folded constant,
-    the shape of a value of static shape), else ``None`` (also for a skipped input).
+    the shape of a value of static shape), else ``None`` (also for a skipped input);
+    ``in_types[i]`` input i's ONNX element type when the graph declares it (0 when unknown).
     """
 
     node: Node
     consts: tuple[np.ndarray | None, ...]
     opset: int
     device: torch.device
+    in_types: tuple[int, ...] = ()
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` decoded (STRING -> str, INTS -> list[int], TENSOR -> array), or ``default``."""

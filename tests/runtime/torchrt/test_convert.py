@@ -16,6 +16,7 @@ from gspo import ir  # noqa: E402
 from gspo.ir import Graph, Node, Value  # noqa: E402
 from gspo.ir.weights import Literal  # noqa: E402
 from gspo.runtime import make_session, run  # noqa: E402
+from gspo.runtime.session import BackendError  # noqa: E402
 from gspo.runtime.torchrt import ops  # noqa: E402
 from gspo.runtime.torchrt.convert import Fallback, convert, to_numpy, to_torch  # noqa: E402
 from gspo.runtime.torchrt.registry import Unsupported  # noqa: E402
@@ -292,3 +293,55 @@ def test_strict_mode_checks_a_declared_static_shape():
     g = Graph(inputs=(x,), outputs=wrong.outputs, nodes=(wrong,), weights={}).check()
     with pytest.raises(AssertionError, match=r"has shape \(2, 3\), declared \(3, 2\)"):
         convert(g, CPU, strict=True).run({"x": rand(2, 3)})
+
+
+# ------------------------------------------------------------------ types torch cannot compute
+def typed_model(nodes, inputs, outputs) -> Graph:
+    """A graph of ``nodes`` over ``inputs``/``outputs`` given as (name, element type, shape)."""
+    graph = helper.make_graph(nodes, "typed", [helper.make_tensor_value_info(*v) for v in inputs],
+                              [helper.make_tensor_value_info(*v) for v in outputs])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return ir.load_bytes(model.SerializeToString())
+
+
+def test_wide_unsigned_arithmetic_falls_back_at_conversion_and_moves_stay_on_torch():
+    U32 = TensorProto.UINT32
+    g = typed_model([helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0]),
+                     helper.make_node("Add", ["t", "t"], ["a"]),
+                     helper.make_node("Greater", ["a", "t"], ["y"])],
+                    [("x", U32, [2, 3])], [("y", TensorProto.BOOL, [3, 2])])
+    program = convert(g, CPU, strict=True)
+    assert [(f.op_type, f.reason) for f in program.fallbacks] == [
+        ("Add", "Add: torch has no CPU kernels for Add on UINT32"),
+        ("Greater", "Greater: torch has no CPU kernels for Greater on UINT32")]
+    x = np.array([[0, 1, 2], [4294967295, 7, 2147483648]], np.uint32)
+    want = (x.T + x.T) > x.T  # wraps around, as onnxruntime
+    np.testing.assert_array_equal(program.run({"x": x})["y"], want)
+
+
+def test_a_string_value_falls_back_at_conversion_and_the_rest_runs_on_torch():
+    S, B = TensorProto.STRING, TensorProto.BOOL
+    g = typed_model([helper.make_node("Equal", ["a", "b"], ["e"]), helper.make_node("Not", ["e"], ["y"])],
+                    [("a", S, [3]), ("b", S, [3])], [("y", B, [3])])
+    program = convert(g, CPU, strict=True)
+    assert [f.reason for f in program.fallbacks] == ["Equal: STRING tensors have no torch dtype here"]
+    out = program.run({"a": np.array(["x", "y", "z"], object), "b": np.array(["x", "q", "z"], object)})
+    assert out["y"].tolist() == [False, True, False]
+
+
+def test_bfloat16_inputs_run_on_torch():
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    BF = TensorProto.BFLOAT16
+    g = typed_model([helper.make_node("Relu", ["x"], ["y"])], [("x", BF, [3])], [("y", BF, [3])])
+    program = convert(g, CPU, strict=True)
+    assert not program.fallbacks
+    y = program.run({"x": np.array([-1.5, 0.0, 2.5], ml_dtypes.bfloat16)})["y"]
+    assert y.dtype == np.float32 and y.tolist() == [0.0, 0.0, 2.5]  # bfloat16 read back as float32
+
+
+def test_an_island_onnxruntime_cannot_be_handed_is_refused_at_conversion():
+    BF = TensorProto.BFLOAT16
+    g = typed_model([helper.make_node("Unique", ["x"], ["y"], sorted=1)], [("x", BF, [4])], [("y", BF, None)])
+    with pytest.raises(BackendError, match="cannot exchange with onnxruntime its BFLOAT16 value 'x'"):
+        convert(g, CPU)

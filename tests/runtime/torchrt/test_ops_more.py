@@ -244,9 +244,14 @@ def _nn_cases() -> list:
 
 def _resize_cases() -> list:
     x = rand(1, 2, 3, 5)
-    scales_up, scales_down = K(np.array([1, 1, 2.0, 1.5], np.float32)), K(np.array([1, 1, 0.6, 0.7], np.float32))
     out = []
     for ctm in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn"):
+        # align_corners measures with the unrounded length scale * size, where onnxruntime takes the
+        # rounded one: compared with onnxruntime at scales whose lengths are whole (the standard's own
+        # cases, test_onnx_node_cases.py, hold the others)
+        whole = ctm == "align_corners"
+        scales_up = K(np.array([1, 1, 2.0, 1.6 if whole else 1.5], np.float32))
+        scales_down = K(np.array([1, 1, 1 / 3 if whole else 0.6, 0.6 if whole else 0.7], np.float32))
         for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"):
             out.append(case("Resize", x, None, scales_up, coordinate_transformation_mode=ctm, nearest_mode=nm,
                             name=f"nearest-{ctm}-{nm}"))
@@ -258,6 +263,19 @@ def _resize_cases() -> list:
                             coordinate_transformation_mode=ctm, name=f"linear-down-sizes-{ctm}"))
     out += [
         case("Resize", x, None, None, ints([1, 2, 7, 4]), name="fed-sizes"),
+        case("Resize", x, None, K(np.array([2, 1.5], np.float32)), axes=[2, 3], opset=18, name="axes"),
+        case("Resize", x, None, None, K(ints([5, 4])), axes=[3, 2], mode="linear", opset=18, name="axes-sizes"),
+        case("Resize", x, None, None, K(ints([1, 2, 6, 6])), keep_aspect_ratio_policy="not_larger", opset=18,
+             name="not-larger"),
+        case("Resize", x, None, None, K(ints([6, 6])), axes=[2, 3], keep_aspect_ratio_policy="not_smaller",
+             opset=18, mode="linear", name="not-smaller"),
+        case("Resize", x, None, K(np.array([1, 1, 2.0, 1.5], np.float32)), mode="linear",
+             coordinate_transformation_mode="half_pixel_symmetric", opset=19, name="half-pixel-symmetric"),
+        case("Resize", x, None, K(np.array([1, 1, 2.0, 1.5], np.float32)), mode="cubic", name="cubic"),
+        case("Resize", x, None, K(np.array([1, 1, 0.6, 0.7], np.float32)), mode="cubic", cubic_coeff_a=-0.5,
+             exclude_outside=1, name="cubic-down-exclude"),
+        case("Resize", x, None, None, K(ints([1, 2, 4, 9])), mode="cubic", coordinate_transformation_mode="asymmetric",
+             name="cubic-sizes-asymmetric"),
         case("Resize", x, K(np.zeros(0, np.float32)), np.array([1, 1, 2, 2], np.float32), mode="nearest",
              coordinate_transformation_mode="asymmetric", nearest_mode="floor", opset=11, name="opset11-fed"),
         case("Resize", x, np.array([1, 1, 2, 3], np.float32), opset=10, name="opset10"),
@@ -266,7 +284,8 @@ def _resize_cases() -> list:
         case("Upsample", x, K(np.array([1, 1, 2, 2], np.float32)), opset=9),
         case("Upsample", x, K(np.array([1, 1, 2, 3], np.float32)), mode="linear", opset=9, name="linear"),
         case("Upsample", x, scales=[1.0, 1.0, 2.0, 2.0], opset=7, name="opset7"),
-        case("Resize", rand(1, 2, 3, 4, dtype=np.float16), None, scales_up, mode="linear", name="linear-fp16"),
+        case("Resize", rand(1, 2, 3, 4, dtype=np.float16), None, K(np.array([1, 1, 2.0, 1.5], np.float32)),
+             mode="linear", name="linear-fp16"),
     ]
     return out
 
