@@ -33,8 +33,10 @@ class Candidate:
     never parsed); ``kind`` says what it is: ``"original"`` or ``"unmodified"`` (the model or
     piece as given), ``"candidate"`` (a search result with the streams it was estimated on),
     ``"substitutions"`` (a candidate's rewrites on one stream), ``"greedy"``, ``"streams"`` (the
-    given graph on Nimble's streams), ``"merged"`` (the pieces' choices put together), or
-    ``"other"`` (what the search itself returns, before it is labelled).
+    given graph on Nimble's streams: a piece's ``"unmodified+streams"``, the whole model's
+    ``"streams only"``), ``"merged"`` (the pieces' choices put together, on one stream, on
+    Nimble's streams or on the streams the pieces chose), or ``"other"`` (what the search itself
+    returns, before it is labelled).
     """
 
     graph: Graph

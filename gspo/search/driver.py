@@ -100,42 +100,76 @@ STREAMS_SKIP_MARGIN = 0.25
 
 
 # ---------------------------------------------------------------- whole model
-def _final_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], cfg: OptimizeConfig, tools: Strategies,
-                   allowed, budget: Budget) -> tuple[list[Candidate], StreamsSkipped | None]:
-    """The original, the merged result (and on streams, unless clearly slower by estimate or
-    the time budget is spent), and the whole model rewritten greedily when something can be
-    batched across pieces."""
+#: The labels of the whole-model ablations in the final pool: the input on Nimble's streams
+#: once the pieces changed something (with nothing changed, the input on streams is the result
+#: on streams, :data:`ON_STREAMS`), and the merged result on Nimble's streams.
+STREAMS_ONLY = "streams only"
+ON_STREAMS = "optimized+streams"
+
+
+def _final_options(prepared: Prepared, merged: Graph, chosen: Sequence[Candidate], rules: tuple[str, ...],
+                   cfg: OptimizeConfig, tools: Strategies, allowed,
+                   budget: Budget) -> tuple[list[Candidate], StreamsSkipped | None]:
+    """The whole-model pool and its ablations: the original on one stream; the merged result
+    (rules only, one stream); with streams, the merged result on Nimble's streams, the input on
+    Nimble's streams (streams only), and the merged result on the streams its pieces chose (the
+    joint search's own schedule), each unless clearly slower by estimate or the time budget is
+    spent; and the whole model rewritten greedily when something can be batched across pieces.
+    Identical candidates (the same graph on the same schedule) are kept once."""
     original, plain = prepared.original, prepared.plain
     options = [Candidate(original, None, (), tools.cost(plain), label="original", kind="original")]
     # No piece changed: what the front end alone did (folded constants) is no optimization,
     # so streams, if any, go on the original as given.
-    base = original if merged.key == plain.key else merged
-    if base.key != original.key:
+    changed = merged.key != plain.key
+    if changed and merged.key != original.key:
         options.append(Candidate(merged, None, rules, tools.cost(merged), label="optimized", kind="merged"))
     skipped = None
-    if cfg.search.use_streams and not budget.fits(streams_seconds(len(base.nodes))):
-        skipped = StreamsSkipped(reason="the time budget was spent")
-        budget.skip("final", "the whole model on streams", "the time budget could not hold assigning them")
-    elif cfg.search.use_streams:
-        option, skipped = _streams_option(base, rules if base is merged else (), tools, cfg.search.max_streams)
-        options += [option] if option is not None else []
-    batching = WHOLE_MODEL_RULES[0]
-    # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
-    # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
-    if cfg.search.use_rules and batching.name in allowed and next(iter(batching.match(plain)), None) is not None:
-        if budget.expired():
-            budget.skip("final", "the whole model rewritten greedily", "the time budget was spent")
-        else:
-            whole, counts = apply_greedily(plain, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
-            if whole.key not in (original.key, merged.key):
-                options.append(Candidate(whole, None, tuple(Counter(counts).elements()), tools.cost(whole),
-                                         label="greedy-whole-model", kind="greedy"))
+    if cfg.search.use_streams:
+        skipped = _on_streams(options, merged if changed else original, rules if changed else (), ON_STREAMS,
+                              "the whole model on streams", tools, cfg, budget)
+        if changed:  # the input on streams, beside the result on streams (streams only)
+            streams_only = _on_streams(options, original, (), STREAMS_ONLY, "the input on streams", tools, cfg, budget)
+            skipped = skipped or streams_only
+        options += joint_option(merged, chosen, rules, tools.cost)
+    options += _greedy_option(prepared, merged, cfg, tools, allowed, budget)
     return distinct(options), skipped
 
 
-def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies,
-                    max_streams: int) -> tuple[Candidate | None, StreamsSkipped | None]:
-    """``base`` on streams, unless on one stream already or estimated clearly slower (then why)."""
+def _on_streams(options: list[Candidate], base: Graph, rules: tuple[str, ...], label: str, what: str,
+                tools: Strategies, cfg: OptimizeConfig, budget: Budget) -> StreamsSkipped | None:
+    """``base`` on Nimble's streams appended to ``options`` as ``label`` (see :func:`_streams_option`),
+    unless the time budget cannot hold assigning them (the budget says so: ``what``); why not."""
+    if not budget.fits(streams_seconds(len(base.nodes))):
+        budget.skip("final", what, "the time budget could not hold assigning them")
+        return StreamsSkipped(reason="the time budget was spent")
+    option, skipped = _streams_option(base, rules, tools, cfg.search.max_streams, label)
+    options += [option] if option is not None else []
+    return skipped
+
+
+def _greedy_option(prepared: Prepared, merged: Graph, cfg: OptimizeConfig, tools: Strategies, allowed,
+                   budget: Budget) -> list[Candidate]:
+    """The whole model rewritten greedily, when something can be batched across pieces."""
+    original, plain = prepared.original, prepared.plain
+    batching = WHOLE_MODEL_RULES[0]
+    # Only when something can be batched across pieces: elsewhere the pieces' greedy variants
+    # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
+    if not (cfg.search.use_rules and batching.name in allowed and next(iter(batching.match(plain)), None) is not None):
+        return []
+    if budget.expired():
+        budget.skip("final", "the whole model rewritten greedily", "the time budget was spent")
+        return []
+    whole, counts = apply_greedily(plain, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
+    if whole.key in (original.key, merged.key):
+        return []
+    return [Candidate(whole, None, tuple(Counter(counts).elements()), tools.cost(whole), label="greedy-whole-model",
+                      kind="greedy")]
+
+
+def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies, max_streams: int,
+                    label: str = ON_STREAMS) -> tuple[Candidate | None, StreamsSkipped | None]:
+    """``base`` on streams, unless on one stream already or estimated clearly slower (then why):
+    kind ``"streams"`` when ``base`` is the input as given (no rules), else ``"merged"``."""
     s = assign_streams(base, max_streams=max_streams)
     if s.num_streams <= 1:
         return None, None
@@ -145,7 +179,7 @@ def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies,
     # profile's evaluation report).
     est_streams, est_one = estimate_or(tools.cost, base, s, None), estimate_or(tools.cost, base, None, None)
     if est_streams is None or est_one is None or est_streams <= est_one * (1 + STREAMS_SKIP_MARGIN):
-        return Candidate(base, s, rules, est_streams, label="optimized+streams", kind="streams"), None
+        return Candidate(base, s, rules, est_streams, label=label, kind="merged" if rules else "streams"), None
     return None, StreamsSkipped(estimated_ms=est_streams * 1e3, estimated_one_stream_ms=est_one * 1e3)
 
 
@@ -212,11 +246,9 @@ def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPi
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.plain
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.search.rules}
-    final, skipped = _final_options(prepared, merged, rules, cfg, tools, allowed, budget)
-    if not tools.device.places_on_backends:  # the pieces' own streams on the whole model
-        final += joint_option(merged, chosen, rules, tools.cost) if cfg.search.use_streams else []
-        options = distinct(final)
-        return WholeModel(choose_final(prepared, options, cfg, tools, budget), skipped,
+    final, skipped = _final_options(prepared, merged, chosen, rules, cfg, tools, allowed, budget)
+    if not tools.device.places_on_backends:
+        return WholeModel(choose_final(prepared, final, cfg, tools, budget), skipped,
                           PlacementReport([tools.device.name]))
     placed, placement_report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends,
                                                 budget.until_final())

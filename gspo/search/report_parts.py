@@ -111,7 +111,9 @@ class Confirmation:
 @dataclass(frozen=True)
 class StreamsSkipped:
     """Why the whole model on streams was not measured: the time budget (``reason``), or its
-    estimate clearly slower than on one stream."""
+    estimate clearly slower than on one stream. Of the whole model's ablations on Nimble's
+    streams, the result's (``"optimized+streams"``) first, else the input's (``"streams only"``):
+    which of them were measured, the final candidates' labels say."""
 
     reason: str | None = None
     estimated_ms: float | None = None
