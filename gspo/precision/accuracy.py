@@ -6,6 +6,7 @@ A budget is a list of limits, each ``metric=value``, optionally for one output o
     nmse=1e-3                        every floating-point output: normalized MSE at most 1e-3
     cosine=0.999,top1=0.99           cosine similarity at least 0.999, top-1 agreement 99%
     logits:top5=0.99,boxes:nmse=1e-4 each output its own
+    "out,1":nmse=1e-2                an output whose name holds ',' or '=', in double quotes
 
 The metrics, per output, over all the samples (``a``: the reference, ``b``: the candidate):
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gspo.errors import GspoError, first_line
+from gspo.precision.spec import quote_output, quoted_output, split_items
 
 __all__ = ["LOWER_IS_BETTER", "METRICS", "Limit", "ErrorBudget", "Accuracy", "check_metric_name", "measure", "judge", "shown"]
 
@@ -41,7 +43,8 @@ LOWER_IS_BETTER = ("nmse", "rel_l2", "maxrel")
 METRICS = "nmse, rel_l2, maxrel, cosine, top1 ... top100"
 _TOPK = re.compile(r"top([1-9][0-9]?|100)")
 #: What every spec error ends with: how to write a limit.
-_FORM = f"(write [output:]metric=value, e.g. nmse=1e-3; metrics: {METRICS})"
+_FORM = (f"(write [output:]metric=value, e.g. nmse=1e-3, an output name with ',' or '=' in double quotes: "
+         f"\"out,1\":nmse=1e-3; metrics: {METRICS})")
 
 
 def check_metric_name(metric: str) -> str:
@@ -101,15 +104,20 @@ class Limit:
         return min(ratio, 1.0) if self.holds(value) else max(ratio, math.nextafter(1.0, math.inf))
 
     def __str__(self) -> str:
-        return f"{self.output + ':' if self.output is not None else ''}{self.metric}={_num(self.bound)}"
+        return f"{quote_output(self.output) + ':' if self.output is not None else ''}{self.metric}={_num(self.bound)}"
 
 
 def _parse_limit(item: str) -> Limit:
-    """One ``[output:]metric=value`` item of a spec."""
-    key, eq, text = item.partition("=")
+    """One ``[output:]metric=value`` item of a spec; ``output`` may be in double quotes."""
+    if item.strip().startswith('"'):
+        output, rest = quoted_output(item, _FORM)
+        key, eq, text = rest.partition("=")
+        colon, metric = ":", key
+    else:
+        key, eq, text = item.partition("=")
+        output, colon, metric = key.strip().rpartition(":")
     if not eq:
         raise GspoError(f"--max-error: {item.strip()!r} has no '=value' {_FORM}")
-    output, colon, metric = key.strip().rpartition(":")
     if colon and not output.strip():
         raise GspoError(f"--max-error: {item.strip()!r} has an empty output name before ':' {_FORM}")
     metric = check_metric_name(metric)
@@ -123,7 +131,8 @@ def _parse_limit(item: str) -> Limit:
     if not low <= bound <= high:
         where = f"at least {low:g}" if high == math.inf else f"in [{low:g}, {high:g}]"
         raise GspoError(f"--max-error: {item.strip()!r}: {metric} must be {where} {_FORM}")
-    return Limit(metric, bound, output.strip() if colon else None)
+    quoted = item.strip().startswith('"')
+    return Limit(metric, bound, (output if quoted else output.strip()) if colon else None)
 
 
 @dataclass(frozen=True)
@@ -135,7 +144,9 @@ class ErrorBudget:
 
     @classmethod
     def parse(cls, spec: str) -> ErrorBudget:
-        """The budget ``spec`` states: ``[output:]metric=value`` items separated by commas.
+        """The budget ``spec`` states: ``[output:]metric=value`` items separated by commas; an
+        output whose name holds ``,`` or ``=`` is written in double quotes (``"out,1":nmse=1e-2``;
+        ``\\"`` and ``\\\\`` inside them stand for ``"`` and ``\\``).
 
         Raises:
             GspoError: one line naming what is wrong (an empty spec or item, an unknown metric,
@@ -146,7 +157,7 @@ class ErrorBudget:
             raise GspoError(f"--max-error is empty {_FORM}")
         limits: list[Limit] = []
         seen = set()
-        for item in spec.split(","):
+        for item in split_items(spec, _FORM):
             if not item.strip():
                 raise GspoError(f"--max-error {spec!r}: an empty item between commas {_FORM}")
             limit = _parse_limit(item)
@@ -185,7 +196,7 @@ class ErrorBudget:
         bare = [n for n, dt in outputs.items() if _float_dtype(np.dtype(dt)) and not self.limits_for(n, True)]
         if bare:
             raise GspoError(f"--max-error sets no limit for the output(s) {', '.join(map(repr, bare))}: add one "
-                            f"(e.g. {bare[0]}:nmse=1e-4) or a limit without an output name, which applies to all")
+                            f"(e.g. {quote_output(bare[0])}:nmse=1e-4) or a limit without an output name, which applies to all")
 
 
     def check_graph(self, graph) -> None:

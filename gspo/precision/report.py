@@ -50,7 +50,8 @@ class KindReport:
 @dataclass(frozen=True)
 class PrecisionReport:
     """The precision block: what was asked, the data used (and warnings about it), the pieces,
-    fp32's median and accuracy, each kind, the choice, its speedup and its accuracy."""
+    fp32's median and accuracy, each kind, the choice, its speedup and its accuracy (an accuracy is
+    ``None`` where the time budget did not hold measuring it, or the stage was skipped)."""
 
     requested: list[str]
     max_error: str
@@ -60,11 +61,11 @@ class PrecisionReport:
     pieces: int
     piece_ops: list[int]
     fp32_median_ms: float | None
-    fp32_validation: Accuracy
+    fp32_validation: Accuracy | None
     kinds: list[KindReport]
     chosen: str
     speedup_over_fp32: float
-    validation: Accuracy
+    validation: Accuracy | None
 
     def __post_init__(self):
         object.__setattr__(self, "fp32_validation", _accuracy(self.fp32_validation))

@@ -179,11 +179,12 @@ def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: 
     on the ``which`` data (``judged``: the data, the reference outputs, the budget). The pieces
     ``idle`` (nothing in them the kind reduces) are built as reduced all along: their ops (a Concat
     or a MaxPool between quantized Convs) are left to the kind, as with the whole model reduced,
-    not kept as fp32 ops that cut it."""
+    not kept as fp32 ops that cut it. No judgment starts that ``deadline`` cannot hold
+    (:attr:`~gspo.precision.variants.Kind.cost`)."""
     data, reference, budget = judged
 
     def judge(chosen, which: str) -> tuple[Graph, Accuracy]:
-        if deadline is not None and deadline.expired():
+        if deadline is not None and (deadline.expired() or not deadline.fits(kind.cost)):
             raise _Out
         graph = kind.build(pieces.union(list(chosen) + list(idle)))
         return graph, evaluate(graph, getattr(data, which), reference[which], budget)

@@ -1,5 +1,16 @@
 """The precision stage of ``optimize``: from the best fp32 result to the fastest one within the
-user's accuracy budget (:mod:`gspo.precision.search`), and the report's ``precision`` block."""
+user's accuracy budget (:mod:`gspo.precision.search`), and the report's ``precision`` block.
+
+Everything the stage does counts against the run's ``--time-budget``: reading the samples (at
+most :data:`DATA_SHARE` of the time left, :class:`~gspo.precision.samples.SampleLimits`), the
+source's reference runs (:data:`REFERENCE_SHARE`, :mod:`gspo.precision.reference`), the
+activation ranges, each kind's judgments (estimated from the weights and the reference's
+timings: :attr:`~gspo.precision.variants.Kind.cost`), the fp32 result's error and the timing.
+A step estimated to run past the deadline is skipped, logged in the report's ``skipped``
+(stage ``precision``) and, where it drops a kind or the timing, said in the block's notes.
+What cannot be cut is one step each: reading the first sample of a set, running it, building
+one session or one kind.
+"""
 
 from __future__ import annotations
 
@@ -20,15 +31,15 @@ from gspo.precision.search import (
     Pieces,
     evaluate,
     fit,
-    outputs_of,
     thread_settings,
     time_fitted,
 )
 from gspo.precision.variants import kinds, plain, with_placement
 from gspo.search.deadline import Deadline
+from gspo.search.report_parts import Skip
 from gspo.streams import Placement
 
-__all__ = ["PRECISION_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline",
+__all__ = ["DATA_SHARE", "NOT_FITTED", "NOT_HELD", "PRECISION_SHARE", "REFERENCE_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline",
            "on_bf16_fit", "refine", "saved_fp32", "settings_of", "skipped_for_bf16", "with_precision"]
 
 #: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
@@ -64,48 +75,182 @@ def saved_fp32(result) -> Graph:
     return with_placement(graph, result.placement)
 
 
+#: Why a step is skipped (the report's ``skipped``), and a kind's note when its share of the time
+#: cannot hold one judgment of it (:attr:`~gspo.precision.variants.Kind.cost`).
+NOT_HELD = "the time budget cannot hold it"
+NOT_FITTED = "not fitted: the time budget cannot hold one judgment of it"
+#: The shares of the stage's time left for reading the samples, and then for running the source
+#: on them (the reference outputs); the fits and the timing get the rest.
+DATA_SHARE = 0.2
+REFERENCE_SHARE = 0.15
+
+
 def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | None,
            progress: Callable[[str], None] | None = None):
     """``result`` (the best fp32 model) replaced by the fastest reduced-precision model that holds
     ``cfg.precision.max_error`` on the validation data, when one is faster beyond the timing's noise; the
-    report gets its ``precision`` block either way."""
-    from gspo.precision.samples import precision_data
-    from gspo.runtime.quantize import activation_ranges
+    report gets its ``precision`` block either way. Every step is counted against ``deadline``: one
+    estimated to run past it is skipped, and the report's ``skipped`` says which and why."""
+    from gspo.precision.samples import SampleLimits, precision_data
 
     say = progress or (lambda text: None)
     budget = ErrorBudget.parse(cfg.precision.max_error)
-    data = precision_data(prepared.original, cfg.precision.calibration, cfg.precision.validation, seed=cfg.verify.seed)
+    skips: list[Skip] = []
+    if deadline is not None and deadline.expired():
+        return _without(result, cfg, budget, skips, "the time budget ended before it began", None)
+    limits = SampleLimits(deadline=deadline.share(DATA_SHARE) if deadline is not None else None)
+    data = precision_data(prepared.original, cfg.precision.calibration, cfg.precision.validation,
+                          seed=cfg.verify.seed, limits=limits)
+    skips += [Skip("precision", f"reading {w.split()[0].lstrip('-')} samples", w)
+              for w in data.warnings if "the time budget" in w]
     source = plain(prepared.original)
-    began = deadline.now() if deadline is not None else 0.0
-    reference = {"calibration": outputs_of(source, data.calibration),
-                 "validation": outputs_of(source, data.validation)}
-    sample_s = (deadline.now() - began) / len(data.calibration + data.validation) if deadline is not None else 0.0
+    ref = _reference(source, data, deadline, skips)
+    if isinstance(ref, str):
+        return _without(result, cfg, budget, skips, ref, data)
+    data, reference = ref.data, ref.outputs
     data = dataclasses.replace(data, warnings=data.warnings + tuple(coarse_limits(budget, reference)))
     fp32 = saved_fp32(result)
     base = plain(result.graph)
     pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
-    found, notes = kinds(base, cfg.precision.precisions, backends, lambda: activation_ranges(base, data.calibration))
-    timed = len(found) * len(thread_settings(base))  # each kind at each thread count
+    found, notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, skips))
+    found = [dataclasses.replace(k, cost=_cost(k, base, ref)) for k in found]
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
-    fitted = fit_kinds(found, pieces, (data, reference, budget), fits_deadline(deadline, timed, sample_s), say,
-                       lambda n: fits_deadline(deadline, n * per_kind, sample_s))
+    fitted = fit_kinds(found, pieces, (data, reference, budget),
+                       fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
+                       lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s))
+    skips += [Skip("precision", f"fitting {f.kind.name}", f.note) for f in fitted if f.note.startswith(NOT_FITTED)]
     survivors = [f for f in fitted if f.reduced is not None]
-    fp32_acc = evaluate(fp32, data.validation, reference["validation"], budget)
-    fp32_s, rounds = (None, {})
-    if survivors and (deadline is None or not deadline.expired()):
-        say("timing")
-        fp32_s, rounds = time_fitted(fp32, survivors, data.validation[0])
-    elif survivors:
-        notes.append("the time budget ended before the reduced-precision models could be timed: kept fp32")
+    fp32_acc = _fp32_accuracy(fp32, source, result, ref, budget, deadline, skips)
+    fp32_s, rounds = _timed(fp32, survivors, ref, per_kind, deadline, (notes, skips), say)
     best = _pick(survivors, rounds, cfg.timing.final_margin) if fp32_s is not None else None
     block = _block(cfg, budget, data, pieces, fitted, notes, best, (fp32_s, fp32_acc))
-    report = dataclasses.replace(result.report, precision=block)
+    report = dataclasses.replace(result.report, precision=block, skipped=list(result.report.skipped) + skips)
     if best is None:
         return dataclasses.replace(result, report=report)
     report = dataclasses.replace(report, settings=settings_of(best))
     placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
     return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
+
+
+def _reference(source: Graph, data, deadline: Deadline | None, skips: list[Skip]):
+    """The source's outputs on ``data`` (:func:`~gspo.precision.reference.reference_outputs`,
+    within :data:`REFERENCE_SHARE` of the time left once its session is built), or why the
+    time budget cannot hold them (a string)."""
+    from gspo.precision.reference import reference_outputs, session_estimate
+
+    need = session_estimate(source)
+    if deadline is not None and not deadline.fits(need):
+        return (f"the time budget cannot hold building the source model's session for the reference outputs "
+                f"(about {_s(need)} for its weights; {_s(deadline.remaining())} left)")
+    notes: list[str] = []
+    ref = reference_outputs(source, data, deadline, notes, REFERENCE_SHARE)
+    skips += [Skip("precision", f"running the source on {n.split()[5]} samples", n)
+              for n in notes if n.startswith("used the first")]
+    return dataclasses.replace(ref, data=dataclasses.replace(ref.data, warnings=ref.data.warnings + tuple(notes)))
+
+
+def _ranges(base: Graph, data, ref, deadline: Deadline | None, skips: list[Skip]):
+    """``ranges()`` for :func:`~gspo.precision.variants.kinds`: the activation ranges on the
+    calibration data, or ``None`` (with a skip) when the time budget cannot hold them (a session
+    of the model with every activation an output, run on each sample)."""
+    from gspo.runtime.quantize import activation_ranges
+
+    def ranges():
+        need = 1.5 * ref.session_s + 2 * len(data.calibration) * ref.sample_s
+        if deadline is not None and not deadline.fits(need):
+            skips.append(Skip("precision", "static int8 (computing the activation ranges)",
+                              f"{NOT_HELD} (about {_s(need)}; {_s(deadline.remaining())} left)"))
+            return None
+        return activation_ranges(base, data.calibration)
+
+    return ranges
+
+
+def _cost(kind, base: Graph, ref) -> float:
+    """Seconds one judgment of ``kind`` is estimated to take: quantizing the model (int8:
+    :data:`~gspo.precision.reference.QUANTIZE_S_PER_BYTE` of its weights), its session (on
+    OpenVINO, :data:`~gspo.precision.reference.OPENVINO_SESSION_S` more), a run of the data."""
+    from gspo.precision.reference import OPENVINO_SESSION_S, QUANTIZE_S_PER_BYTE, weight_bytes
+
+    build = QUANTIZE_S_PER_BYTE * weight_bytes(base) if kind.precision == "int8" else 0.0
+    return ref.judgment_s(build) + (OPENVINO_SESSION_S if kind.backend.startswith("openvino") else 0.0)
+
+
+def _first_cost(kind) -> float:
+    """Seconds the first judgment of ``kind`` is estimated to take: with static int8 on OpenVINO,
+    its probe's compile in a process of its own (:data:`~gspo.precision.reference.PROBE_S`) too."""
+    from gspo.precision.reference import PROBE_S
+
+    probe = kind.precision == "int8" and kind.backend.startswith("openvino")
+    return kind.cost + (PROBE_S if probe else 0.0)
+
+
+def _fp32_accuracy(fp32: Graph, source: Graph, result, ref, budget: ErrorBudget, deadline: Deadline | None,
+                   skips: list[Skip]) -> Accuracy | None:
+    """The fp32 result's accuracy on the validation data: the reference's own where the result
+    is the source as it runs (no run), else measured when the time budget holds it (``None``:
+    skipped)."""
+    from gspo.precision.accuracy import measure
+
+    same = result.schedule is None and result.placement is None and plain(result.graph).key == source.key
+    if same:
+        return measure(ref.outputs["validation"], ref.outputs["validation"], budget)
+    need = ref.judgment_s(0.0)
+    if deadline is not None and not deadline.fits(need):
+        skips.append(Skip("precision", "measuring the fp32 result's error", f"{NOT_HELD} (about {_s(need)})"))
+        return None
+    return evaluate(fp32, ref.data.validation, ref.outputs["validation"], budget)
+
+
+#: The fewest interleaved rounds the timing is cut to when the time budget holds no more: the
+#: fewest in which winning every round rules chance out at :data:`~gspo.precision.search.ALPHA`.
+MIN_TIMING_RUNS = 7
+
+
+def _timed(fp32: Graph, survivors: list[Fitted], ref, per_kind: int, deadline: Deadline | None, logs, say):
+    """:func:`~gspo.precision.search.time_fitted` in as many rounds as the time budget holds
+    (:data:`TIMING_RUNS`, at the fewest :data:`MIN_TIMING_RUNS`, with a note when fewer), else
+    ``(None, {})`` with a note and a skip (``logs``: the notes and the skips)."""
+    notes, skips = logs
+    if not survivors:
+        return None, {}
+    runners = len(survivors) * per_kind + 1
+    left = deadline.remaining() if deadline is not None else math.inf
+    runs = TIMING_RUNS
+    while runs > MIN_TIMING_RUNS and _timing_s(runners, runs, ref) > left:
+        runs -= 1
+    if _timing_s(runners, runs, ref) > left:
+        notes.append("the time budget ended before the reduced-precision models could be timed: kept fp32")
+        skips.append(Skip("precision", "timing the reduced-precision models",
+                          f"{NOT_HELD} (about {_s(_timing_s(runners, runs, ref))} in {runs} rounds)"))
+        return None, {}
+    if runs < TIMING_RUNS:
+        notes.append(f"timed in {runs} interleaved rounds, not {TIMING_RUNS}: the time budget held no more")
+    say("timing")
+    return time_fitted(fp32, survivors, ref.data.validation[0], runs=runs)
+
+
+def _timing_s(runners: int, runs: int, ref) -> float:
+    """Seconds the timing of ``runners`` in ``runs`` rounds (3 more to warm up) is estimated to take."""
+    return runners * ref.session_s + (runs + 3) * runners * ref.sample_s
+
+
+def _s(seconds: float) -> str:
+    """Seconds as the notes show them (``12.3 s``, ``45 ms``)."""
+    return f"{seconds:.1f} s" if seconds >= 0.1 else f"{1e3 * seconds:.0f} ms"
+
+
+def _without(result, cfg, budget: ErrorBudget, skips: list[Skip], why: str, data):
+    """``result`` as it is, its report saying that the precision stage was skipped and why."""
+    skips.append(Skip("precision", "the reduced-precision search", why))
+    block = PrecisionReport(
+        requested=list(cfg.precision.precisions), max_error=str(budget), data=dict(data.source) if data else {},
+        warnings=list(data.warnings) if data else [], notes=[f"not searched: {why}: kept fp32"], pieces=0,
+        piece_ops=[], fp32_median_ms=None, fp32_validation=None, kinds=[], chosen="fp32", speedup_over_fp32=1.0,
+        validation=None)
+    report = dataclasses.replace(result.report, precision=block, skipped=list(result.report.skipped) + skips)
+    return dataclasses.replace(result, report=report)
 
 
 def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
@@ -132,15 +277,16 @@ def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
 TIMING_SHARE = (0.15, 0.5)
 
 
-def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float) -> Deadline | None:
+def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float,
+                  session_s: float = 0.0) -> Deadline | None:
     """When the fits must end: early enough to leave the timing its time, an estimate from
-    ``sample_s`` (one run of the source) of the interleaved rounds of fp32 and ``n_timed`` other
-    runners (every kind at every thread count), within :data:`TIMING_SHARE` of the time left
-    (``None``: no limit)."""
+    ``sample_s`` (one run of the source) and ``session_s`` (building its session) of the
+    sessions and interleaved rounds of fp32 and ``n_timed`` other runners (every kind at every
+    thread count), within :data:`TIMING_SHARE` of the time left (``None``: no limit)."""
     if deadline is None or not deadline.limited:
         return deadline
     left = deadline.remaining()
-    rounds = (TIMING_RUNS + 3) * (n_timed + 1) * sample_s
+    rounds = (TIMING_RUNS + 3) * (n_timed + 1) * sample_s + (n_timed + 1) * session_s
     low, high = TIMING_SHARE
     return deadline.within(left - min(high * left, max(low * left, 2 * rounds)))
 
@@ -179,10 +325,14 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
 
 
 def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: list[Fitted]) -> Fitted:
-    """``kind`` fitted until ``deadline``, after the kinds ``before`` it (the bf16 kind's fit among them)."""
+    """``kind`` fitted until ``deadline``, after the kinds ``before`` it (the bf16 kind's fit among
+    them); not at all when ``deadline`` cannot hold one judgment of it (:data:`NOT_FITTED`)."""
     skip = skipped_for_bf16(kind, before)
     if skip:
         return Fitted(kind, None, note=skip)
+    if deadline is not None and not deadline.fits(_first_cost(kind)):
+        return Fitted(kind, None, note=f"{NOT_FITTED} (about {_s(_first_cost(kind))}: building it, its session and a run "
+                                       f"of the data; its share of the time left: {_s(deadline.remaining())})")
     kind, pinned = on_bf16_fit(kind, pieces, before)
     return fit(kind, pieces, *judged, deadline, pinned)
 
@@ -266,9 +416,9 @@ def _ms(s: float | None) -> float | None:
 
 
 def _block(cfg, budget: ErrorBudget, data, pieces: Pieces, fitted: list[Fitted], notes: list[str],
-           best: Fitted | None, fp32: tuple[float | None, Accuracy]) -> PrecisionReport:
+           best: Fitted | None, fp32: tuple[float | None, Accuracy | None]) -> PrecisionReport:
     """The report's ``precision`` block; ``fp32``: the fp32 model's median seconds (``None``:
-    not timed) and its accuracy on the validation data."""
+    not timed) and its accuracy on the validation data (``None``: not measured)."""
     fp32_s, fp32_acc = fp32
     return PrecisionReport(
         requested=list(cfg.precision.precisions), max_error=str(budget), data=dict(data.source), warnings=list(data.warnings),

@@ -36,7 +36,8 @@ class Kind:
     """One way to reduce precision: its name, the precision, the backend it runs on, which pieces
     it can touch (``touches(ops)``), how it builds a graph from the set of reduced pieces'
     node ids (``build(reduced_node_ids)``), and the precision of the pieces it leaves
-    (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces)."""
+    (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces), and
+    what one judgment of it is estimated to cost (``cost``, seconds)."""
 
     name: str
     precision: str
@@ -44,6 +45,9 @@ class Kind:
     touches: Callable[[Collection[str]], bool]
     build: Callable[[frozenset[str]], Graph]
     rest: str = "fp32"
+    #: Seconds one judgment of it (a build, its session, a run of the data) is estimated to
+    #: take: a fit starts no judgment its deadline cannot hold (0: only a passed deadline stops it).
+    cost: float = 0.0
 
 
 def plain(graph: Graph) -> Graph:
@@ -179,7 +183,8 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
           ranges: Callable[[], Mapping[str, tuple[float, float]]],
           probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
     """The kinds ``precisions`` ask for that can run here with ``backends``, and a line for each
-    that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked);
+    that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked;
+    ``None``: the time budget cannot hold it, and no static int8 kind is made);
     ``probe`` compiles a model on OpenVINO in a process of its own."""
     from gspo.runtime.quantize import dynamic_quantizable, quantizable
 
@@ -198,8 +203,10 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
             q = {}
             notes.append(f"int8: {e}")
         matmuls = dynamic_quantizable(graph)
-        if q:
-            found = ranges()
+        found = ranges() if q else None
+        if q and found is None:
+            notes.append("int8 (static): not fitted: the time budget cannot hold computing the activation ranges")
+        if found is not None:
             out += [_static(graph, found, q)] if "ort" in backends else []
             rests = ("fp32", "bf16") if any(k.precision == "bf16" for k in out) else ("fp32",)
             probe = _probed_once(probe)

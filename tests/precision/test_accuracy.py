@@ -70,8 +70,9 @@ def test_bad_specs_are_one_line_errors(spec, expected):
     with pytest.raises(GspoError) as e:
         ErrorBudget.parse(spec)
     assert expected in str(e.value) and "\n" not in str(e.value)
-    assert str(e.value).endswith("(write [output:]metric=value, e.g. nmse=1e-3; "
-                                 "metrics: nmse, rel_l2, maxrel, cosine, top1 ... top100)")
+    assert str(e.value).endswith("(write [output:]metric=value, e.g. nmse=1e-3, an output name with ',' or '=' "
+                                 "in double quotes: \"out,1\":nmse=1e-3; metrics: nmse, rel_l2, maxrel, cosine, "
+                                 "top1 ... top100)")
 
 
 def test_check_metric_name():

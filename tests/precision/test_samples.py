@@ -3,6 +3,8 @@ fallback and its warning, and the refusal of validation data that is calibration
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from onnx import TensorProto
@@ -156,3 +158,94 @@ def test_bad_arguments(graph):
         precision_data(graph, None, None, count=0)
     with pytest.raises(GspoError, match="non-negative integer"):
         precision_data(graph, None, None, seed=-1)
+
+
+def test_a_folder_is_read_only_as_far_as_the_limits_allow_with_a_note(tmp_path, graph):
+    from gspo.precision.samples import SampleLimits
+
+    for i in range(6):
+        write(tmp_path / f"s{i}.npz", float(i))
+    (tmp_path / "s5.npz").write_bytes(b"never read: past the limit")
+    notes = []
+    samples = load_samples(str(tmp_path), graph, "--calibration", SampleLimits(count=3), notes)
+    assert [float(s["x"].flat[0]) for s in samples] == [0.0, 1.0, 2.0]  # the first by file name
+    assert notes == [f"--calibration {tmp_path}: used the first 3 samples of 6 (by file name): at most 3 samples "
+                     "are used"]
+    one = x(0).nbytes
+    notes.clear()
+    samples = load_samples(str(tmp_path), graph, "--validation", SampleLimits(count=None, nbytes=2 * one + 1), notes)
+    assert len(samples) == 2 and "at most" in notes[0] and "are held at once" in notes[0]
+    tiny = load_samples(str(tmp_path), graph, "--validation", SampleLimits(count=None, nbytes=1), [])
+    assert len(tiny) == 1  # the first sample is always read
+
+
+def test_reading_stops_at_the_deadline(tmp_path, graph, monkeypatch):
+    import gspo.precision.samples as samples_module
+    from gspo.precision.samples import SampleLimits
+    from gspo.search.deadline import Deadline
+    from tests.search.fakes import FakeClock
+
+    for i in range(5):
+        write(tmp_path / f"s{i}.npz", float(i))
+    clock = FakeClock(now=0.0)
+    real = inputs_module.check_inputs
+
+    def slow(*args, **kwargs):  # each sample takes a second of the fake clock to read
+        clock.advance(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(samples_module, "check_inputs", slow)
+    notes = []
+    samples = load_samples(str(tmp_path), graph, "--calibration", SampleLimits(deadline=Deadline.after(2.5, clock)),
+                           notes)
+    assert len(samples) == 2 and clock.now == 2.0  # a third read at a second each would end past 2.5 s
+    assert notes[0].endswith("used the first 2 samples of 5 (by file name): the time budget held no more reading")
+
+
+def test_precision_data_reads_at_most_max_samples_and_says_so(tmp_path, graph, monkeypatch):
+    import gspo.precision.samples as samples_module
+    from gspo.precision.samples import SampleLimits
+
+    monkeypatch.setattr(samples_module, "MAX_SAMPLES", 2)
+    cal, val = folders(tmp_path, 4)
+    for i in range(3):
+        write(val / f"{i}.npz", 10.0 + i)
+    data = precision_data(graph, str(cal), str(val), limits=SampleLimits(count=samples_module.MAX_SAMPLES))
+    assert len(data.calibration) == 2 and len(data.validation) == 2
+    assert data.names == {"calibration": (str(cal / "0.npz"), str(cal / "1.npz")),
+                          "validation": (str(val / "0.npz"), str(val / "1.npz"))}
+    assert any("--calibration" in w and "used the first 2 samples of 4" in w for w in data.warnings)
+    assert any("--validation" in w and "used the first 2 samples of 3" in w for w in data.warnings)
+
+
+@pytest.mark.parametrize("make, what", [
+    (lambda p: os.mkfifo(p), "is a FIFO"),
+    (lambda p: os.symlink("/dev/null", p), "is a link to a device"),
+])
+def test_a_fifo_or_device_in_a_folder_is_refused_by_name_never_opened(tmp_path, graph, make, what):
+    write(tmp_path / "a.npz", 1.0)
+    make(str(tmp_path / "b.npz"))
+    with pytest.raises(GspoError) as e:
+        load_samples(str(tmp_path), graph, "--validation")
+    assert str(e.value).startswith(f"--validation {tmp_path}: b.npz {what}, not a sample") and "\n" not in str(e.value)
+
+
+def test_a_model_whose_inputs_hold_no_values_has_one_sample_for_both_sets(tmp_path):
+    from gspo.precision.samples import NO_VALUES
+
+    b = GraphBuilder("empty")
+    e = b.input("e", (0, 4))
+    graph = b.output(b.op("Relu", [e])).build()
+    data = precision_data(graph, None, None)
+    assert len(data.calibration) == len(data.validation) == 1 and data.warnings[0] == NO_VALUES
+    np.savez(tmp_path / "z.npz", e=np.zeros((0, 4), np.float32))
+    given = precision_data(graph, str(tmp_path / "z.npz"), str(tmp_path / "z.npz"))
+    assert given.source["validation"].startswith("user") and given.warnings == (NO_VALUES,)
+
+
+def test_random_samples_are_fewer_where_they_would_take_more_than_the_byte_limit(graph):
+    from gspo.precision.samples import SampleLimits
+
+    data = precision_data(graph, None, None, count=8, limits=SampleLimits(nbytes=3 * x(0).nbytes))
+    assert len(data.calibration) == len(data.validation) == 3
+    assert data.source["calibration"] == "random (seeds 0-2, 3 samples)"

@@ -270,3 +270,36 @@ def test_a_kind_whose_share_ran_out_goes_on_in_the_time_the_others_left_losing_n
     # the same six builds as a fit in one go: two in the first share, four after it
     assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], 0), (0, 0, EPS[2]), (EPS[0], 0, EPS[2]), (EPS[0], 0, EPS[2])]
     assert fitted[1].reduced == (0, 2)
+
+
+def test_no_judgment_starts_that_the_deadline_cannot_hold():
+    import dataclasses
+
+    from tests.search.fakes import FakeClock
+
+    clock, d, built = FakeClock(now=0.0), data(), []
+
+    def slow(reduced):  # every build takes 5 s of the fake clock, and nothing ever holds
+        built.append(reduced)
+        clock.advance(5.0)
+        return load_bytes(chain(tuple(0.5 if PIECES.ops[i] <= reduced else 0.0 for i in range(3))))
+
+    kind = dataclasses.replace(Kind("slow", "int8", "ort", lambda ops: True, slow), cost=6.0)
+    fitted = fit(kind, PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), Deadline.after(10.0, clock))
+    assert fitted.note == "the time budget ended before the error was within the budget"
+    assert len(built) == 1 and clock.now == 5.0  # a second judgment (6 s) would end past 10 s: not begun
+
+
+def test_a_kind_whose_share_cannot_hold_one_judgment_is_not_fitted():
+    import dataclasses
+
+    from gspo.precision.stage import NOT_FITTED, fit_kinds
+    from tests.search.fakes import FakeClock
+
+    clock, d, built = FakeClock(now=0.0), data(), []
+    heavy = dataclasses.replace(fake_kind(built), name="heavy", cost=30.0)  # a 400 MB model's quantization, say
+    fitted = fit_kinds([heavy, fake_kind([])], PIECES, (d, reference(d), ErrorBudget.parse("nmse=1e-4")),
+                       Deadline.after(40.0, clock), lambda text: None)
+    assert built == [] and fitted[0].reduced is None and fitted[0].note.startswith(NOT_FITTED)
+    assert "about 30.0 s" in fitted[0].note and "its share of the time left: 20.0 s" in fitted[0].note
+    assert fitted[1].reduced == (0, 2)  # the next kind had its time

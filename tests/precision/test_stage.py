@@ -177,3 +177,84 @@ def test_a_top_k_limit_the_data_is_too_small_to_tolerate_is_a_warning():
     # a sequence's rows count: 16 samples of 128 rows each allow 20 changes at 0.99
     seq = {"calibration": outs(8, (1, 128, 10)), "validation": outs(16, (1, 128, 10))}
     assert coarse_limits(ErrorBudget.parse("logits:top1=0.99"), seq) == []
+
+
+def test_nan_in_a_validation_sample_is_blamed_on_the_data_and_the_sample_left_out(model, tmp_path):
+    cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
+    sample = random_inputs(model, seed=11)
+    sample["x"].flat[:5] = np.nan
+    with open(tmp_path / "val" / "11.npz", "wb") as f:
+        write_npz(f, sample)
+    block = optimize(model, precision="int8", max_error="nmse=1e-2", calibration=cal, validation=val,
+                     **OPTIONS).report["precision"]
+    said = [w for w in block["warnings"] if "has NaN" in w]
+    assert len(said) == 1 and said[0].startswith("validation sample ") and "11.npz has NaN in 5 of" in said[0]
+    assert "of input 'x'" in said[0] and "fix or remove it" in said[0]
+    assert all(k["validation"] is None or k["validation"]["samples"] == 3 for k in block["kinds"])
+    assert any(k["pieces_reduced"] for k in block["kinds"])  # the pieces are not blamed
+
+
+def test_a_stage_the_time_budget_cannot_begin_is_skipped_and_logged(model):
+    from tests.search.fakes import FakeClock
+
+    # every read of the clock takes a second: the exact search spends the budget before the stage
+    tools = Strategies(measure=ScriptedTimings(), clock=FakeClock(tick=1.0))
+    result = optimize(model, precision="int8", max_error="nmse=1e-3", **{**OPTIONS, "time_budget": 5},
+                      strategies=tools)
+    block = result.report["precision"]
+    assert block["chosen"] == "fp32" and block["kinds"] == []
+    assert block["notes"] == ["not searched: the time budget ended before it began: kept fp32"]
+    assert result.report["skipped"][-1] == {"stage": "precision", "what": "the reduced-precision search",
+                                            "why": "the time budget ended before it began"}
+    from gspo.search.report import Report
+
+    assert Report.from_json(json.loads(json.dumps(result.report.to_json()))) == result.report
+
+
+def test_the_source_session_the_budget_cannot_hold_skips_the_stage(model, monkeypatch):
+    import gspo.precision.reference as reference_module
+    from gspo.precision.samples import precision_data
+    from gspo.precision.stage import _reference
+    from gspo.search.deadline import Deadline
+    from tests.search.fakes import FakeClock
+
+    monkeypatch.setattr(reference_module, "SESSION_S_PER_BYTE", 1.0)  # a second a byte of weights
+    skips = []
+    why = _reference(plain(model), precision_data(model, None, None), Deadline.after(60.0, FakeClock(now=0.0)), skips)
+    assert why.startswith("the time budget cannot hold building the source model's session for the reference outputs")
+    assert "60.0 s left" in why
+
+
+def test_a_timing_the_budget_cannot_hold_is_skipped_with_a_note():
+    from types import SimpleNamespace
+
+    from gspo.precision.search import Fitted
+    from gspo.precision.stage import _timed
+    from gspo.search.deadline import Deadline
+    from tests.search.fakes import FakeClock
+
+    ref = SimpleNamespace(session_s=1.0, sample_s=0.1, data=SimpleNamespace(validation=[{}]))
+    survivors = [Fitted(None, (0,)), Fitted(None, (1,))]
+    notes, skips = [], []
+    # 3 sessions and at the fewest 7 + 3 rounds of 3 runs: 3 + 3 s, more than the 5 s left
+    assert _timed(None, survivors, ref, 1, Deadline.after(5.0, FakeClock(now=0.0)), (notes, skips), print) == (None, {})
+    assert notes == ["the time budget ended before the reduced-precision models could be timed: kept fp32"]
+    assert skips[0].what == "timing the reduced-precision models" and "about 6.0 s in 7 rounds" in skips[0].why
+
+
+def test_a_timing_is_cut_to_the_rounds_the_budget_holds(monkeypatch):
+    from types import SimpleNamespace
+
+    import gspo.precision.stage as stage
+    from gspo.precision.search import Fitted
+    from gspo.search.deadline import Deadline
+    from tests.search.fakes import FakeClock
+
+    ref = SimpleNamespace(session_s=1.0, sample_s=0.1, data=SimpleNamespace(validation=[{"x": 1}]))
+    asked = []
+    monkeypatch.setattr(stage, "time_fitted", lambda fp32, fitted, feeds, runs: asked.append(runs) or (1.0, {}))
+    notes = []
+    # 3 sessions and (runs + 3) rounds of 3 runs in 8 s: at most 13 rounds
+    assert stage._timed(None, [Fitted(None, (0,)), Fitted(None, (1,))], ref, 1, Deadline.after(8.0, FakeClock(now=0.0)),
+                        (notes, []), lambda text: None) == (1.0, {})
+    assert asked == [13] and notes == ["timed in 13 interleaved rounds, not 20: the time budget held no more"]
