@@ -64,13 +64,14 @@ if TYPE_CHECKING:
                    "'bf16,int8'; needs --max-error [default: exact fp32 only].")
 @click.option("--max-error", metavar="SPEC", default=None,
               help="Accuracy budget per output, measured on the validation data: nmse, rel_l2, maxrel, cosine, "
-                   "topK, e.g. 'nmse=1e-3' or 'logits:top1=0.99,cosine=0.999'.")
+                   "topK, e.g. 'nmse=1e-3' or 'logits:top1=0.99,cosine=0.999'; an output whose name holds ',' or "
+                   "'=' in double quotes: '\"out,1\":nmse=1e-2,nmse=1e-3'.")
 @click.option("--calibration", type=click.Path(exists=True), default=None,
-              help="Calibration samples: an .npz (one array per input) or a folder of them [default: random, "
-                   "with a warning].")
+              help="Calibration samples: an .npz (one array per input) or a folder of them (at most 256 and "
+                   "512 MiB are used, the first by file name, with a warning) [default: random, with a warning].")
 @click.option("--validation", type=click.Path(exists=True), default=None,
-              help="Validation samples the budget is judged on, never the calibration data (.npz or folder) "
-                   "[default: random, with a warning].")
+              help="Validation samples the budget is judged on, never the calibration data (.npz or folder; "
+                   "at most 256 and 512 MiB) [default: random, with a warning].")
 @handle_errors
 def optimize_cmd(model, output, **options):
     """Make MODEL faster: joint substitutions and streams, verified, never slower.
