@@ -36,7 +36,8 @@ class Candidate:
     given graph on Nimble's streams: a piece's ``"unmodified+streams"``, the whole model's
     ``"streams only"``), ``"merged"`` (the pieces' choices put together, on one stream, on
     Nimble's streams or on the streams the pieces chose), or ``"other"`` (what the search itself
-    returns, before it is labelled).
+    returns, before it is labelled; ``"near"`` for a result the estimate cannot tell from the
+    piece as given, a near-tie, measured beside it).
     """
 
     graph: Graph

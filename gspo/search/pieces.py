@@ -51,9 +51,14 @@ class VerifiedPieces:
 
 def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, allowed) -> list[Candidate]:
     """The unmodified piece, its greedy variant, the search's candidates (and each on one
-    stream), and the unmodified piece on streams; without repeats."""
-    start, improving = cands[0], cands[1:]
-    options = [Candidate(piece.graph, None, (), start.estimate, label="unmodified", kind="unmodified")]
+    stream), its near-ties (``near0``...: estimated within the cost model's error of the piece as
+    given, so measured rather than decided by the estimate), and the unmodified piece on streams;
+    without repeats. The piece on streams comes right after the unmodified piece when an option
+    merges branches (a rule that merges ops made it): such an option must beat the schedule that
+    runs those branches side by side, and a tight time budget drops the last options first."""
+    start, found = cands[0], cands[1:]
+    improving = [c for c in found if c.kind != "near"]
+    options = []
     if cfg.search.use_rules:
         greedy, counts = apply_greedily(piece.graph, [r for r in GREEDY_RULES if r.name in allowed])
         if greedy.key != piece.graph.key:
@@ -63,11 +68,24 @@ def _piece_options(piece, cands: list[Candidate], cfg: OptimizeConfig, allowed) 
     for i, c in enumerate(improving):
         if c.schedule is not None:  # the substitutions alone, in case the streams do not pay
             options.append(Candidate(c.graph, None, c.rules, label=f"candidate{i}-1stream", kind="substitutions"))
-    if cfg.search.use_streams:
-        s = assign_streams(piece.graph, max_streams=cfg.search.max_streams)
-        if s.num_streams > 1:
-            options.append(Candidate(piece.graph, s, label="unmodified+streams", kind="streams"))
-    return distinct(options)
+    for i, c in enumerate(c for c in found if c.kind == "near"):
+        options.append(Candidate(c.graph, c.schedule, c.rules, c.estimate, label=f"near{i}", kind="candidate"))
+    unmodified = Candidate(piece.graph, None, (), start.estimate, label="unmodified", kind="unmodified")
+    streams = _on_streams(piece, cfg)
+    if not streams:
+        return distinct([unmodified, *options])
+    merging = {r.name for r in cfg.search.rules if r.merges}
+    if any(merging.intersection(o.rules) for o in options):
+        return distinct([unmodified, *streams, *options])
+    return distinct([unmodified, *options, *streams])
+
+
+def _on_streams(piece, cfg: OptimizeConfig) -> list[Candidate]:
+    """The piece as given on Nimble's streams (none when they are one stream or streams are off)."""
+    if not cfg.search.use_streams:
+        return []
+    s = assign_streams(piece.graph, max_streams=cfg.search.max_streams)
+    return [Candidate(piece.graph, s, label="unmodified+streams", kind="streams")] if s.num_streams > 1 else []
 
 
 def _choose_piece(piece, options: list[Candidate], feeds, cfg: OptimizeConfig, timing_s: float,

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 class _Found:
     """One graph a search reached, as a search process sends it back: the piece's nodes and
     weights after the rewrites (the rest of the graph is the piece's own), its schedule, its
-    estimated cost and the rules applied."""
+    estimated cost, the rules applied and its kind (``"near"``: a near-tie of the piece as given)."""
 
     nodes: tuple
     weights: dict
@@ -34,16 +34,17 @@ class _Found:
     schedule: Schedule | None
     estimate: float
     rules: tuple[str, ...]
+    kind: str = "other"
 
     @classmethod
     def of(cls, c: Candidate) -> _Found:
         g = c.graph
-        return cls(g.nodes, dict(g.weights), dict(g.retired_weights), c.schedule, c.estimate, c.rules)
+        return cls(g.nodes, dict(g.weights), dict(g.retired_weights), c.schedule, c.estimate, c.rules, c.kind)
 
     def candidate(self, piece: Graph) -> Candidate:
         """The candidate on ``piece``'s graph."""
         g = dataclasses.replace(piece, nodes=self.nodes, weights=self.weights, retired_weights=self.retired_weights)
-        return Candidate(g, self.schedule, self.rules, self.estimate)
+        return Candidate(g, self.schedule, self.rules, self.estimate, kind=self.kind)
 
 
 @dataclass(frozen=True)
