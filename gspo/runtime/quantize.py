@@ -8,6 +8,12 @@ Ranges are computed here, streamed (:func:`activation_ranges`): onnxruntime's ow
 Static quantization is what ``onnxruntime.quantization.quantize_static`` does with its defaults
 for x86 CPUs with VNNI: the QDQ format, activations QUInt8 asymmetric, weights QInt8 symmetric
 (per channel by default here), the op types of its QLinear and QDQ registries, no pre-processing.
+On a CPU without VNNI (:func:`gspo.runtime.cpu_features.int8_saturates`) the weights, static and
+dynamic, are 7-bit (onnxruntime's ``reduce_range``): there its u8s8 kernels sum pairs of products
+in saturating 16-bit integers, which full-range weights overflow (on an AVX2-only EPYC a small
+MLP's nmse was 2.5e-2 with 8-bit weights, 5.6e-4 with 7-bit ones, as with VNNI);
+:func:`int8_note` says so in one line. Activations keep their 8 bits (the S8S8 form would not
+help: onnxruntime turns s8 activations into u8 on x86, for the same u8s8 kernels).
 Everything happens in memory; onnxruntime itself writes (and removes) a temporary file only to
 re-run shape inference: in the dynamic quantizer after it turns Gemm into MatMul, and after it
 converts a model below opset 10 to opset 11.
@@ -30,6 +36,7 @@ from gspo.ir.features import nbytes
 from gspo.ir.graph import fresh_name
 from gspo.ir.quantized import from_quantized, named_model, rewire_excluded
 from gspo.ir.weights import np_dtype
+from gspo.runtime import cpu_features
 from gspo.runtime.inputs import human_bytes, require_memory
 from gspo.runtime.session import SessionConfig, make_session, run
 
@@ -46,7 +53,7 @@ from onnxruntime.quantization.quant_utils import (  # isort: skip
 from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry  # isort: skip
 
 __all__ = ["STATIC_OP_TYPES", "WEIGHTED_OP_TYPES", "DYNAMIC_OP_TYPES", "PROTOBUF_LIMIT", "quantizable", "dynamic_quantizable", "calibrated_tensors",
-           "activation_ranges", "quantize_static", "quantize_dynamic"]
+           "activation_ranges", "int8_note", "reduced_range", "quantize_static", "quantize_dynamic"]
 
 #: The op types ``quantize_static`` quantizes by default (its QLinear and QDQ registries), less
 #: BatchNormalization: a standalone one (DenseNet's, before its Conv) quantized, or only reading a
@@ -72,6 +79,24 @@ _FOLLOWERS = {"Relu": 0, "Clip": 0, "Reshape": 0, "Transpose": 0, "Squeeze": 0, 
               "GatherElements": 0, "Where": 0}
 #: Activations ``QDQQuantizer`` removes, their output's Q/DQ clamping in their place.
 _REMOVABLE = ("Relu", "Clip")
+
+
+def reduced_range(reduce_range: bool | None = None) -> bool:
+    """``reduce_range`` when given, else whether this CPU needs 7-bit weights (no VNNI:
+    :func:`gspo.runtime.cpu_features.int8_saturates`)."""
+    return cpu_features.int8_saturates() if reduce_range is None else bool(reduce_range)
+
+
+def int8_note() -> str | None:
+    """One line saying that this CPU lacks the instructions that make int8 fast, and what gspo's
+    int8 models do about it (``None`` where it has them)."""
+    if not cpu_features.int8_saturates():
+        return None
+    if not cpu_features.cpu_flags():
+        return ("this CPU's instruction sets cannot be read (no /proc/cpuinfo): in case it has no VNNI, int8 "
+                "weights are quantized to 7 bits (reduce_range)")
+    return ("this CPU has no VNNI (avx512_vnni, avx_vnni or amx_int8): onnxruntime's int8 runs on slower "
+            "kernels that would saturate 8-bit weights, so weights are quantized to 7 bits (reduce_range)")
 
 
 def _node_id(node: Node) -> str | None:
@@ -277,7 +302,7 @@ def _tensors_data(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> Te
 
 def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exclude: Collection[str] = (),
                     per_channel: bool = True, op_types: Collection[str] = STATIC_OP_TYPES,
-                    quantize_bias: bool = True, quantize_outputs: bool = True) -> Graph:
+                    quantize_bias: bool = True, quantize_outputs: bool = True, reduce_range: bool | None = None) -> Graph:
     """The graph quantized to int8 in the QDQ format, from precomputed activation ranges.
 
     What ``onnxruntime.quantization.quantize_static`` makes with its defaults and these
@@ -293,6 +318,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     Nodes of ``exclude`` (node ids) stay fp32 and read unquantized values; a Relu or Clip whose
     output they read is kept too, and so is every node that reads or writes a tensor whose range
     is not finite (int8 cannot hold it). Non-float tensors (ids, shapes) are left as they are.
+    Weights are 7-bit with ``reduce_range`` (default: where this CPU has no VNNI, :func:`reduced_range`).
 
     Raises:
         GspoError: weights over protobuf's 2 GB, nothing quantizable (or all of it excluded),
@@ -320,7 +346,7 @@ def quantize_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], exc
     try:
         model = update_opset_version(model, QuantType.QInt8, QuantType.QUInt8)
         per_channel = per_channel and get_opset_version(model) >= 13
-        quantizer = QDQQuantizer(model, per_channel, False, QuantType.QInt8, QuantType.QUInt8,
+        quantizer = QDQQuantizer(model, per_channel, reduced_range(reduce_range), QuantType.QInt8, QuantType.QUInt8,
                                  _tensors_data(graph, ranges), [], kept, sorted(op_types),
                                  {"ActivationSymmetric": False, "WeightSymmetric": True,
                                   "QuantizeBias": quantize_bias,
@@ -384,14 +410,15 @@ def _own_transposed_weights(graph: Graph, gemms: Iterable[Node]) -> Graph:
     return dataclasses.replace(graph, nodes=tuple(nodes), weights=weights)
 
 
-def quantize_dynamic(graph: Graph, exclude: Collection[str] = ()) -> Graph:
+def quantize_dynamic(graph: Graph, exclude: Collection[str] = (), reduce_range: bool | None = None) -> Graph:
     """The graph with its MatMul and Gemm nodes of constant weights quantized dynamically.
 
     What ``onnxruntime.quantization.quantize_dynamic`` makes for op types MatMul (and Gemm,
     which it turns into MatMul + Add): weights QInt8 per tensor, activations quantized to uint8
     at run time (DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul). Nodes of ``exclude``
     (node ids) stay fp32 (an excluded Gemm still becomes MatMul + Add). A model below opset 10
-    is converted to opset 11 first, as onnxruntime does.
+    is converted to opset 11 first, as onnxruntime does. Weights are 7-bit with ``reduce_range``
+    (default: where this CPU has no VNNI, :func:`reduced_range`).
 
     Raises:
         GspoError: weights over protobuf's 2 GB, no MatMul or Gemm with a constant weight (or all
@@ -410,8 +437,8 @@ def quantize_dynamic(graph: Graph, exclude: Collection[str] = ()) -> Graph:
     kept += [f"{names[_node_id(n)]}_MatMul" for n in graph.nodes_by_op.get("Gemm", ()) if _node_id(n) in excluded]
     try:
         model = update_opset_version(model, QuantType.QInt8)
-        quantizer = ONNXQuantizer(model, False, False, QuantizationMode.IntegerOps, False, QuantType.QInt8,
-                                  QuantType.QUInt8, None, [], sorted(kept), list(DYNAMIC_OP_TYPES),
+        quantizer = ONNXQuantizer(model, False, reduced_range(reduce_range), QuantizationMode.IntegerOps, False,
+                                  QuantType.QInt8, QuantType.QUInt8, None, [], sorted(kept), list(DYNAMIC_OP_TYPES),
                                   {"MatMulConstBOnly": True})
         with _quiet():
             quantizer.quantize_model()

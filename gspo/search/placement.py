@@ -28,6 +28,7 @@ from gspo.ir import Graph
 from gspo.runtime import SessionConfig, interleaved, make_session, run
 from gspo.runtime import backends as runtime_backends
 from gspo.runtime.backends import DEFAULT_BACKEND
+from gspo.runtime.spill import Spill
 from gspo.runtime.verify import Tolerance, output_steps
 from gspo.search.budget import Budget
 from gspo.search.candidate import compare
@@ -73,21 +74,34 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
     first); the budget's build rates learn what building each session took (on its clock)."""
     out = PieceTimes()
     config, rates, clock = _CONFIG, budget.rates, budget.clock
-    try:
-        began = clock()
-        data = make_session(graph, config)  # the reference
-        rates.record(DEFAULT_BACKEND, len(graph.nodes), clock() - began)
-        expected = [run(data, f) for f in feeds]
-    except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
-        out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
-        return out
+    with Spill() as spill:  # large reference outputs wait in a file, not beside the other backends'
+        try:
+            began = clock()
+            data = make_session(graph, config)  # the reference
+            rates.record(DEFAULT_BACKEND, len(graph.nodes), clock() - began)
+            expected = spill.outputs([run(data, f) for f in feeds])
+        except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
+            out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
+            return out
+        runners = _checked(graph, data, feeds, expected, backends, tolerance, budget, out)
+        del expected  # not held while timed (the reference's next outputs would take as much again)
+    feed = dict(feeds[0])
+    timings = measure([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
+    out.seconds = {t.label: t.median for t in timings}
+    return out
+
+
+def _checked(graph: Graph, data, feeds, expected: list[dict], backends: Sequence[str], tolerance: Tolerance,
+             budget: Budget, out: PieceTimes) -> list[tuple]:
+    """The runner of each backend that computes ``expected`` (``data``: onnxruntime's, the
+    reference), ``(backend, runner, output names)``; those refused are in ``out.refused``."""
     runners = []
     for b in backends:
         try:
-            began = clock()
-            runner = data if b == DEFAULT_BACKEND else runtime_backends.load_runner(b, _bytes(graph), config)
+            began = budget.clock()
+            runner = data if b == DEFAULT_BACKEND else runtime_backends.load_runner(b, _bytes(graph), _CONFIG)
             if b != DEFAULT_BACKEND:
-                rates.record(b, len(graph.nodes), clock() - began)
+                budget.rates.record(b, len(graph.nodes), budget.clock() - began)
             names = list(expected[0])
             if runner is not data:  # not the reference against itself (a second output of it in memory)
                 _check(runner, names, feeds, expected, tolerance, output_steps(graph))
@@ -95,11 +109,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
             out.refused[b] = str(e)
             continue
         runners.append((b, runner, names))
-    del expected  # not held while timed (the reference's next outputs would take as much again)
-    feed = dict(feeds[0])
-    timings = measure([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
-    out.seconds = {t.label: t.median for t in timings}
-    return out
+    return runners
 
 
 def _check(runner, names: list[str], feeds, expected: list[dict], tolerance: Tolerance, steps: dict) -> None:
