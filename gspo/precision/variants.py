@@ -186,7 +186,7 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
     that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked;
     ``None``: the time budget cannot hold it, and no static int8 kind is made);
     ``probe`` compiles a model on OpenVINO in a process of its own."""
-    from gspo.runtime.quantize import dynamic_quantizable, quantizable
+    from gspo.runtime.quantize import dynamic_quantizable, int8_note, quantizable
 
     out: list[Kind] = []
     notes: list[str] = []
@@ -197,6 +197,8 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
         else:
             notes.append("bf16: " + (why if not ok else "OpenVINO is not among --backends"))
     if "int8" in precisions:
+        slow = int8_note()
+        notes += [f"int8: {slow}"] if slow else []
         try:
             q = quantizable(graph)
         except GspoError as e:

@@ -132,3 +132,18 @@ def test_with_bf16_asked_too_int8_on_openvino_comes_again_with_the_rest_at_bf16_
 
     only_int8, _ = kinds(g, ["int8"], ["ort", "openvino"], lambda: _ranges(g), probe=_Probe())
     assert only_int8 and all(k.rest == "fp32" for k in only_int8)
+
+
+@pytest.mark.parametrize("flags, says", [(frozenset({"avx2", "fma"}), True),
+                                         (frozenset({"avx2", "avx512f", "avx512_vnni"}), False)])
+def test_int8_says_once_when_the_cpu_lacks_vnni(monkeypatch, flags, says):
+    """The CPU's flags are injected: the note depends on them, not on the machine running the test."""
+    from gspo.runtime import cpu_features
+
+    monkeypatch.setattr(cpu_features, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(cpu_features.platform, "machine", lambda: "x86_64")
+    g = _mlp()
+    _, notes = kinds(g, ["int8"], ["ort"], lambda: _ranges(g))
+    vnni = [n for n in notes if "VNNI" in n]
+    assert len(vnni) == (1 if says else 0), notes
+    assert all(n.startswith("int8: this CPU has no VNNI") and "7 bits (reduce_range)" in n for n in vnni)
