@@ -377,7 +377,9 @@ def convert(model, output, input_shapes, inputs_file, force):
     check_outputs({"-o": output}, (model, inputs_file), force, models=[model], model_outputs=["-o"])
     graph = load_model(model, input_shapes)
     feeds = load_inputs(inputs_file, graph) if inputs_file else None
-    data = ir.serialize(graph)
+    # weights kept in external data stay there: onnxruntime reads them from their files (a
+    # tensor past protobuf's 2 GB cannot be held in a model in memory)
+    data = graph if ir.onnx_io.uses_external_data(graph) else ir.serialize(graph)
     problem = _converted_problem(model, graph, data, feeds)
     if problem:
         click.echo(f"gspo: error: {problem}; nothing written", err=True)
@@ -389,10 +391,10 @@ def convert(model, output, input_shapes, inputs_file, force):
     click.echo(f"wrote {output}")
 
 
-def _converted_problem(model: str, graph, data: bytes, feeds) -> str | None:
-    """Why the converted model ``data`` may not be written: onnxruntime refuses it, or on
-    ``feeds`` (random valid inputs when ``None``) it fails or computes something else than
-    the model as given.
+def _converted_problem(model: str, graph, data, feeds) -> str | None:
+    """Why the converted model ``data`` (serialized, or ``graph`` itself when its weights are
+    in external data) may not be written: onnxruntime refuses it, or on ``feeds`` (random valid
+    inputs when ``None``) it fails or computes something else than the model as given.
 
     Raises:
         GspoError: the model as given does not run on the inputs, so nothing can be compared.
@@ -404,9 +406,9 @@ def _converted_problem(model: str, graph, data: bytes, feeds) -> str | None:
 
     given = "--inputs" if feeds is not None else "random inputs"
     feeds = feeds if feeds is not None else random_inputs(graph, 0)
-    # the model as given, with weights kept beside it read in through gspo (nothing else changed)
+    # the model as given, with weights kept beside it read from their files through gspo (nothing else changed)
     external = ir.onnx_io.uses_external_data(graph)
-    reference = ir.serialize(ir.load(model)) if external else Path(model).read_bytes()
+    reference = ir.load(model) if external else Path(model).read_bytes()
     try:
         session = make_session(reference)
     except GspoError as e:

@@ -10,9 +10,11 @@ import onnx
 from onnx import TensorProto, helper
 
 from gspo.errors import ModelLoadError
+from gspo.ir.graph import Graph
+from gspo.ir.weights import Init, np_dtype
 
 __all__ = ["check_external_data", "external_locations", "read_header", "without_external_data", "tensor_bytes",
-           "inline_tensor"]
+           "inline_tensor", "inline_bytes"]
 
 
 def read_header(model: str | os.PathLike | bytes) -> onnx.ModelProto | None:
@@ -105,3 +107,18 @@ def inline_tensor(t: TensorProto, base_dir: str) -> None:
         edh.load_external_data_for_tensor(t, base_dir)
         t.data_location = TensorProto.DEFAULT
         del t.external_data[:]
+
+
+def inline_bytes(graph: Graph, inline: bool = True) -> int:
+    """The bytes of weights ``serialize(graph, inline=inline)`` holds in the model itself (with
+    ``inline`` false, the originals kept in external data stay in their files); counted from
+    the weights' types and shapes, nothing read."""
+    from onnx import external_data_helper as edh
+
+    total = 0
+    for name, w in graph.weights.items():
+        if not inline and isinstance(w, Init) and w.name == name and name in graph.store \
+                and edh.uses_external_data(graph.store.proto(name)):
+            continue
+        total += w.size * np_dtype(w.dtype).itemsize
+    return total

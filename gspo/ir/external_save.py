@@ -22,6 +22,31 @@ _COPY_CHUNK = 1 << 26
 _EXTERNAL_MIN_BYTES = 1024
 
 
+def _copy(src, offset: int, out, length: int, name: str) -> None:
+    """``length`` bytes of ``src`` from ``offset`` appended to ``out``: by the kernel where it
+    can (``os.copy_file_range``: no pass through Python's memory, a clone where the file system
+    shares blocks), else in chunks."""
+    out.flush()
+    left, at = length, offset
+    if hasattr(os, "copy_file_range"):
+        try:
+            while left:
+                done = os.copy_file_range(src.fileno(), out.fileno(), min(left, _COPY_CHUNK), at)
+                if not done:
+                    break
+                left, at = left - done, at + done
+        except OSError:  # not between these files (another file system, an old kernel): in chunks
+            pass
+        out.seek(0, os.SEEK_END)
+    src.seek(at)
+    while left:
+        chunk = src.read(min(left, _COPY_CHUNK))
+        if not chunk:
+            raise OSError(f"external data of {name!r} ends early")
+        out.write(chunk)
+        left -= len(chunk)
+
+
 def write_data(model: onnx.ModelProto, data_path: Path, location: str, base_dir: str) -> None:
     """Move the weights of ``model`` into ``data_path`` one tensor at a time (those already in
     external data copied from their file in chunks): never more than one tensor in memory."""
@@ -34,14 +59,7 @@ def write_data(model: onnx.ModelProto, data_path: Path, location: str, base_dir:
                 info = {e.key: e.value for e in t.external_data}
                 length = tensor_bytes(t, base_dir)
                 with open(os.path.join(base_dir, info["location"]), "rb") as src:
-                    src.seek(int(info.get("offset", 0) or 0))
-                    left = length
-                    while left:
-                        chunk = src.read(min(left, _COPY_CHUNK))
-                        if not chunk:
-                            raise OSError(f"external data of {t.name!r} ends early")
-                        out.write(chunk)
-                        left -= len(chunk)
+                    _copy(src, int(info.get("offset", 0) or 0), out, length, t.name)
             elif t.HasField("raw_data") and len(t.raw_data) >= _EXTERNAL_MIN_BYTES:
                 length = len(t.raw_data)
                 out.write(t.raw_data)

@@ -30,7 +30,7 @@ from gspo.ir.checks import (
     negative_dims_unknown,
 )
 from gspo.ir.digests import digest
-from gspo.ir.external import check_external_data, inline_tensor, tensor_bytes
+from gspo.ir.external import check_external_data, inline_bytes, inline_tensor, tensor_bytes
 from gspo.ir.external_save import save_external
 from gspo.ir.files import read_model_file
 from gspo.ir.graph import Graph, ModelExtras
@@ -38,7 +38,8 @@ from gspo.ir.onnx_shapes import STRIP_ELEMENTS, infer_values
 from gspo.ir.order import topologically_sorted
 from gspo.ir.pinning import pin_inputs
 from gspo.ir.protos import STREAM_KEY, node_from_proto, node_to_proto, value_info, value_of
-from gspo.ir.weights import Init, WeightStore, materialize
+from gspo.ir.weights import Init, WeightStore, materialize, materialized_bytes
+from gspo.ir.wire import with_initializers
 from gspo.outputs import atomic_write
 
 __all__ = [
@@ -342,7 +343,8 @@ def _ir_version(graph: Graph, opsets) -> int:
 
 
 def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool = False,
-             light: bool = False, placement: Mapping | None = None, inline: bool = True) -> onnx.ModelProto:
+             light: bool = False, placement: Mapping | None = None, inline: bool = True,
+             weights: bool = True) -> onnx.ModelProto:
     """The ``ModelProto`` of ``graph`` (weights materialized, streams and schedule recorded).
 
     With ``keep_dynamic``, graph inputs and outputs keep the dynamic dimensions they were loaded
@@ -353,6 +355,7 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     gets the shape gspo's IR gives it, for strict shape inference to confirm. With ``inline``
     false, weights the model keeps in external data still refer to their files (in
     ``graph.store.base_dir``: see :func:`external_dir`) instead of being read into the model.
+    Without ``weights``, the model has no initializers (:func:`serialize` appends them).
     """
     ex = graph.extras
     keep_dynamic = keep_dynamic or bool(ex.static_refused)
@@ -360,7 +363,8 @@ def to_model(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool =
     labels: set[str] = set()
     nodes = [node_to_proto(n, labels) for n in graph.nodes]
     stubbed = {name for name, w in graph.weights.items() if light and w.size > STRIP_ELEMENTS}
-    initializers = [materialize(name, w, graph.store, inline) for name, w in graph.weights.items() if name not in stubbed]
+    initializers = [materialize(name, w, graph.store, inline) for name, w in graph.weights.items()
+                    if name not in stubbed and weights]
     live = set(graph.values)
     infos = [] if dynamic else [
         vi for vi in (onnx.ValueInfoProto.FromString(b) for b in ex.value_info) if vi.name in live]
@@ -422,17 +426,26 @@ def serialize(graph: Graph, schedule: Mapping | None = None, keep_dynamic: bool 
         ModelLoadError: the model with its weights inline is past protobuf's 2 GB limit (run it
             with ``inline=False``, its external data read from :func:`external_dir`).
     """
-    model = to_model(graph, schedule, keep_dynamic, placement=placement, inline=inline)
-    try:
-        return model.SerializeToString()
+    if (held := inline_bytes(graph, inline)) > _INLINE_LIMIT:  # said before any weight is read
+        raise ModelLoadError(f"the model cannot be serialized in one piece: its weights held in memory "
+                             f"({held / 1e9:.2f} GB) are past protobuf's 2 GB limit")
+    try:  # the weights appended one at a time: no copy of them all in a model first
+        head = to_model(graph, schedule, keep_dynamic, placement=placement, inline=inline, weights=False)
+        return with_initializers(head.SerializeToString(), (materialized_bytes(name, w, graph.store, inline)
+                                                             for name, w in graph.weights.items()))
     except (EncodeError, ValueError) as e:  # past protobuf's 2 GB: "Failed to serialize proto"
         raise ModelLoadError(f"the model cannot be serialized in one piece: {_first_line(e)}") from None
 
 
+#: The most bytes of weights a serialized model may hold in itself (protobuf's limit: 2 GiB).
+_INLINE_LIMIT = 2**31 - 1
+
+
 def external_dir(graph: Graph) -> str:
     """The directory the external data of ``graph``'s original weights is read from ("" if
-    they are all in memory): what ``serialize(graph, inline=False)`` refers to."""
-    return graph.store.base_dir if graph.extras.external_data else ""
+    they are all in memory): what ``serialize(graph, inline=False)`` refers to (set only for
+    a model with external data, and kept by its pieces, which share its store)."""
+    return graph.store.base_dir
 
 
 _EXTERNAL_THRESHOLD = 1_800_000_000

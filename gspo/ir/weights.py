@@ -31,6 +31,7 @@ __all__ = [
     "np_dtype",
     "dtype_named",
     "materialize",
+    "materialized_bytes",
 ]
 
 
@@ -62,6 +63,19 @@ class WeightStore:
     def array(self, name: str) -> np.ndarray:
         """The stored tensor ``name`` as an array (external data read from ``base_dir``)."""
         return numpy_helper.to_array(self._tensors[name], self.base_dir)
+
+    def sharing(self, other: WeightStore, names) -> WeightStore:
+        """This store with the tensors ``names`` taken from ``other`` (the same bytes held once)
+        and the others copied out of the model they were parsed with, which can then be let go
+        (a tensor of a parsed model holds the whole model in memory)."""
+        tensors = {}
+        for name, t in self._tensors.items():
+            if name in names:
+                tensors[name] = other.proto(name)
+            else:
+                tensors[name] = onnx.TensorProto()
+                tensors[name].CopyFrom(t)
+        return WeightStore(tensors, self.base_dir)
 
 
 class Weight:
@@ -334,3 +348,13 @@ def materialize(name: str, weight: Weight, store: WeightStore, inline: bool = Tr
             del proto.external_data[:]
         return proto
     return numpy_helper.from_array(weight.evaluate(store), name)
+
+
+def materialized_bytes(name: str, weight: Weight, store: WeightStore, inline: bool = True) -> bytes:
+    """The serialized initializer :func:`materialize` makes (an unchanged original serialized
+    as it is stored, not copied first)."""
+    if isinstance(weight, Init) and weight.name == name and name in store:
+        proto = store.proto(name)
+        if not (inline and external_data_helper.uses_external_data(proto)):
+            return proto.SerializeToString()
+    return materialize(name, weight, store, inline).SerializeToString()

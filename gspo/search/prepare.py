@@ -13,7 +13,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.onnx_io import from_model, load_bytes, read_model_file, to_model, uses_external_data
 from gspo.ir.pinning import describe_defaults
-from gspo.ir.weights import np_dtype
+from gspo.ir.weights import Init, np_dtype
 from gspo.runtime import make_session, run
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.default_sizes import explain_defaults_failure
@@ -36,7 +36,7 @@ from gspo.search.build_costs import frontend_seconds
 from gspo.search.candidate import Candidate
 from gspo.search.config import OptimizeConfig
 from gspo.search.prepared import Prepared
-from gspo.search.trial import ReferenceError_, Trial
+from gspo.search.trial import MIN_ROUNDS, WARMUP_ROUNDS, ReferenceError_, Trial
 
 __all__ = ["prepare"]
 
@@ -70,8 +70,18 @@ def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None
                     "the time budget could not hold it")
         return original
     if isinstance(model, Graph):
-        return _typed(dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras))
-    return _typed(load_bytes(data, input_shapes, plain=True, **where))
+        plain = dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
+    else:
+        plain = load_bytes(data, input_shapes, plain=True, **where)
+    return _typed(_sharing_weights(plain, original))
+
+
+def _sharing_weights(plain: Graph, original: Graph) -> Graph:
+    """``plain`` holding the weights the front end left as they were in ``original``'s tensors
+    (not a second parse of the model's weights: 400 MB more for a model of 400 MB)."""
+    same = {name for name, w in plain.weights.items()
+            if isinstance(w, Init) and w.name == name and name in original.store and original.weights.get(name) == w}
+    return dataclasses.replace(plain, store=plain.store.sharing(original.store, same))
 
 
 #: Bytes per second that one run of a model at least moves (its inputs read, its outputs
@@ -82,6 +92,18 @@ RUN_RATE = 10e9
 #: measured), each erring short.
 ARRAY_OVERHEAD = 300
 SET_SECONDS = 1e-5
+
+
+#: Bytes per second of fresh memory touched for the first time (the kernel maps and zeroes each
+#: page), a best case, so that an estimate errs short: a Relu over [30000, 30000] was estimated
+#: at 21.7 s from a small draw into memory already mapped and took 36 s, touching its 3.6 GB
+#: took 9 s of it (17 s on a busier machine; 64 MB alone, in 0.2 s, does not tell this).
+TOUCH_RATE = 4e9
+
+
+def touching_seconds(nbytes: int) -> float:
+    """Seconds that touching ``nbytes`` of fresh memory takes, at least (:data:`TOUCH_RATE`)."""
+    return nbytes / TOUCH_RATE
 
 
 def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
@@ -107,7 +129,9 @@ def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
     require_memory(need, f"{what} and the outputs of one run on them", pin)
     if not budget.limited:
         return
-    seconds = count * (making_seconds(graph) + SET_SECONDS) + (size + output_bytes(graph)) / RUN_RATE
+    fresh = count * size + output_bytes(graph)  # the inputs' and one run's outputs' memory, touched first
+    seconds = count * (making_seconds(graph) + SET_SECONDS) + (size + output_bytes(graph)) / RUN_RATE \
+        + touching_seconds(fresh)
     left = budget.remaining()
     if seconds > left:
         raise GspoError(f"{what} and one run of the model on them are estimated at {seconds:.1f} s here, more than "
@@ -137,7 +161,9 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
     if len(feeds) < cfg.verify.runs and inputs is None:
         notes.append(f"verified on one random input set, not {cfg.verify.runs}: one takes {human_bytes(input_bytes(plain))}")
     seed = cfg.verify.seed if inputs is None else None  # with the user's inputs, gspo chose no size
-    if plain is not original and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(original.nodes))):
+    if plain is not original and plain.key == original.key:
+        plain = original  # the front end changed nothing: nothing to check
+    if plain is not original and not budget.fits(2 * _run_seconds(original, budget, len(feeds))):
         budget.skip("load", "checking the front end's graph against the model",
                     "the time budget could not hold it (the model is searched as given)")
         plain = original
@@ -154,12 +180,26 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
     return Prepared(original, plain, feeds, notes, data=data, run_s=trial.run_s)
 
 
+def _run_seconds(graph: Graph, budget: Budget, sets: int = 1) -> float:
+    """Seconds that building a session of ``graph`` and running it on ``sets`` input sets is
+    expected to take, at least: the build at the budget's rate, and each run moving its inputs
+    and outputs (:data:`RUN_RATE`) into outputs of fresh memory (:func:`touching_seconds`), the
+    reference's written to a file and read back when large (:class:`~gspo.runtime.spill.Spill`).
+    A Relu over [30000, 30000] was checked against the front end's graph, counted as two
+    builds, at --time-budget 60: 86.8 s."""
+    out = output_bytes(graph)
+    run = (input_bytes(graph) + 3 * out) / RUN_RATE + touching_seconds(out) if out > LARGE_INPUT_SET else 0.0
+    return budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes)) + sets * run
+
+
 def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
     """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
-    hold building it: then nothing is tried and the input is handed back); the seconds one run took."""
+    hold building and running it and then the least timing of it, :func:`_run_seconds`: then
+    nothing is tried and the input is handed back); the seconds one run took."""
     ops = len(graph.nodes)
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, ops)):
-        budget.skip("load", "running the model once with onnxruntime", "the time budget could not hold it")
+    if not budget.fits(_run_seconds(graph, budget, 1 + MIN_ROUNDS + WARMUP_ROUNDS)):  # and the least timing after
+        budget.skip("load", "running the model once with onnxruntime",
+                    "the time budget could not hold it and a timing of the model after it")
         return 0.0
     try:
         began = budget.clock()

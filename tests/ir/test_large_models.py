@@ -81,3 +81,27 @@ def test_an_optimized_external_model_saves_its_own_weights(external, tmp_path, m
     assert any(external_data_helper.uses_external_data(t) for t in saved.graph.initializer) is external_out
     got = ort.InferenceSession(str(out)).run(None, _feeds())[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_serialize_appends_each_weight_without_building_a_model_of_them_all(monkeypatch):
+    """The serialized model parses as the model with its weights (a computed one included),
+    and the original weights are not copied into a model first (400 MB more, and its time, for
+    every session of a model of 400 MB)."""
+    from gspo.ir.builder import GraphBuilder
+    from gspo.ir.onnx_io import to_model
+
+    b = GraphBuilder(seed=0)
+    x = b.input("x", (1, 64))
+    g = b.output(b.op("MatMul", [x, b.weight("w", (64, 32))]), b.op("MatMul", [x, b.weight("v", (64, 32))])).build()
+    merged, counts = apply_greedily(ir.load_bytes(serialize(g)), [MergeParallelMatMuls()])
+    assert counts == {"MergeParallelMatMuls": 1}
+    real, copied = ir.onnx_io.materialize, []
+    for graph in (ir.load_bytes(serialize(g)), merged):
+        want = to_model(graph)
+        monkeypatch.setattr(ir.onnx_io, "materialize", lambda name, *a, **k: copied.append(name) or real(name, *a, **k))
+        got = onnx.ModelProto.FromString(serialize(graph))
+        monkeypatch.undo()
+        assert got == want and not copied
+        feeds = {"x": np.ones((1, 64), np.float32)}
+        np.testing.assert_array_equal(ort.InferenceSession(got.SerializeToString()).run(None, feeds)[0],
+                                      ort.InferenceSession(want.SerializeToString()).run(None, feeds)[0])

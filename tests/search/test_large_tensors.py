@@ -1,0 +1,80 @@
+"""Large tensors against the time budget and the memory (issue 51, item 6): the front end's graph
+holds no second copy of the model's weights, and making large random inputs is estimated with
+the memory they are made in (a Relu over [30000, 30000] at --time-budget 30 ran 50 s)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import helper as h
+from onnx import numpy_helper
+
+import gspo.runtime.inputs as inputs_mod
+import gspo.search.prepare as prepare_mod
+from benchmarks.edges import matmuls
+from gspo.errors import GspoError
+from gspo.ir.onnx_io import from_model
+from gspo.search.budget import Budget
+from gspo.search.config import OptimizeConfig
+from gspo.search.prepare import prepare
+from tests.helpers import relu_model
+from tests.search.fakes import FakeClock
+
+
+def test_the_front_ends_graph_shares_the_weights_of_the_model_as_given(tmp_path):
+    """Four parallel MatMuls (benchmarks/edges.py, scaled down): the graph searched and the model
+    as given hold each weight once (the front end parsed the model again: 400 MB more on 400 MB
+    of weights)."""
+    m = matmuls(4, 64)
+    m.graph.node[0].output[0] = "t0"  # y0 = t0 + c, c a Constant node (which the front end lifts)
+    m.graph.node.extend([h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.ones(64, np.float32))),
+                         h.make_node("Add", ["t0", "c"], ["y0"])])
+    path = tmp_path / "mm.onnx"
+    path.write_bytes(m.SerializeToString())
+    prepared = prepare(str(path), None, None, OptimizeConfig(), Budget(None))
+    assert prepared.plain is not prepared.original  # the front end's graph, checked and kept
+    for k in range(4):
+        assert prepared.plain.store.proto(f"w{k}") is prepared.original.store.proto(f"w{k}")
+    want = prepared.original.store.array("w2")
+    np.testing.assert_array_equal(prepared.plain.store.array("w2"), want)
+
+
+@pytest.mark.parametrize("touching, refused", [(0.0, False), (20.0, True)])
+def test_making_large_inputs_counts_the_first_touch_of_their_memory(monkeypatch, touching, refused):
+    """Drawn at the rate of a small draw in memory already mapped, 9 s of touching 3.6 GB for
+    the first time were missing from the estimate: the inputs were made past the budget, and
+    then every step was skipped. Scripted seconds: no real timing."""
+    monkeypatch.setattr(inputs_mod, "available_memory", lambda: 10**12)
+    monkeypatch.setattr(prepare_mod, "making_seconds", lambda graph: 10.0)
+    touched = []
+    monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: touched.append(n) or touching)
+    graph = from_model(relu_model((10000, 10000)))  # 400 MB in, 400 MB out
+    budget = Budget(25.0, clock=FakeClock())
+    if refused:
+        with pytest.raises(GspoError, match=r"estimated at 30\.\d s here, more than the 25\.0 s left"):
+            prepare_mod._check_sizes(graph, 2, budget)
+    else:
+        prepare_mod._check_sizes(graph, 2, budget)
+    assert touched == [800 * 10**6]  # the one set of inputs and one run's outputs
+
+
+def test_a_front_end_that_changed_nothing_is_not_checked_against_the_model(monkeypatch):
+    """Checking it ran the model twice (its outputs written to a file, as large as its input):
+    a Relu over [30000, 30000] at --time-budget 60 ended after 86.8 s."""
+    monkeypatch.setattr(prepare_mod, "Trial", lambda *a, **k: pytest.fail("the front end's graph was checked"))
+    graph = from_model(relu_model((4, 8)))
+    prepared = prepare(graph, None, None, OptimizeConfig(), Budget(None))
+    assert prepared.plain is prepared.original and prepared.run_s > 0
+
+
+def test_a_run_whose_outputs_the_budget_cannot_hold_is_skipped_before_a_session_is_built(monkeypatch):
+    """Its outputs (400 MB, scripted to take 1 s to touch) count, not only the session's build,
+    and so does the least timing of the model that must follow it (one run would fit in 5 s,
+    nine do not): a Relu over [30000, 30000] at --time-budget 60 ran once after its inputs
+    were made, and then skipped everything, at 74 s."""
+    monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
+    monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
+    graph = from_model(relu_model((10000, 10000)))
+    budget = Budget(5.0, clock=FakeClock())
+    assert prepare_mod._require_runs(graph, {}, budget, 0) == 0.0
+    assert [s.what for s in budget.log] == ["running the model once with onnxruntime"]
