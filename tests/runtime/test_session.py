@@ -110,3 +110,28 @@ def test_only_large_outputs_are_bound_and_a_wrong_declared_shape_falls_back(monk
     x = np.ones((6, 6), np.float32)
     out = sess.run(None, {"x": x})
     assert out[0].shape == (6, 6) and sess._large == {}
+
+
+def test_a_cpu_session_does_not_keep_the_serialized_model_and_still_runs():
+    """onnxruntime's Python session kept the model's bytes (its weights) for its whole life, to
+    rebuild itself on fallback providers a CPU-only session does not have."""
+    import tracemalloc
+
+    from gspo.ir.builder import GraphBuilder
+
+    b = GraphBuilder("big", seed=0)
+    x = b.input("x", (1, 1024))
+    y = b.op("MatMul", [x, b.weight("w", (1024, 4096))])  # 16 MB of weights
+    g = b.output(y).build()
+    feeds = random_inputs(g, seed=0)
+    tracemalloc.start()
+    try:
+        held_before = tracemalloc.get_traced_memory()[0]
+        session = make_session(g)
+        held = tracemalloc.get_traced_memory()[0] - held_before
+    finally:
+        tracemalloc.stop()
+    assert held < 4 * 2**20, held  # the 16 MB serialized model is not held by the session
+    (out,) = session.run(None, feeds)
+    w = g.weights["w"].evaluate(g.store)
+    np.testing.assert_allclose(out, feeds["x"] @ w, rtol=1e-4, atol=1e-4)
