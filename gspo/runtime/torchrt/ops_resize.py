@@ -127,9 +127,11 @@ def _aspect(c: Call, sizes: list[int], dims: list[int], axes) -> tuple[list[floa
 
 
 @functools.lru_cache(maxsize=512)
-def _cubic_table(size_in, size_out, scale, ctm, length, a, exclude, dtype, device):
+def _cubic_table(size_in, size_out, scale, ctm, length, kernel: tuple[float, bool], dtype, device):
     """The 4 neighbours of each output position (edges repeated) and their weights: the
-    standard's cubic kernel with coefficient ``a`` (``exclude``: none outside, renormalized)."""
+    standard's cubic kernel, ``kernel`` its coefficient ``a`` and ``exclude`` (none outside,
+    renormalized)."""
+    a, exclude = kernel
     xo = _original(size_in, size_out, scale, ctm, length).astype(np.float64)
     base = np.floor(xo)
     r = (xo - base)[:, None]
@@ -144,8 +146,8 @@ def _cubic_table(size_in, size_out, scale, ctm, length, a, exclude, dtype, devic
 
 
 def _cubic(c: Call, t: torch.Tensor, axis: int, size_out: int, scale: float, ctm: str, length: float):
-    idx, w = _cubic_table(t.shape[axis], size_out, scale, ctm, length, float(c.attr("cubic_coeff_a", -0.75)),
-                          bool(c.attr("exclude_outside", 0)), t.dtype, t.device)
+    kernel = (float(c.attr("cubic_coeff_a", -0.75)), bool(c.attr("exclude_outside", 0)))
+    idx, w = _cubic_table(t.shape[axis], size_out, scale, ctm, length, kernel, t.dtype, t.device)
     near = t.index_select(axis, idx)
     near = near.reshape(*t.shape[:axis], size_out, 4, *t.shape[axis + 1:])
     shape = [1] * near.dim()
