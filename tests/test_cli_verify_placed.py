@@ -33,7 +33,10 @@ def test_verify_judges_what_the_placement_computes(monkeypatch, tmp_path):
     done = _verify(src, placed)
     assert done.exit_code == 1, done.output
     assert "NOT equivalent" in done.output and fake.precisions == ["f32"]
-    assert _verify(src, src).exit_code == 0  # no placement: onnxruntime, as before
+    assert f"{placed} ran as saved: " in done.output and "on openvino" in done.output
+    assert f"{src} ran" not in done.output  # the plain session is not announced
+    plain = _verify(src, src)
+    assert plain.exit_code == 0 and " ran " not in plain.output  # no placement: onnxruntime, as before
 
 
 def test_verify_of_a_placed_model_without_openvino_is_one_line_not_equivalent(monkeypatch, tmp_path):
@@ -50,3 +53,4 @@ def test_verify_runs_a_bf16_placement_at_f32_on_a_cpu_without_bf16(monkeypatch, 
     done = _verify(src, placed)
     assert done.exit_code == 0 and "equivalent (" in done.output, done.output
     assert fake.precisions == ["f32"]
+    assert "openvino:bf16 (at f32 here)" in done.output, done.output

@@ -200,7 +200,8 @@ def _verify_budget(opts: SimpleNamespace) -> None:
 def verify(**options):
     """Check that two models compute the same outputs (exit 0) or not (exit 1).
 
-    Both run with onnxruntime on the same inputs (random ones valid for the model: integer
+    Both run as gspo runs them (a saved schedule or placement followed, each piece on its
+    backend; without either, onnxruntime) on the same inputs (random ones valid for the model: integer
     inputs stay within the tables they index, masks are 0 or 1). An output matches when every
     element satisfies |b - a| <= atol + rtol * |a| + ntol * max|a|, max|a| being the output's
     largest magnitude; integer and bool outputs must be equal, NaN and infinities at the same
@@ -238,6 +239,9 @@ def verify(**options):
     for d in result.outputs:
         click.echo(f"{d.name:<30} {d.max_abs:>12.3g} {d.max_rel:>12.3g} {d.norm_rel:>11.3g}  "
                    f"{'ok' if d.ok else 'DIFFERS: ' + d.reason}")
+    for path, how in zip((opts.model_a, opts.model_b), result.ran):
+        if how != "on onnxruntime":  # said only where it is not the plain session
+            click.echo(f"{path} ran {how}")
     tol = f"rtol={rtol:g}, atol={atol:g}, ntol={ntol:g}"
     if result.equivalent:
         click.echo(f"equivalent ({tol})")
