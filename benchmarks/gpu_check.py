@@ -1,6 +1,6 @@
 """Check gspo on an NVIDIA GPU with the PyTorch runtime, in one command, into benchmarks/gpu/.
 
-    python benchmarks/gpu_check.py [-o benchmarks/gpu] [--dry-run] [--steps a,b] [--rehearse]
+    python benchmarks/gpu_check.py [-o benchmarks/gpu] [--dry-run] [--steps PART|a,b] [--rehearse]
 
 For the GPU machines gspo is checked on (PyTorch with CUDA, cuda-python, no onnxruntime-gpu, no
 network): nothing is installed but gspo itself (``pip install --no-deps -e .``). Steps, each
@@ -25,10 +25,25 @@ keeps what it measured):
                (Nimble's streams) against onnxruntime at one session of all cores
   cli          ``gspo optimize``, ``gspo run`` and ``gspo bench`` with ``--device cuda
                --cuda-runtime torch`` on NasRNN, and its output through ``gspo.InferenceSession``
+  peers1       the peers of the figure5 models (peers2: ResNet-50 and BERT), full size: plain
+               PyTorch eager on one stream, the same replayed from a CUDA graph, torch.compile
+               "reduce-overhead" and "max-autotune-no-cudagraphs" (replayed from a CUDA graph) of
+               the same converted program (benchmarks/gpu/gpu_peers.py), each compile's seconds,
+               against gspo's joint result: its time and ratio to the best torch.compile
+  corpusN      real exports of benchmarks/realworld carried without weights (benchmarks/gpu/
+               corpus/, filled from a seed): equivalence against onnxruntime's CPU provider, the
+               ops that fell back to the CPU and why, eager / CUDA graph / torch.compile
+               reduce-overhead / ``gspo optimize --device cuda``'s output, medians
 
-``--dry-run`` lists the steps with their estimated seconds (on an H100) and ends with ``total: N
-s``. ``--rehearse`` runs every step on torch's CPU device with tiny models and short budgets, to
-check this script before spending GPU time: its report says so and is never a GPU result.
+Each part (``--steps check``, the default; ``peers1``, ``peers2``, ``corpus1``, ...) is one GPU
+machine's run, estimated under 480 s on an H100; the environment step is run first in every
+one. A part's report is named after it (``gpu_check_peers1.md``; ``check`` keeps
+``gpu_check.md``). A step stops at its estimated share (its deadline), writing what it has.
+
+``--dry-run`` lists the steps (all of them unless ``--steps`` says) with their estimated seconds
+(on an H100), the parts, and ends with ``total: N s``. ``--rehearse`` runs every step on torch's
+CPU device with tiny models and short budgets, to check this script before spending GPU time:
+its report says so and is never a GPU result.
 Exit 0 when every check passed, 1 when one failed (see the report), 2 (one line) where no CUDA
 runtime works.
 """
@@ -36,7 +51,9 @@ runtime works.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
 import platform
 import statistics
 import sys
@@ -54,7 +71,22 @@ TIME_BUDGET = 20.0  # seconds per gspo optimize (nine of them)
 RUNS = 30  # interleaved timed rounds
 #: Estimated seconds of each step on an H100 machine (16 cores), torch already imported.
 ESTIMATES = {"environment": 15, "convert": 50, "streams": 40, "calibrate": 50, "figure5": 200,
-             "cost_model": 20, "cpu16": 40, "cli": 40}
+             "cost_model": 20, "cpu16": 40, "cli": 40, "peers1": 450, "peers2": 450}
+#: One GPU machine's run: its steps' estimates add up to less than this.
+PART_LIMIT_S = 480
+CHECK = ("convert", "streams", "calibrate", "figure5", "cost_model", "cpu16", "cli")
+PEERS = {"peers1": ("nasrnn", "inception_v3", "nasnet_mobile"), "peers2": ("resnet50", "bert")}
+#: The zoo models whose converted program dynamo is asked about (at tiny size: where it breaks
+#: is a matter of the ops, not of the sizes).
+EXPLAIN = ("bert", "inception_v3")
+#: The last GPU report's profile: the gspo optimize of a part without a calibrate step uses it.
+COMMITTED_PROFILE = HERE / "gpu" / "gpu_check_profile.json"
+sys.path.insert(0, str(HERE / "gpu"))
+import gpu_corpus  # noqa: E402  (benchmarks/gpu/)
+import gpu_peers  # noqa: E402
+
+CORPUS_PARTS = gpu_corpus.parts(gpu_corpus.load_manifest())
+ESTIMATES.update({part: gpu_corpus.part_estimate_s(models) for part, models in CORPUS_PARTS.items()})
 ABLATIONS = {"joint": {}, "rules_only": {"use_streams": False}, "streams_only": {"use_rules": False}}
 
 
@@ -70,6 +102,20 @@ class Ctx:
         self.report: dict = {"rehearsal": args.rehearse, "steps": {}}
         self.profile: Path | None = None
         self.optimized: dict = {}
+        self.deadline = float("inf")  # the running step's (time.perf_counter())
+
+    def left(self) -> float:
+        """Seconds left in the running step's share."""
+        return self.deadline - time.perf_counter()
+
+    def profile_path(self) -> str:
+        """The calibrate step's GPU profile, else the committed one of the last GPU run."""
+        return str(self.profile if self.profile is not None else COMMITTED_PROFILE)
+
+    def foreign_profile(self) -> bool:
+        """Whether optimize takes the committed profile (its torch version may differ from this
+        machine's: the measured times decide in the end, the profile only guides the search)."""
+        return Path(self.profile_path()) == COMMITTED_PROFILE
 
 
 # ------------------------------------------------------------------ helpers
@@ -279,7 +325,7 @@ def _optimize(ctx: Ctx, name: str, path: Path, kind: str) -> tuple[dict, object]
 
     start = time.perf_counter()
     res = gspo.optimize(str(path), device="cuda", cuda_runtime="torch", profile=str(ctx.profile),
-                        time_budget=ctx.budget, seed=0, **ABLATIONS[kind])
+                        time_budget=ctx.budget, seed=0, force_profile=ctx.foreign_profile(), **ABLATIONS[kind])
     r = res.report
     row = {"seconds": round(time.perf_counter() - start, 1), "chosen": r.chosen, "streams": r.streams,
            "syncs": r.syncs, "rules": r.substitutions, "speedup_in_optimize": r.speedup, "verdict": r.verdict,
@@ -454,11 +500,239 @@ def step_cli(ctx: Ctx) -> dict:
     return result
 
 
+# ------------------------------------------------------------------ peers and the corpus
+def _compile_cost(ctx: Ctx, nodes: int):
+    scale = 3.0 if ctx.rehearse else 1.0  # inductor's C++ backend on a few CPU cores is slower
+    return lambda mode: scale * gpu_corpus.compile_cost_s(nodes, mode)
+
+
+def _peer_runs(ctx: Ctx, built: dict, peers: dict, feeds: dict, args: list, program, ref: dict, row: dict) -> None:
+    """Outputs against the CPU and interleaved medians of the executors ``built`` and the compiled
+    ``peers`` into ``row``."""
+    dev = gpu_peers.device_of(ctx.rehearse)
+    row["vs_cpu"] = {label: compare(ref, ex.run(feeds)) for label, ex in built.items()}
+    row["vs_cpu"].update({label: compare(ref, gpu_peers.outputs(fn, args, program.outputs, mode))
+                          for label, (fn, mode) in peers.items()})
+    row["graph_refusal"] = {label: ex.graph_refusal for label, ex in built.items() if ex.graph_refusal}
+    runners = [(label, timed(ex, feeds)) for label, ex in built.items()]
+    runners += [(label, gpu_peers.runner(fn, args, dev, mode)) for label, (fn, mode) in peers.items()]
+    times = interleave(runners, ctx.runs)
+    row["median_ms"] = {k: v["median_ms"] for k, v in times.items()}
+    row["spread"] = {k: v["spread"] for k, v in times.items()}
+    best = min((v for k, v in row["median_ms"].items() if k.startswith("compile_")), default=None)
+    mine = row["median_ms"].get("gspo")
+    row["best_compile_ms"] = best
+    row["gspo_over_best_compile"] = best / mine if best and mine else None  # > 1: gspo's output is faster
+
+
+def _joint(ctx: Ctx, name: str, g):
+    """gspo's joint result for a zoo model: figure5's of this run, else optimized now."""
+    from gspo.ir import save
+
+    done = ctx.optimized.get(name, {}).get("joint")
+    if done is not None:
+        return {"from": "figure5"}, done
+    path = ctx.work / f"peers_{name}.onnx"
+    save(g, path)
+    if ctx.profile is None:
+        ctx.profile = COMMITTED_PROFILE
+    row, res = _optimize(ctx, name, path, "joint")
+    return row, res
+
+
+def _peers_row(ctx: Ctx, name: str, modes) -> dict:
+    import torch
+
+    from gspo.runtime import random_inputs
+    from gspo.runtime.torchrt.convert import convert
+    from gspo.zoo import build
+
+    torch._dynamo.reset()
+    dev = gpu_peers.device_of(ctx.rehearse)
+    g = build(name, ctx.size_full)
+    row: dict = {"model": name, "size": ctx.size_full, "nodes": len(g.nodes)}
+    if name in EXPLAIN and ctx.left() > 60:
+        tiny = build(name, "tiny")
+        small = convert(tiny, dev)
+        row["dynamo_on_program"] = gpu_peers.where_dynamo_breaks(small, gpu_peers.inputs_on(
+            small, random_inputs(tiny, seed=0), dev))
+        torch._dynamo.reset()
+    row["optimize"], res = _joint(ctx, name, g)
+    feeds = random_inputs(g, seed=1)  # not the inputs optimize verified on
+    ref = cpu_reference(g, feeds)
+    program = convert(g, dev)
+    args = gpu_peers.inputs_on(program, feeds, dev)
+    info = gpu_peers.build_peers(program, args, dev, modes, ctx.left, _compile_cost(ctx, len(g.nodes)))
+    peers = info.pop("peers")
+    row["torch_compile"] = info
+    built = {"eager_one_stream": executor(g), "cuda_graph": executor(g, cuda_graph=True),
+             "gspo": executor(res.graph, res.schedule, cuda_graph=True)}
+    try:
+        _peer_runs(ctx, built, peers, feeds, args, program, ref, row)
+    finally:
+        for ex in built.values():
+            ex.close()
+    row["ok"] = all(v["ok"] for v in row["vs_cpu"].values())
+    return row
+
+
+def step_peers(ctx: Ctx, part: str = "peers1") -> dict:
+    """torch.compile and the model on one stream, eager and from a CUDA graph, against gspo's joint result."""
+    rows = []
+    for name in PEERS[part]:
+        if rows and ctx.left() < 30:
+            rows.append({"model": name, "ok": False, "skipped": f"deadline: {ctx.left():.0f} s left"})
+            continue
+        try:
+            rows.append(_peers_row(ctx, name, gpu_peers.MODES))
+        except Exception as e:
+            rows.append({"model": name, "ok": False, "error": f"{type(e).__name__}: {e}",
+                         "traceback": traceback.format_exc()[-3000:]})
+    return {"ok": all(r["ok"] for r in rows), "models": rows, "profile": ctx.profile_path(), "runs": ctx.runs,
+            "modes": list(gpu_peers.MODES)}
+
+
+def _filled(ctx: Ctx, entry: dict):
+    """A corpus skeleton filled from its seed, saved in the work folder, and loaded: (path, graph)."""
+    import onnx
+    import skeleton
+
+    from gspo.ir import load
+
+    model = skeleton.fill(skeleton.load_skeleton(gpu_corpus.CORPUS / entry["skeleton"]))
+    path = ctx.work / f"corpus_{entry['name']}.onnx"
+    onnx.save(model, str(path))
+    return path, load(path, entry.get("input_shapes"))
+
+
+def _corpus_optimize(ctx: Ctx, entry: dict, path: Path):
+    import gspo
+
+    start = time.perf_counter()
+    res = gspo.optimize(str(path), device="cuda", cuda_runtime="torch", profile=ctx.profile_path(),
+                        force_profile=ctx.foreign_profile(), time_budget=2.0 if ctx.rehearse else gpu_corpus.OPTIMIZE_BUDGET, seed=0,
+                        input_shapes=entry.get("input_shapes"))
+    r = res.report
+    return {"seconds": round(time.perf_counter() - start, 1), "chosen": r.chosen, "streams": r.streams,
+            "rules": r.substitutions, "verdict": r.verdict}, res
+
+
+def _corpus_row(ctx: Ctx, entry: dict) -> dict:
+    import torch
+
+    from gspo.runtime import random_inputs
+    from gspo.runtime.torchrt.convert import convert
+
+    torch._dynamo.reset()
+    dev = gpu_peers.device_of(ctx.rehearse)
+    path, g = _filled(ctx, entry)
+    row: dict = {"model": entry["name"], "exporter": entry.get("exporter"), "nodes": len(g.nodes)}
+    feeds = random_inputs(g, seed=1)
+    ref = cpu_reference(g, feeds)
+    program = convert(g, dev)
+    row["fallbacks"] = [str(f) for f in program.fallbacks]
+    args = gpu_peers.inputs_on(program, feeds, dev)
+    info = gpu_peers.build_peers(program, args, dev, gpu_peers.MODES[:1], ctx.left, _compile_cost(ctx, len(g.nodes)))
+    peers = info.pop("peers")
+    row["torch_compile"] = info
+    built = {"eager_one_stream": executor(g), "cuda_graph": executor(g, cuda_graph=True)}
+    try:
+        row["optimize"], res = _corpus_optimize(ctx, entry, path)
+        built["gspo"] = executor(res.graph, res.schedule, cuda_graph=True)
+    except Exception as e:  # recorded; the peers are still timed
+        row["optimize"] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
+    try:
+        _peer_runs(ctx, built, peers, feeds, args, program, ref, row)
+    finally:
+        for ex in built.values():
+            ex.close()
+    row["equivalent"] = row["vs_cpu"]["eager_one_stream"]["ok"]
+    row["ok"] = all(v["ok"] for v in row["vs_cpu"].values()) and "error" not in row["optimize"]
+    return row
+
+
+def step_corpus(ctx: Ctx, part: str = "corpus1") -> dict:
+    """Real exports carried without weights: equivalence, CPU fallbacks, eager / CUDA graph / torch.compile / gspo."""
+    rows = []
+    for entry in CORPUS_PARTS.get(part, []):
+        if rows and ctx.left() < entry["estimate_s"] / (1 if not ctx.rehearse else 3):
+            rows.append({"model": entry["name"], "ok": False, "skipped": f"deadline: {ctx.left():.0f} s left"})
+            continue
+        try:
+            rows.append(_corpus_row(ctx, entry))
+        except Exception as e:
+            rows.append({"model": entry["name"], "ok": False, "error": f"{type(e).__name__}: {e}",
+                         "traceback": traceback.format_exc()[-3000:]})
+    return {"ok": bool(rows) and all(r["ok"] for r in rows), "models": rows, "profile": ctx.profile_path(),
+            "optimize_budget_s": gpu_corpus.OPTIMIZE_BUDGET, "runs": ctx.runs}
+
+
 STEPS = {"environment": step_environment, "convert": step_convert, "streams": step_streams,
          "calibrate": step_calibrate, "figure5": step_figure5, "cost_model": step_cost_model, "cpu16": step_cpu16, "cli": step_cli}
+STEPS.update({part: functools.partial(step_peers, part=part) for part in PEERS})
+STEPS.update({part: functools.partial(step_corpus, part=part) for part in CORPUS_PARTS})
+#: What one GPU machine runs (``--steps PART``): the environment step first, then these.
+PARTS = {"check": CHECK, **{part: (part,) for part in (*PEERS, *CORPUS_PARTS)}}
 
 
 # ------------------------------------------------------------------ report
+def _ms(row: dict, label: str) -> str:
+    v = row.get("median_ms", {}).get(label)
+    return f"{v:.3f}" if v is not None else "-"
+
+
+def _ratio(v) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
+def _peers_md(step: dict) -> list[str]:
+    labels = ["eager_one_stream", "cuda_graph", "compile_reduce_overhead", "compile_max_autotune_no_cudagraphs_graph",
+              "gspo"]
+    lines = ["", "## Peers: torch.compile of the same converted program, TF32 off: median ms", "",
+             "`compile_*`: torch.compile of the torch runtime's program traced to one FX graph (make_fx); "
+             "max-autotune-no-cudagraphs replayed from a CUDA graph; `gspo`: gspo's joint result replayed from a "
+             "CUDA graph; `gspo vs best compile` > 1: gspo's is faster.", "",
+             "| model | " + " | ".join(labels) + " | gspo vs best compile | compile s |", "|---" * (len(labels) + 3) + "|"]
+    for r in step["models"]:
+        if "median_ms" not in r:
+            lines.append(f"| {r['model']} | " + (r.get("error") or r.get("skipped") or "failed")[:200] + " |")
+            continue
+        secs = ", ".join(f"{k} {v}" for k, v in r.get("torch_compile", {}).get("compile_s", {}).items()) or "-"
+        lines.append(f"| {r['model']} | " + " | ".join(_ms(r, k) for k in labels)
+                     + f" | {_ratio(r.get('gspo_over_best_compile'))} | {secs} |")
+    notes = [f"- {r['model']}: dynamo on the program itself: {r['dynamo_on_program']}" for r in step["models"]
+             if "dynamo_on_program" in r]
+    notes += [f"- {r['model']}: {what}: {why}" for r in step["models"]
+              for what, why in {**r.get("torch_compile", {}).get("skipped", {}),
+                                **r.get("torch_compile", {}).get("refused", {})}.items()]
+    return lines + ([""] + notes if notes else [])
+
+
+def _corpus_md(name: str, step: dict) -> list[str]:
+    labels = ["eager_one_stream", "cuda_graph", "compile_reduce_overhead", "gspo"]
+    lines = ["", f"## The corpus on the GPU ({name}): real exports, weights filled from a seed, median ms", "",
+             "`equivalent`: the torch runtime on the GPU against onnxruntime's CPU provider on the same filled "
+             "model, TF32 off; `gspo`: `gspo optimize --device cuda`'s output replayed from a CUDA graph.", "",
+             "| model | exporter | nodes | equivalent | ops on the CPU | " + " | ".join(labels)
+             + " | gspo vs compile |", "|---" * (len(labels) + 6) + "|"]
+    for r in step["models"]:
+        if "median_ms" not in r:
+            lines.append(f"| {r['model']} | " + (r.get("error") or r.get("skipped") or "failed")[:200] + " |")
+            continue
+        lines.append(f"| {r['model']} | {r.get('exporter')} | {r['nodes']} | {r.get('equivalent')} | "
+                     f"{len(r.get('fallbacks', []))} | " + " | ".join(_ms(r, k) for k in labels)
+                     + f" | {_ratio(r.get('gspo_over_best_compile'))} |")
+    notes = [f"- {r['model']}: on the CPU: {f}" for r in step["models"] for f in r.get("fallbacks", [])[:5]]
+    notes += [f"- {r['model']}: CUDA graph of {k}: {v}" for r in step["models"]
+              for k, v in r.get("graph_refusal", {}).items()]
+    notes += [f"- {r['model']}: {what}: {why}" for r in step["models"]
+              for what, why in {**r.get("torch_compile", {}).get("skipped", {}),
+                                **r.get("torch_compile", {}).get("refused", {}),
+                                **({"optimize": r["optimize"]["error"]} if "error" in r.get("optimize", {}) else {})
+                                }.items()]
+    return lines + ([""] + notes if notes else [])
+
+
 def markdown(report: dict) -> str:
     """The report as tables (what the README and docs/gpu.md quote)."""
     steps = report["steps"]
@@ -533,6 +807,11 @@ def markdown(report: dict) -> str:
         lines += [f"| {r['model']} | {r['cores']} | {r['streams']} | "
                   + ", ".join(f"{k} {v:.2f}" for k, v in r["median_ms"].items())
                   + f" | {r['speedup_over_onnxruntime']:.3f} |" for r in c16["models"]]
+    for name, step in steps.items():
+        if name.startswith("peers") and step.get("models"):
+            lines += _peers_md(step)
+        elif name.startswith("corpus") and step.get("models"):
+            lines += _corpus_md(name, step)
     return "\n".join(lines) + "\n"
 
 
@@ -547,14 +826,37 @@ def write(report: dict, out: Path) -> None:
 
 def dry_run(steps: list[str]) -> int:
     for name in steps:
-        print(f"{name:<12} ~{ESTIMATES[name]:>4} s  {STEPS[name].__doc__ or _summary(name)}")
+        step = STEPS[name]
+        doc = (step.func if isinstance(step, functools.partial) else step).__doc__ or _summary(name)
+        models = PEERS.get(name) or [m["name"] for m in CORPUS_PARTS.get(name, [])]
+        print(f"{name:<12} ~{ESTIMATES[name]:>4} s  {doc}" + (f" [{', '.join(models)}]" if models else ""))
+    chosen = [(part, ESTIMATES["environment"] + sum(ESTIMATES[s] for s in members))
+              for part, members in PARTS.items() if set(members) & set(steps)]
+    print(f"parts (one GPU machine each, under {PART_LIMIT_S} s): "
+          + "; ".join(f"--steps {part} ~{seconds} s" for part, seconds in chosen))
     print(f"total: {sum(ESTIMATES[s] for s in steps)} s")
     return 0
 
 
+def selected(spec: str) -> list[str]:
+    """The steps ``--steps`` names (steps and parts), in their order, the environment first."""
+    steps = ["environment"]
+    for item in (s for s in spec.split(",") if s):
+        for name in PARTS.get(item, (item,)):
+            if name not in steps:
+                steps.append(name)
+    return steps
+
+
+def default_name(steps: list[str]) -> str:
+    """The report's name: gpu_check for the check part's steps, gpu_check_PART... otherwise."""
+    rest = [s for s in steps if s not in CHECK and s != "environment"]
+    return "_".join(["gpu_check", *rest])
+
+
 def _summary(name: str) -> str:
     for line in __doc__.splitlines():
-        if line.strip().startswith(name + " "):
+        if line.strip().startswith(name + " ") or name.startswith("corpus") and line.strip().startswith("corpusN "):
             return line.strip()[len(name):].strip()
     return ""
 
@@ -563,17 +865,24 @@ def main(argv=None) -> int:
     global REHEARSAL
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", default=str(HERE / "gpu"), help="folder of the report [benchmarks/gpu]")
-    parser.add_argument("--steps", default=",".join(STEPS), help="comma-separated steps [all]")
+    parser.add_argument("--steps", default=None, help="comma-separated steps or parts (" + ", ".join(PARTS)
+                        + ", all) [check; the dry run: all]")
     parser.add_argument("--time-budget", type=float, default=TIME_BUDGET, help="seconds per gspo optimize")
     parser.add_argument("--dry-run", action="store_true", help="list the steps and their estimated seconds")
-    parser.add_argument("--name", default="gpu_check", help="the report's file name, without extension [gpu_check]")
+    parser.add_argument("--name", default=None,
+                        help="the report's file name, without extension [gpu_check, gpu_check_PART for a part]")
     parser.add_argument("--rehearse", action="store_true", help="run on torch's CPU device (not a GPU result)")
     args = parser.parse_args(argv)
-    steps = [s for s in args.steps.split(",") if s]
-    unknown = [s for s in steps if s not in STEPS]
+    args.steps = args.steps or ("all" if args.dry_run else "check")
+    if args.steps == "all":
+        args.steps = ",".join(STEPS)
+    unknown = [s for s in args.steps.split(",") if s and s not in STEPS and s not in PARTS]
     if unknown:
-        print(f"gpu_check: unknown step {unknown[0]!r} (steps: {', '.join(STEPS)})", file=sys.stderr)
+        print(f"gpu_check: unknown step {unknown[0]!r} (steps: {', '.join(STEPS)}; parts: {', '.join(PARTS)})",
+              file=sys.stderr)
         return 2
+    steps = selected(args.steps)
+    args.name = args.name or default_name(steps)
     if args.dry_run:
         return dry_run(steps)
     REHEARSAL = args.rehearse
@@ -604,8 +913,10 @@ def _run(args, steps: list[str], argv) -> int:
         ctx.report.update(name=args.name, date=time.strftime("%Y-%m-%d"), command="python benchmarks/gpu_check.py "
                           + " ".join(argv if argv is not None else sys.argv[1:]), estimates=ESTIMATES)
         started = time.perf_counter()
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ctx.work / "inductor"))  # compiles measured cold
         for name in steps:
             t0 = time.perf_counter()
+            ctx.deadline = t0 + ESTIMATES[name] * (3 if ctx.rehearse else 1)
             print(f"gpu_check: {name} (~{ESTIMATES[name]} s) ...", flush=True)
             try:
                 result = STEPS[name](ctx)

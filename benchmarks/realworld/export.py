@@ -183,6 +183,37 @@ def hf_gpt2():
     return _decoder(GPT2Model(cfg).eval(), cfg.vocab_size)
 
 
+def hf_gpt2_kv(layers=4, past=127):
+    """GPT-2 as a decoding step is exported: one new token, each layer's cached keys and values
+    in (``past`` earlier tokens), the hidden state and the grown cache out."""
+    from transformers import DynamicCache, GPT2Config, GPT2Model
+
+    cfg = GPT2Config(vocab_size=8000, n_embd=256, n_layer=layers, n_head=4, n_positions=512, bos_token_id=0,
+                     eos_token_id=0)
+    m = GPT2Model(cfg).eval()
+    ids = _token_inputs(cfg.vocab_size, seq=1)[0]
+    kv = tuple(torch.randn(1, cfg.n_head, past, cfg.n_embd // cfg.n_head) for _ in range(2 * layers))
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, input_ids, *kv):
+            cache = DynamicCache()
+            for i in range(layers):
+                cache.update(kv[2 * i], kv[2 * i + 1], i)
+            out = self.m(input_ids=input_ids, past_key_values=cache, use_cache=True)
+            present = []
+            for layer in out.past_key_values.layers:
+                present += [layer.keys, layer.values]
+            return (out.last_hidden_state, *present)
+
+    names = [f"past_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+    return Wrap().eval(), (ids, *kv), ["input_ids", *names], ["last_hidden_state", *[n.replace("past", "present")
+                                                                                        for n in names]]
+
+
 def hf_llama():
     from transformers import LlamaConfig, LlamaModel
 
@@ -333,6 +364,8 @@ CORPUS: list[Entry] = [
     Entry("regnety_002", "timm regnety_002", "dynamo", timm_model("regnety_002"), {"input": BATCH}, opset=18),
     Entry("convnext_atto", "timm convnext_atto", "torchscript", timm_model("convnext_atto")),
     Entry("vit_tiny", "timm vit_tiny_patch16_224", "dynamo", timm_model("vit_tiny_patch16_224"), opset=18),
+    Entry("swin_tiny", "timm swin_tiny_patch4_window7_224 (shifted windows)", "torchscript",
+          timm_model("swin_tiny_patch4_window7_224")),
     Entry("resnest14d", "timm resnest14d (split attention)", "torchscript", timm_model("resnest14d")),
     Entry("nasnetalarge", "timm nasnetalarge", "torchscript", timm_model("nasnetalarge", size=331)),
     Entry("resnet50", "torchvision resnet50", "torchscript", torchvision_model("resnet50"), {"input": BATCH}),
@@ -355,6 +388,8 @@ CORPUS: list[Entry] = [
     Entry("bert_dynamo", "transformers BertModel (4 layers, hidden 256)", "dynamo", hf_bert, opset=18),
     Entry("distilbert", "transformers DistilBertModel (4 layers, hidden 256)", "torchscript", hf_distilbert),
     Entry("gpt2", "transformers GPT2Model (4 layers, hidden 256)", "dynamo", hf_gpt2, opset=18),
+    Entry("gpt2_kv", "transformers GPT2Model, one decoding step with a KV cache (4 layers, 127 cached tokens)",
+          "torchscript", hf_gpt2_kv),
     Entry("llama", "transformers LlamaModel (4 layers, hidden 256, grouped-query attention)", "dynamo", hf_llama,
           opset=18),
     Entry("repvgg_a0", "timm repvgg_a0 (unfused training-time branches)", "torchscript", timm_model("repvgg_a0")),
