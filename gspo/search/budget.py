@@ -1,7 +1,7 @@
 """The time budget of one ``optimize`` run (``--time-budget``): a deadline counted from the start
-(loading and the front end included) and the shares of it each stage may use; what building a
-session costs is :mod:`gspo.search.build_costs`, and the work skipped to hold it goes to the
-run's log (the report's ``skipped``).
+(loading and the front end included; ``gspo optimize``'s imports too) and the shares of it each
+stage may use; what building a session costs is :mod:`gspo.search.build_costs`, and the work
+skipped to hold it goes to the run's log (the report's ``skipped``).
 
 Every stage asks its budget before it starts a piece of work it cannot interrupt (a search
 step, building or compiling a session, a timing) and skips the work that would run past its
@@ -68,14 +68,18 @@ class Budget:
         clock: seconds, monotonic (:func:`time.perf_counter`; tests pass a fake one).
         log: the run's record of the work skipped (the report's ``skipped``), which
             :meth:`skip` appends to (a list of its own when not given).
+        started: when the run began on ``clock`` (``None``: now; never later than now), so that
+            what came before the budget was made counts (``gspo optimize``: its imports).
     """
 
     def __init__(self, seconds: float | None, shares: Shares = Shares(),
-                 clock: Callable[[], float] = time.perf_counter, log: list[Skip] | None = None):
+                 clock: Callable[[], float] = time.perf_counter, log: list[Skip] | None = None,
+                 started: float | None = None):
         self.seconds = seconds
         self.shares = shares
         self.clock = clock
-        self.started = clock()
+        now = clock()
+        self.started = now if started is None else min(started, now)
         self.end = Deadline(None if seconds is None else self.started + seconds, clock)
         self.log: list[Skip] = [] if log is None else log
         #: What building a session costs in this run (shared with every child budget).

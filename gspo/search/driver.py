@@ -51,6 +51,7 @@ from gspo.search.build_costs import (
 )
 from gspo.search.candidate import (
     Candidate,
+    Measured,
     distinct,
     estimate_or,
 )
@@ -72,6 +73,7 @@ from gspo.search.pool import search_pieces
 from gspo.search.prepare import prepare
 from gspo.search.prepared import Prepared
 from gspo.search.report import (
+    FinalChoice,
     Run,
     WholeModel,
     build_report,
@@ -240,6 +242,12 @@ def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPi
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
     chosen = pieces.chosen
+    if not prepared.feeds:  # the budget ended while the inputs were drawn (prepare logged it)
+        budget.skip("final", "comparing the whole model's options with the original (the input is returned)",
+                    "the time budget ended while the random inputs were drawn")
+        unmeasured = [Measured(Candidate(prepared.original, None, (), tools.cost(prepared.plain), label="original",
+                                         kind="original"))]
+        return WholeModel(FinalChoice(unmeasured[0], unmeasured, unmeasured, []), None, PlacementReport(list(backends)))
     if not budget.fits(original_seconds(prepared, budget)):
         original = Candidate(prepared.original, None, (), tools.cost(prepared.plain), label="original", kind="original")
         return WholeModel(choose_final(prepared, [original], cfg, tools, budget), None, PlacementReport(list(backends)))
@@ -262,7 +270,8 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: 
             progress) -> tuple[Partition | None, list]:
     """The model partitioned and each piece searched, in the search's share of ``budget``
     (``None`` and nothing when loading spent it all)."""
-    if not budget.fits(partition_seconds(len(prepared.plain.nodes), cfg.search.threshold)) or budget.expired():
+    fits = budget.fits(partition_seconds(len(prepared.plain.nodes), cfg.search.threshold))
+    if not prepared.feeds or budget.expired() or not fits:  # no feeds: the budget ended while they were drawn
         budget.skip("search", "partitioning, searching, verifying and placing the pieces",
                     "the time budget could not hold partitioning the model")
         return None, []
@@ -282,14 +291,14 @@ def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: 
 def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = None, *,
              progress: Callable[[str, int, int], None] | None = None,
              input_shapes: Mapping[str, Sequence[int]] | None = None, inputs: Mapping[str, np.ndarray] | None = None,
-             strategies: Strategies | None = None, **options) -> OptimizeResult:
+             strategies: Strategies | None = None, started: float | None = None, **options) -> OptimizeResult:
     """Optimize a model (a path or a :class:`~gspo.ir.Graph`) with ``config`` (default: the
     defaults), any :class:`OptimizeConfig` field given as a keyword option replacing its value.
 
-    Everything after the call counts against ``time_budget`` (loading, the front end, the
-    search, verifying and placing the pieces, building and timing the whole models): work that
+    Everything after the call (or ``started``) counts against ``time_budget`` (loading, drawing
+    the inputs, the search, verifying and placing the pieces, timing the whole models): work that
     would run past it is skipped, and the report lists it under ``skipped``; with no time left
-    for the final comparison the input is handed back unchanged.
+    for the final comparison (or the inputs) the input is handed back unchanged.
 
     Args:
         model: the ``.onnx`` path (its dynamic dimensions get defaults unless ``input_shapes``
@@ -301,6 +310,8 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
         strategies: the cost model, the timing function and the clock to use instead of the
             profile's cost model, :func:`gspo.runtime.interleaved` and :func:`time.perf_counter`
             (:class:`~gspo.search.strategies.Strategies`; tests pass fakes).
+        started: when the run began on that clock, if before the call (``gspo optimize``: when
+            the command began, its imports and reading ``--inputs`` counted).
 
     Returns:
         :class:`OptimizeResult` with the optimized graph, its schedule (``None``: one stream)
@@ -312,12 +323,10 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     """
     given = check_options(options, config)
     check_model_and_inputs(model, inputs)
-    tools = strategies or Strategies()
-    if tools.device is None:
-        tools = dataclasses.replace(tools, device=device_of(given.device.name, given.device.cuda_runtime))
+    tools = _on_device(strategies or Strategies(), given)
     cfg = resolved(given, device=tools.device)
     skipped: list[Skip] = []  # the report's log of the work skipped to hold the time budget
-    budget = Budget(exact_seconds(cfg), SHARES, clock=tools.clock, log=skipped)
+    budget = Budget(exact_seconds(cfg), SHARES, clock=tools.clock, log=skipped, started=started)
     profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
     tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
     try:
@@ -339,6 +348,13 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, skipped)
     whole_budget = Deadline(None if cfg.timing.time_budget is None else budget.started + cfg.timing.time_budget, budget.clock)
     return with_precision(_result(run, cfg), prepared, cfg, backends, whole_budget, progress)
+
+
+def _on_device(tools: Strategies, given: OptimizeConfig) -> Strategies:
+    """``tools`` with the device ``given`` names when they name none."""
+    if tools.device is not None:
+        return tools
+    return dataclasses.replace(tools, device=device_of(given.device.name, given.device.cuda_runtime))
 
 
 def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:

@@ -19,6 +19,7 @@ from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.default_sizes import explain_defaults_failure
 from gspo.runtime.inputs import (
     LARGE_INPUT_SET,
+    InputsOutOfTime,
     check_inputs,
     check_seed,
     human_bytes,
@@ -38,7 +39,7 @@ from gspo.search.config import OptimizeConfig
 from gspo.search.prepared import Prepared
 from gspo.search.trial import MIN_ROUNDS, WARMUP_ROUNDS, ReferenceError_, Trial
 
-__all__ = ["prepare"]
+__all__ = ["MAKING_INPUTS", "prepare"]
 
 
 def _typed(graph: Graph) -> Graph:
@@ -157,7 +158,9 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
         notes.append(describe_defaults(original.extras.defaulted, pins))
     if original.extras.static_refused:
         notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
-    feeds = [dict(inputs)] if inputs is not None else random_input_sets(plain, cfg.verify.seed, cfg.verify.runs)
+    feeds = [dict(inputs)] if inputs is not None else _drawn(plain, cfg, budget)
+    if not feeds:  # the budget ended while the inputs were drawn: nothing can be checked or timed
+        return Prepared(original, original, [], notes, data=data)
     if len(feeds) < cfg.verify.runs and inputs is None:
         notes.append(f"verified on one random input set, not {cfg.verify.runs}: one takes {human_bytes(input_bytes(plain))}")
     seed = cfg.verify.seed if inputs is None else None  # with the user's inputs, gspo chose no size
@@ -180,6 +183,22 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
     return Prepared(original, plain, feeds, notes, data=data, run_s=trial.run_s)
 
 
+#: What the report's ``skipped`` names when the time budget ends while the random inputs are drawn.
+MAKING_INPUTS = "making the random inputs"
+
+
+def _drawn(graph: Graph, cfg: OptimizeConfig, budget: Budget) -> list[dict]:
+    """The random input sets of ``graph`` (:func:`~gspo.runtime.inputs.random_input_sets`), drawn
+    until the budget's deadline; none when it passed first (the budget says so), and the driver
+    then hands the input back unchanged: a Relu over [30000, 30000] drew its 3.6 GB for 36 s at
+    --time-budget 30, past its estimate (touching fresh memory on a loaded machine)."""
+    try:
+        return random_input_sets(graph, cfg.verify.seed, cfg.verify.runs, until=budget.end)
+    except InputsOutOfTime as e:
+        budget.skip("load", MAKING_INPUTS, str(e))
+        return []
+
+
 def _run_seconds(graph: Graph, budget: Budget, sets: int = 1) -> float:
     """Seconds that building a session of ``graph`` and running it on ``sets`` input sets is
     expected to take, at least: the build at the budget's rate, and each run moving its inputs
@@ -187,20 +206,29 @@ def _run_seconds(graph: Graph, budget: Budget, sets: int = 1) -> float:
     reference's written to a file and read back when large (:class:`~gspo.runtime.spill.Spill`).
     A Relu over [30000, 30000] was checked against the front end's graph, counted as two
     builds, at --time-budget 60: 86.8 s."""
+    return budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes)) + sets * _one_run_seconds(graph)
+
+
+def _one_run_seconds(graph: Graph) -> float:
+    """The least seconds one run of ``graph`` is expected to take (see :func:`_run_seconds`;
+    0.0 unless its outputs are larger than :data:`~gspo.runtime.inputs.LARGE_INPUT_SET`)."""
     out = output_bytes(graph)
-    run = (input_bytes(graph) + 3 * out) / RUN_RATE + touching_seconds(out) if out > LARGE_INPUT_SET else 0.0
-    return budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes)) + sets * run
+    return (input_bytes(graph) + 3 * out) / RUN_RATE + touching_seconds(out) if out > LARGE_INPUT_SET else 0.0
 
 
 def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
     """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
     hold building and running it and then the least timing of it, :func:`_run_seconds`: then
-    nothing is tried and the input is handed back); the seconds one run took."""
+    nothing is tried and the input is handed back); the seconds one run took, or, not run, the
+    least it is expected to take (:func:`_one_run_seconds`): the final comparison, which needs
+    the same run and timing, is then not tried either (a Relu over [30000, 30000] at
+    --time-budget 30 skipped this run, then began the final comparison with 4.7 s left, its
+    run estimated at 0 s, and ended at 41.9 s)."""
     ops = len(graph.nodes)
     if not budget.fits(_run_seconds(graph, budget, 1 + MIN_ROUNDS + WARMUP_ROUNDS)):  # and the least timing after
         budget.skip("load", "running the model once with onnxruntime",
                     "the time budget could not hold it and a timing of the model after it")
-        return 0.0
+        return _one_run_seconds(graph)
     try:
         began = budget.clock()
         session = make_session(graph)

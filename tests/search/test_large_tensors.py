@@ -1,24 +1,33 @@
 """Large tensors against the time budget and the memory (issue 51, item 6): the front end's graph
-holds no second copy of the model's weights, and making large random inputs is estimated with
-the memory they are made in (a Relu over [30000, 30000] at --time-budget 30 ran 50 s)."""
+holds no second copy of the model's weights, making large random inputs is estimated with
+the memory they are made in (a Relu over [30000, 30000] at --time-budget 30 ran 50 s), and the
+budget counts from the command's start (its imports included)."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from onnx import helper as h
 from onnx import numpy_helper
 
 import gspo.runtime.inputs as inputs_mod
 import gspo.search.prepare as prepare_mod
 from benchmarks.edges import matmuls
+from gspo.cli import cli
 from gspo.errors import GspoError
 from gspo.ir.onnx_io import from_model
 from gspo.search.budget import Budget
 from gspo.search.config import OptimizeConfig
+from gspo.search.decide import original_seconds
+from gspo.search.driver import optimize
 from gspo.search.prepare import prepare
+from gspo.search.prepared import Prepared
+from gspo.search.strategies import Strategies
 from tests.helpers import relu_model
-from tests.search.fakes import FakeClock
+from tests.search.fakes import FakeClock, ScriptedTimings
 
 
 def test_the_front_ends_graph_shares_the_weights_of_the_model_as_given(tmp_path):
@@ -76,5 +85,55 @@ def test_a_run_whose_outputs_the_budget_cannot_hold_is_skipped_before_a_session_
     monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
     graph = from_model(relu_model((10000, 10000)))
     budget = Budget(5.0, clock=FakeClock())
-    assert prepare_mod._require_runs(graph, {}, budget, 0) == 0.0
+    assert prepare_mod._require_runs(graph, {}, budget, 0) == pytest.approx(1.6e9 / prepare_mod.RUN_RATE + 1.0)
     assert [s.what for s in budget.log] == ["running the model once with onnxruntime"]
+
+
+def test_the_final_comparison_is_not_tried_when_the_run_at_load_was_not(monkeypatch):
+    """The run skipped at load was counted as 0 s: the final comparison, which builds, runs and
+    times the same model, was then estimated as a build alone and begun with 4.7 s left (a Relu
+    over [30000, 30000] at --time-budget 30 ended at 41.9 s). The run's estimate stands in."""
+    monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
+    monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
+    graph = from_model(relu_model((10000, 10000)))
+    budget = Budget(5.0, clock=FakeClock())
+    prepared = Prepared(graph, graph, [{}], [], run_s=prepare_mod._require_runs(graph, {}, budget, 0))
+    assert not budget.fits(original_seconds(prepared, budget))
+
+
+def test_the_budget_counts_from_when_the_run_began():
+    """``gspo optimize``'s imports (0.5-0.7 s here) ran before the budget was made and were not
+    counted: the budget counts from ``started`` (never later than now)."""
+    assert Budget(10.0, clock=FakeClock(100.0), started=97.0).remaining() == 7.0
+    assert Budget(10.0, clock=FakeClock(100.0), started=150.0).started == 100.0
+    assert Budget(10.0, clock=FakeClock(100.0)).remaining() == 10.0
+
+
+def test_optimize_counts_the_time_before_the_call_that_started_gives():
+    """Begun 20 s before the call on a budget of 15 s: nothing is left, the input is handed back
+    unmeasured, and the report's total counts from the start."""
+    clock = FakeClock()
+    timings = ScriptedTimings()
+    r = optimize(from_model(relu_model((4, 8))), time_budget=15.0, backends=("ort",), started=clock() - 20.0,
+                 strategies=Strategies(measure=timings, clock=clock))
+    assert r.unchanged and r.report["verdict"] == "not measured" and r.report["total_seconds"] == 20.0
+    assert timings.whole == []
+
+
+def test_the_cli_budget_counts_from_the_command_s_start(monkeypatch, tmp_path):
+    """The command passes when it began (before its imports) as the run's start."""
+    import gspo.search
+
+    seen = {}
+
+    def fake_optimize(model, **kwargs):
+        seen.update(kwargs, returned=time.perf_counter())
+        raise GspoError("stopped by the test")
+
+    monkeypatch.setattr(gspo.search, "optimize", fake_optimize)
+    p = tmp_path / "m.onnx"
+    p.write_bytes(relu_model((2, 3)).SerializeToString())
+    before = time.perf_counter()
+    res = CliRunner().invoke(cli, ["optimize", str(p), "-o", str(tmp_path / "o.onnx"), "--time-budget", "30"])
+    assert res.exit_code == 2 and "stopped by the test" in res.output
+    assert before <= seen["started"] <= seen["returned"]
