@@ -24,5 +24,7 @@ class Prepared:
     #: The model file's bytes both graphs were loaded from, when they are the model as given
     #: (``None``: given as a Graph, with input shapes pinned, or with external data).
     data: bytes | None = None
-    #: Seconds one run of the original took (0.0: not run; the time budget's estimates use it).
+    #: Seconds one run of the original took or, when the time budget could not hold that run, the
+    #: least it is expected to take (the budget's estimates use it). ``feeds`` is empty when the
+    #: budget ended while the random inputs were drawn (the input is then handed back).
     run_s: float = 0.0
