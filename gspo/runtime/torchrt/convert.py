@@ -9,7 +9,10 @@ At conversion (:func:`convert`):
 - every value known without running the model is folded once on the CPU: weights, nodes whose
   inputs are all known, and ``Shape``/``Size`` of values whose shape is static. On static shapes
   no op then reads a device value back to the host, so the program can be captured in a CUDA
-  graph;
+  graph (:attr:`Program.host_reads` names the steps that still do, found on fake tensors);
+- what an op decides from a known value (a shape, axes, whether indices can be negative) is
+  decided as plain Python values (:class:`~gspo.runtime.torchrt.registry.Call`), so torch dynamo
+  traces a run as one graph;
 - nodes the table cannot run (an op it lacks, an opaque node, a case its check refuses) are
   grouped into *islands* of consecutive nodes run by onnxruntime's CPU provider, their inputs
   copied to the host and their outputs back. Each such node is listed in
@@ -29,6 +32,7 @@ from gspo.errors import first_line
 from gspo.ir import Graph, Node
 from gspo.ir.subgraph import extract
 from gspo.runtime.torchrt.ops import lookup
+from gspo.runtime.torchrt.probe import Shapes, host_reads
 from gspo.runtime.torchrt.registry import Call, Unsupported
 
 __all__ = ["Fallback", "Program", "convert", "to_device", "to_numpy", "to_torch", "unsupported"]
@@ -144,9 +148,18 @@ def _static_shape(graph: Graph, name: str) -> tuple[int, ...] | None:
     return tuple(v.shape) if v is not None and v.is_static else None
 
 
-def _shape_const(graph: Graph, node: Node) -> np.ndarray | None:
-    """``Shape``/``Size`` of a value whose shape is static, at conversion."""
-    shape = _static_shape(graph, node.inputs[0]) if node.inputs and node.inputs[0] else None
+def _open_shapes(graph: Graph) -> bool:
+    """Whether shapes are worth carrying at conversion: every input's shape is static, and a
+    ``Shape``/``Size`` reads a value whose shape onnx's inference left open."""
+    return all(v.is_static for v in graph.inputs) and any(
+        n.op_type in ("Shape", "Size") and n.inputs and n.inputs[0] and _static_shape(graph, n.inputs[0]) is None
+        for n in graph.nodes)
+
+
+def _shape_const(graph: Graph, node: Node, shapes: Shapes | None = None) -> np.ndarray | None:
+    """``Shape``/``Size`` of a value whose shape is static (declared, or fixed by ``shapes``), at conversion."""
+    name = node.inputs[0] if node.inputs else ""
+    shape = (_static_shape(graph, name) or (shapes.of(name) if shapes is not None else None)) if name else None
     if shape is None:
         return None
     if node.op_type == "Size":
@@ -170,6 +183,7 @@ class Program:
         self.fallbacks: list[Fallback] = []
         self._known: dict[str, np.ndarray] = {}
         self._steps: list[_Step] = []
+        self._host_reads: list[str] | None = None
         self._build()
         self._consts = {name: to_device(value, self.device) for name, value in self._known.items()
                         if name in self._read_consts}
@@ -186,25 +200,31 @@ class Program:
         for name, w in g.weights.items():
             self._known[name] = np.asarray(w.evaluate(g.store))
         types = {name: v.dtype for name, v in g.values.items()}
+        shapes = Shapes(g.inputs, self._known) if _open_shapes(g) else None
         for i, node in enumerate(g.nodes):
             consts = tuple(self._known.get(n) if n else None for n in node.inputs)
-            call = Call(node, consts, opset, self.device, tuple(types.get(n, 0) if n else 0 for n in node.inputs))
+            in_types = tuple(types.get(n, 0) if n else 0 for n in node.inputs)
+            call = Call(node, consts, opset, self.device, in_types)
             try:
                 fn = lookup(call)
             except Unsupported as e:
                 self.fallbacks.append(Fallback(node.name or f"#{i}", node.op_type, first_line(e)))
                 pending.append((i, node, None, None))
+                if shapes is not None:
+                    shapes.step(node, None, None)
                 continue
-            if self._fold(node, call, fn, cpu):
+            if self._fold(node, call, fn, cpu, shapes):
                 continue
+            if shapes is not None:
+                shapes.step(node, Call(node, consts, opset, cpu, in_types), fn)
             pending.append((i, node, call, fn))
         self._steps = self._group(pending)
         self._plan_frees()
 
-    def _fold(self, node: Node, call: Call, fn, cpu: torch.device) -> bool:
+    def _fold(self, node: Node, call: Call, fn, cpu: torch.device, shapes: Shapes | None = None) -> bool:
         """Compute ``node`` now if its value is known without the data; True if folded."""
         if node.op_type in ("Shape", "Size"):
-            value = _shape_const(self.graph, node)
+            value = _shape_const(self.graph, node, shapes)
             if value is not None:
                 self._known[node.outputs[0].name] = value
                 return True
@@ -267,11 +287,23 @@ class Program:
 
     @property
     def needs_host(self) -> bool:
-        """Whether a run copies values to the host (an onnxruntime island, or a shape read from
-        the data): such a program cannot be captured in a CUDA graph."""
-        return bool(self.fallbacks) or not all(
-            v.is_static for v in self.graph.inputs) or not all(
-            v.is_static for n in self.graph.nodes for v in n.outputs if v.name)
+        """Whether a run copies values to the host (an onnxruntime island, or a shape, count or
+        bound read from the data: :attr:`host_reads`): such a program cannot be captured in a
+        CUDA graph."""
+        return bool(self.fallbacks) or bool(self.host_reads)
+
+    @property
+    def host_reads(self) -> list[str]:
+        """Where a run reads values back to the host, each ``"OpType 'node': why"``: an
+        onnxruntime island, an input of open shape, or a step that needs a value the data decides.
+        Found once, by running the steps on fake tensors (:mod:`gspo.runtime.torchrt.probe`):
+        a shape onnx's inference left open but conversion folded reads nothing."""
+        if self._host_reads is None:
+            if self.fallbacks:
+                self._host_reads = [f"{f.op_type} {f.node!r}: run by onnxruntime ({f.reason})" for f in self.fallbacks]
+            else:
+                self._host_reads = host_reads(self._steps, self._consts, self.graph.inputs, self.device)
+        return list(self._host_reads)
 
     def __call__(self, values: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         env: dict[str, torch.Tensor] = dict(self._consts)

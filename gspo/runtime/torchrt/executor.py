@@ -199,7 +199,7 @@ class TorchExecutor:
         if not any(p.steps for p in self.programs):
             self.graph_refusal = "nothing to capture (every value is known without running the model)"
             return False
-        host = [f"segment {k}: {p.fallbacks[0]}" if p.fallbacks else f"segment {k}: a shape computed from the data"
+        host = [f"segment {k}: {p.fallbacks[0]}" if p.fallbacks else f"segment {k}: {p.host_reads[0]}"
                 for k, p in enumerate(self.programs) if p.needs_host]
         if host:
             self.graph_refusal = f"not captured, values are read back to the host ({host[0]})"

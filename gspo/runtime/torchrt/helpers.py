@@ -62,8 +62,11 @@ def out_rank(c: Call, k: int = 0) -> int | None:
 def scalars(c: Call, i: int, x: torch.Tensor | None) -> list | None:
     """Input ``i`` as Python numbers (floats stay floats): its known value, else read from
     ``x`` (a device sync, like :meth:`Call.ints`); ``None`` when absent."""
+    known = c.numbers(i)
+    if known is not None:
+        return list(known)
     v = c.const(i)
-    if v is not None:
+    if v is not None:  # too large to be kept as Python values
         return np.asarray(v).reshape(-1).tolist()
     return None if x is None else x.reshape(-1).tolist()
 

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from gspo.runtime.torchrt.helpers import arg, norm_axis, scalars
 from gspo.runtime.torchrt.registry import Call, op
 
 
-def _wrap(idx: torch.Tensor, dim: int, known: np.ndarray | None = None) -> torch.Tensor:
-    if known is not None and bool((np.asarray(known) >= 0).all()):
+def _wrap(idx: torch.Tensor, dim: int, non_negative: bool = False) -> torch.Tensor:
+    """``idx`` with negative indices counted from the end of an axis of ``dim``; as it is when
+    known at conversion to hold none (:meth:`Call.non_negative`)."""
+    if non_negative:
         return idx
     return torch.where(idx < 0, idx + dim, idx)
 
@@ -25,10 +26,9 @@ def _wrap(idx: torch.Tensor, dim: int, known: np.ndarray | None = None) -> torch
 def _gather(c: Call, x):
     t, idx = x[0], x[1]
     axis = norm_axis(c.attr("axis", 0), t.dim())
-    known = c.const(1)
-    if known is not None and known.ndim == 0:
-        return [t.select(axis, int(known))]
-    idx = _wrap(idx, t.shape[axis], known)
+    if c.known_shape(1) == () and c.numbers(1) is not None:
+        return [t.select(axis, int(c.numbers(1)[0]))]
+    idx = _wrap(idx, t.shape[axis], c.non_negative(1))
     y = t.index_select(axis, idx.reshape(-1))
     return [y.reshape(t.shape[:axis] + idx.shape + t.shape[axis + 1:])]
 
@@ -37,7 +37,7 @@ def _gather(c: Call, x):
 def _gather_elements(c: Call, x):
     t = x[0]
     axis = norm_axis(c.attr("axis", 0), t.dim())
-    return [torch.gather(t, axis, _wrap(x[1], t.shape[axis], c.const(1)).long())]
+    return [torch.gather(t, axis, _wrap(x[1], t.shape[axis], c.non_negative(1)).long())]
 
 
 def _linear_index(idx: torch.Tensor, dims) -> torch.Tensor:
@@ -74,7 +74,7 @@ def _reduction_check(c: Call) -> str | None:
 def _scatter_elements(c: Call, x):
     t, upd = x[0], x[2]
     axis = norm_axis(c.attr("axis", 0), t.dim())
-    idx = _wrap(x[1], t.shape[axis], c.const(1)).long()
+    idx = _wrap(x[1], t.shape[axis], c.non_negative(1)).long()
     red = c.attr("reduction", "none")
     if red == "none":
         return [t.scatter(axis, idx, upd)]

@@ -16,7 +16,7 @@ executor then runs that piece on onnxruntime's CPU provider and says why.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,28 @@ def _decode(a) -> Any:
     return a.value
 
 
+#: Known integer (and boolean) inputs up to this many elements (shapes, axes, pads, sizes) are also
+#: kept as Python values (not an int8 weight of a quantized model: it would cost memory for nothing).
+_INTS_LIMIT = 4096
+#: Known floating-point inputs up to this many elements (scales, a fill value, a Range's bounds).
+_FLOATS_LIMIT = 64
+
+
+def _python(c: np.ndarray | None) -> tuple | None:
+    """A known input's values flattened as Python numbers, when it is small enough to be read
+    as numbers (a shape, axes, scales); else ``None``."""
+    if c is None:
+        return None
+    a = np.asarray(c)
+    limit = _INTS_LIMIT if a.dtype == np.bool_ or a.dtype.kind in "iu" else _FLOATS_LIMIT
+    return tuple(a.reshape(-1).tolist()) if a.size <= limit else None
+
+
+def _non_negative(c: np.ndarray | None) -> bool:
+    a = None if c is None else np.asarray(c)
+    return a is not None and (a.dtype.kind == "u" or (a.dtype.kind in "ib" and bool((a >= 0).all())))
+
+
 @dataclass(frozen=True)
 class Call:
     """One node as its op function sees it.
@@ -78,6 +100,11 @@ class Call:
     ``consts[i]`` is input i's value when it is known at conversion (a weight, a folded constant,
     the shape of a value of static shape), else ``None`` (also for a skipped input);
     ``in_types[i]`` input i's ONNX element type when the graph declares it (0 when unknown).
+
+    What an op function decides from a known input (:meth:`ints`, :meth:`numbers`,
+    :meth:`non_negative`, :meth:`known_shape`) is computed here once, as plain Python values, so
+    that a run decides in Python alone (torch dynamo traces it without a graph break: a numpy
+    array read at run time would become a tensor, and each decision a data-dependent read).
     """
 
     node: Node
@@ -85,6 +112,15 @@ class Call:
     opset: int
     device: torch.device
     in_types: tuple[int, ...] = ()
+    _numbers: tuple[tuple | None, ...] = field(init=False, repr=False, compare=False)
+    _shapes: tuple[tuple[int, ...] | None, ...] = field(init=False, repr=False, compare=False)
+    _non_negative: tuple[bool, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_numbers", tuple(_python(c) for c in self.consts))
+        object.__setattr__(self, "_shapes", tuple(None if c is None else tuple(int(d) for d in np.shape(c))
+                                                  for c in self.consts))
+        object.__setattr__(self, "_non_negative", tuple(_non_negative(c) for c in self.consts))
 
     def attr(self, name: str, default: Any = None) -> Any:
         """Attribute ``name`` decoded (STRING -> str, INTS -> list[int], TENSOR -> array), or ``default``."""
@@ -100,12 +136,28 @@ class Call:
     def ints(self, i: int, x: torch.Tensor | None) -> list[int] | None:
         """Input ``i`` as Python ints: its known value, else read from ``x`` (a device sync);
         ``None`` when the input is absent."""
+        known = self.numbers(i)
+        if known is not None:
+            return [int(v) for v in known]
         c = self.const(i)
-        if c is not None:
+        if c is not None:  # too large to be kept as Python values
             return [int(v) for v in np.asarray(c).reshape(-1)]
         if x is None:
             return None
         return [int(v) for v in x.reshape(-1).tolist()]
+
+    def numbers(self, i: int) -> tuple | None:
+        """Input ``i``'s known value flattened as Python numbers (computed at conversion), or
+        ``None``: not known, or too large to be read as numbers."""
+        return self._numbers[i] if i < len(self._numbers) else None
+
+    def known_shape(self, i: int) -> tuple[int, ...] | None:
+        """The shape of input ``i``'s known value, or ``None`` when it is not known."""
+        return self._shapes[i] if i < len(self._shapes) else None
+
+    def non_negative(self, i: int) -> bool:
+        """Whether input ``i`` is known at conversion to hold no negative index."""
+        return self._non_negative[i] if i < len(self._non_negative) else False
 
     def out_dtype(self, k: int = 0) -> torch.dtype:
         """The torch dtype of output ``k``, as the graph declares it."""
