@@ -1,16 +1,14 @@
 """The peers gspo is measured against on a GPU: torch.compile of the same converted program.
 
 The torch runtime's converted program (:class:`gspo.runtime.torchrt.convert.Program`) is the
-computation: the same ops and the same weights as plain PyTorch eager on one stream. dynamo
-does not trace it whole (the op functions decide at run time from conversion-time numpy
-constants, which dynamo turns into tensors: ``Call.ints`` and ``ops_index._wrap`` become
-data-dependent ``.item()`` calls and graph breaks), so the program is first traced to one FX
-graph of ATen ops by ``make_fx`` (the Python decisions run once, as they do at every eager
-call), and ``torch.compile`` compiles that graph: the fair anchor. A program with an onnxruntime
-island, or one that reads values of the data back to the host (a shape computed from them:
-probed by a trace on fake tensors), is not traced, since its trace would bake one input's values
-in: dynamo compiles the program itself there, its graph breaks running eagerly. Where dynamo breaks on the program is recorded
-(``torch._dynamo.explain``) for the torch runtime's owners.
+computation: the same ops and the same weights as plain PyTorch eager on one stream. The program
+is traced to one FX graph of ATen ops by ``make_fx`` and ``torch.compile`` compiles that graph:
+the fair anchor (dynamo also takes the program whole, one graph and no break on every zoo model
+and the 29 corpus exports without an onnxruntime island: tests/runtime/torchrt/test_dynamo.py).
+A program with an onnxruntime island, or one that reads values of the data back to the host
+(``Program.host_reads``), is not traced, since its trace would bake one input's values in:
+dynamo compiles the program itself there, its graph breaks running eagerly. Where dynamo breaks
+on the program is recorded (``torch._dynamo.explain``).
 
 Every peer runs with TF32 off; ``max-autotune-no-cudagraphs`` is replayed from a CUDA graph
 captured here, ``reduce-overhead`` uses inductor's own CUDA graphs.
@@ -68,34 +66,17 @@ def where_dynamo_breaks(program, args: list, limit: int = 3) -> dict:
     return {"graphs": ex.graph_count, "breaks": ex.graph_break_count, "where": places[:limit]}
 
 
-def reads_data(program, args: list) -> str | None:
-    """Why a run of the program reads values of the data back to the host (a shape or a count
-    computed from them), or None: traced on fake tensors, any such read raises."""
-    import torch
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    try:
-        with torch.no_grad():
-            make_fx(flat(program), tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
-    except Exception as e:
-        return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    return None
-
-
 def trace(program, args: list):
     """The program as one FX graph of ATen ops (make_fx on real tensors), or (None, why it cannot
-    be: an onnxruntime island, or a read of the data's values, which the trace would bake in).
-    gspo's ``Program.needs_host`` is conservative (a value whose shape onnx's inference left
-    open, though conversion folded it); the fake-tensor probe finds the reads that happen."""
+    be: an onnxruntime island, or a read of the data's values, which the trace would bake in:
+    ``Program.host_reads`` names each, found by running the steps on fake tensors)."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
     if program.fallbacks:
         return None, f"not traced: onnxruntime runs part of it ({program.fallbacks[0]})"
-    if program.needs_host:
-        why = reads_data(program, args)
-        if why is not None:
-            return None, f"not traced: a run reads values of the data back to the host ({why})"
+    if program.host_reads:
+        return None, f"not traced: a run reads values of the data back to the host ({program.host_reads[0]})"
     with torch.no_grad():
         return make_fx(flat(program), tracing_mode="real")(*args), None
 
