@@ -7,7 +7,8 @@ timing, never inside the loop. Idle onnxruntime threads do not spin
 (``SessionConfig.allow_spinning`` is off), and the order of the runners rotates every round so
 that neither is always first after the other. A runner that times itself on the device (the
 CUDA executor's :meth:`timed_runner`, with CUDA events) returns a :class:`DeviceTime`, which is
-taken instead of the host's clock.
+taken instead of the host's clock. :func:`bursts` times runners as served models are called:
+short bursts after idle time (:func:`burst_sample`), the first calls after idle weighing in.
 """
 
 from __future__ import annotations
@@ -18,19 +19,21 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DeviceTime", "Repeats", "Timing", "calls_per_sample", "interleaved", "measure_once", "median_seconds", "timed_runner",
-           "warm_sample"]
+__all__ = ["BURST_CALLS", "BURST_PAUSE_S", "DeviceTime", "Repeats", "Timing", "burst_sample", "bursts", "calls_per_sample",
+           "interleaved", "measure_once", "median_seconds", "timed_runner", "warm_sample"]
 
 
 class DeviceTime(float):
     """Seconds a runner measured on the device itself (CUDA events on its streams)."""
 
 
-def measure_once(fn: Callable[[], object]) -> float:
-    """Seconds of one call of ``fn``: its :class:`DeviceTime` if it returns one, else the host's clock."""
-    start = time.perf_counter()
+def measure_once(fn: Callable[[], object], clock: Callable[[], float] | None = None) -> float:
+    """Seconds of one call of ``fn``: its :class:`DeviceTime` if it returns one, else ``clock``'s
+    (default: ``time.perf_counter``)."""
+    clock = clock or time.perf_counter
+    start = clock()
     result = fn()
-    elapsed = time.perf_counter() - start
+    elapsed = clock() - start
     return float(result) if isinstance(result, DeviceTime) else elapsed
 
 
@@ -58,6 +61,56 @@ def warm_sample(run: Callable[[], object], calls: int = 1) -> Callable[[], Devic
             total += measure_once(run)
         return DeviceTime(total / calls)
     return sample
+
+
+#: A served model is called in bursts after idle time (issue 51): the calls of a burst, and the
+#: idle time before it. After 0.2 s every runtime's idle threads have stopped spinning and gone
+#: to sleep (onnxruntime as installed spins a core for 20-50 ms after a call), so the first call
+#: of the burst pays their wake-up, which calls back to back never do.
+BURST_CALLS = (3, 5)
+BURST_PAUSE_S = 0.2
+
+
+def burst_sample(run: Callable[[], object], calls: int | tuple[int, int] = BURST_CALLS, pause: float = BURST_PAUSE_S,
+                 clock: Callable[[], float] | None = None,
+                 sleep: Callable[[float], object] | None = None) -> Callable[[], DeviceTime]:
+    """One sample of ``run`` as a served model is called (for :func:`interleaved`, whose rounds
+    rotate the runners): ``pause`` seconds idle, one untimed call, then a burst of ``calls``
+    calls timed together; returns the burst's mean seconds a call (its device time where ``run``
+    reports it; ``clock`` and ``sleep`` default to :mod:`time`'s). ``calls`` a pair ``(lo, hi)``:
+    the bursts cycle through ``lo..hi`` calls, the same sizes in the same order for every runner.
+    The mean, not the burst's median: the first calls after idle are what this sample is for, and
+    a median of three would drop them."""
+    lo, hi = (calls, calls) if isinstance(calls, int) else calls
+    if lo < 1 or hi < lo or pause < 0:
+        raise ValueError("a burst needs 1 <= lo <= hi calls and a pause >= 0")
+    sizes = list(range(lo, hi + 1))
+    taken = [0]
+    sleep = sleep or time.sleep
+
+    def sample() -> DeviceTime:
+        n = sizes[taken[0] % len(sizes)]
+        taken[0] += 1
+        if pause:
+            sleep(pause)
+        run()
+        total = 0.0
+        for _ in range(n):
+            total += measure_once(run, clock)
+        return DeviceTime(total / n)
+    return sample
+
+
+def bursts(runners: Sequence[tuple[str, Callable[[], object]]], rounds: int = 20,
+           calls: int | tuple[int, int] = BURST_CALLS, pause: float = BURST_PAUSE_S, warmup: int = 1,
+           clock: Callable[[], float] | None = None, sleep: Callable[[float], object] | None = None,
+           progress: Callable[[int], None] | None = None) -> list[Timing]:
+    """Time each runner as a served model is called: ``rounds`` rounds in rotating order, each
+    runner in turn a :func:`burst_sample` (``pause`` idle, one untimed call, ``calls`` timed
+    calls); one Timing each, of the bursts' mean seconds a call (``warmup`` rounds untimed
+    first). Seconds it takes: ``(rounds + warmup) * len(runners) * pause`` idle beside the calls."""
+    samples = [(label, burst_sample(run, calls, pause, clock, sleep)) for label, run in runners]
+    return interleaved(samples, rounds, warmup, progress=progress)
 
 
 def calls_per_sample(runs: Sequence[Callable[[], object]], min_seconds: float = 0.01, most: int = 1000) -> int:

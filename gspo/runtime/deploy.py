@@ -97,8 +97,7 @@ class InferenceSession:
                 set_cuda_runtime(cuda_runtime)
             graph = self._graph = load(path, input_shapes)
             self._executor = make_executor(graph, streams, "cuda")
-            self._inputs = [_node_arg(v) for v in graph.inputs]
-            self._outputs = [_node_arg(v) for v in graph.outputs]
+            self._describe(graph)
             return
         if streams == 1 or (streams is None and not schedule and not placement):
             self._session = _plain_session(path, props, sess_options, list(providers or ["CPUExecutionProvider"]))
@@ -107,8 +106,15 @@ class InferenceSession:
         graph = self._graph = load(path, input_shapes)
         threads = getattr(sess_options, "intra_op_num_threads", 0) or 0
         self._executor = make_executor(graph, streams, "cpu", SessionConfig(intra_op_threads=threads))
+        self._describe(graph)
+
+    def _describe(self, graph) -> None:
+        """The graph's inputs and outputs as onnxruntime describes them, and the output names
+        (once, not per call: a decoder's dozens of outputs were a set built per name per call)."""
         self._inputs = [_node_arg(v) for v in graph.inputs]
         self._outputs = [_node_arg(v) for v in graph.outputs]
+        self._names = [o.name for o in self._outputs]
+        self._known = frozenset(self._names)
 
     @property
     def num_streams(self) -> int:
@@ -117,13 +123,14 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None) -> list:
         """The outputs ``output_names`` (all of them for ``None``) on ``input_feed``, in order."""
-        names = list(output_names) if output_names else [o.name for o in self._outputs]
-        unknown = [n for n in names if n not in {o.name for o in self._outputs}]
+        names = list(output_names) if output_names else self._names
+        unknown = [n for n in names if n not in self._known]
         if unknown:
             raise GspoError(f"{unknown[0]!r} is not an output of the model")
         # as onnxruntime's own session would: a missing or unknown input name, another dtype or
         # shape is one line (OpenVINO converted other dtypes silently; a missing one was 'x')
-        feeds = check_inputs({k: np.asarray(v) for k, v in input_feed.items()}, self._graph, "the inputs")
+        feeds = check_inputs({k: v if type(v) is np.ndarray else np.asarray(v) for k, v in input_feed.items()},
+                             self._graph, "the inputs")
         values = self._executor.run(feeds)
         return [values[n] for n in names]
 

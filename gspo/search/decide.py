@@ -20,11 +20,13 @@ from gspo.search.stats import PAIRED_ALPHA, pick, rounds_faster, speed_verdict
 from gspo.search.strategies import Strategies
 from gspo.search.threads import option_backend
 from gspo.search.trial import (
+    BURST_ROUNDS,
     CONFIRM_MAX_ROUNDS,
     CONFIRM_ROUNDS,
     MIN_ROUNDS,
     WARMUP_ROUNDS,
     Trial,
+    burst_seconds,
     sample_seconds,
 )
 
@@ -127,10 +129,38 @@ def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None
         wins, rounds = rounds_faster(pair[0].timing, pair[1].timing)
         confirmations.append(Confirmation(o.label, confirmed, original_ms=pair[0].median_s * 1e3,
                                           measured_ms=pair[1].median_s * 1e3, rounds_faster=[wins, rounds]))
+        if confirmed and not o.candidate.settings.is_default:
+            burst = _in_bursts(trial, o, original, cfg, alpha, budget)
+            confirmations.append(burst)
+            confirmed = burst.confirmed
         speedup = pair[0].median_s / pair[1].median_s
         if confirmed and speedup > best_speedup:
             best, decisive, best_speedup = pair[1], pair, speedup
     return FinalChoice(best, [failed.get(o.label, o) for o in outcomes], decisive, confirmations)
+
+
+def _in_bursts(trial: Trial, option: Measured, original: Measured, cfg, alpha: float,
+               budget: Budget | None) -> Confirmation:
+    """A thread setting's second confirmation: the option against the original in bursts after
+    idle (:meth:`Trial.time` with ``bursts``), as a served model is called. A setting that wins
+    only back to back (its threads fast once awake, slow to wake) is not saved: it must be faster
+    beyond the noise here too. Its pauses come out of ``budget``; a budget that cannot hold them
+    leaves the setting unconfirmed (it says so)."""
+    label = f"{option.label} in bursts"
+    need = burst_seconds(trial.run_s)  # the reference's run, as the trial's other estimates
+    if budget is not None and not budget.fits(need):
+        budget.skip("final", f"confirming {option.label}'s thread setting in bursts after idle",
+                    "the time budget could not hold it")
+        return Confirmation(label, False, rejected="not timed in bursts: the time budget could not hold it")
+    own = budget.timing(need) if budget is not None and budget.limited else None
+    again = {x.label: x for x in trial.time(BURST_ROUNDS, own, labels=("original", option.label), bursts=True)}
+    if again[option.label].timing is None:
+        return Confirmation(label, False, rejected=again[option.label].rejected)
+    pair = [again["original"], again[option.label]]
+    wins, rounds = rounds_faster(pair[0].timing, pair[1].timing)
+    return Confirmation(label, _beyond_noise(pair, option.label, cfg.timing.final_margin, alpha),
+                        original_ms=pair[0].median_s * 1e3, measured_ms=pair[1].median_s * 1e3,
+                        rounds_faster=[wins, rounds])
 
 
 def _beyond_noise(outcomes: Sequence[Measured], label: str, margin: float, alpha: float = PAIRED_ALPHA) -> bool:

@@ -27,6 +27,7 @@ from gspo.runtime import (
     warm_sample,
 )
 from gspo.runtime.backends import DEFAULT_BACKEND
+from gspo.runtime.bench import burst_sample
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
@@ -37,8 +38,8 @@ from gspo.search.deadline import Deadline
 from gspo.search.strategies import Measure
 from gspo.streams import Placement, Schedule
 
-__all__ = ["CONFIRM_MAX_ROUNDS", "CONFIRM_ROUNDS", "MIN_ROUNDS", "ReferenceError_", "Trial", "WARMUP_ROUNDS", "build_seconds",
-           "sample_seconds"]
+__all__ = ["BURST_CALLS", "BURST_PAUSE_S", "BURST_ROUNDS", "CONFIRM_MAX_ROUNDS", "CONFIRM_ROUNDS", "MIN_ROUNDS",
+           "ReferenceError_", "Trial", "WARMUP_ROUNDS", "build_seconds", "burst_seconds", "sample_seconds"]
 
 #: The fewest interleaved rounds a timing takes, however short its budget; and the rounds run
 #: before them, untimed.
@@ -62,6 +63,23 @@ WARM_BELOW_S = 0.05
 #: A warm sample of a model of microseconds makes this many seconds of calls in a row (at most
 #: 100 calls).
 MIN_SAMPLE_S = 0.002
+
+
+#: A thread setting is also confirmed as a served model is called (issue 51): in bursts of
+#: ``BURST_CALLS`` calls, each after ``BURST_PAUSE_S`` idle and one untimed call
+#: (:func:`~gspo.runtime.bench.burst_sample`), ``BURST_ROUNDS`` rounds after one untimed round.
+#: The shortest of the issue's bursts (the first calls after idle weigh most in it); half its
+#: pause, which is past onnxruntime's spin (20-50 ms, benchmarks/placement/run.py) and keeps the
+#: idle time a confirmation costs at ``(BURST_ROUNDS + 1) * 2 * BURST_PAUSE_S`` = 2.4 s.
+BURST_CALLS = 3
+BURST_PAUSE_S = 0.1
+BURST_ROUNDS = 11
+
+
+def burst_seconds(run_s: float, runners: int = 2) -> float:
+    """Seconds a timing in bursts of ``runners`` runners whose call takes ``run_s`` lasts, its
+    untimed round and the pauses included."""
+    return (BURST_ROUNDS + 1) * runners * (BURST_PAUSE_S + (BURST_CALLS + 1) * run_s)
 
 
 def _calls_per_sample(run_s: float) -> int:
@@ -176,6 +194,8 @@ class Trial:
         need = build + len(self.feeds) * self.run_s + rounds * sample * (len(self._ok) + 2)
         if self.stage == "final":  # and then a win's confirmation against the original, in a timing of its own
             need += CONFIRM_ROUNDS * sample * 2
+            if not option.settings.is_default:  # a thread setting's, in bursts after idle too
+                need += burst_seconds(self.run_s)
         if self.budget.fits(need):
             return True
         self.budget.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "
@@ -222,17 +242,20 @@ class Trial:
         """The options that passed verification, in the order given."""
         return [o for o, _, _ in self._ok]
 
-    def time(self, runs: int, until: Deadline | None = None, labels: Sequence[str] | None = None) -> list[Measured]:
+    def time(self, runs: int, until: Deadline | None = None, labels: Sequence[str] | None = None,
+             bursts: bool = False) -> list[Measured]:
         """The rejected options, then the equivalent ones (those in ``labels``, when given)
         timed interleaved: ``runs`` rounds, fewer (at least 5) when what is left
-        before ``until`` cannot hold them. An option that fails while it is timed is rejected with the reason
+        before ``until`` cannot hold them. With ``bursts``, each sample is a burst after idle
+        (:data:`BURST_CALLS`, :data:`BURST_PAUSE_S`; one untimed round), as a served model is
+        called. An option that fails while it is timed is rejected with the reason
         (the others are timed again); the reference failing is an error."""
         seconds = None if until is None or not until.limited else until.remaining()
         while True:
             chosen = [(o, ex, d) for o, ex, d in self._ok if labels is None or o.label in labels]
             failed: dict[str, GspoError] = {}
             try:
-                return self.rejected + self._timed(chosen, runs, seconds, failed)
+                return self.rejected + self._timed(chosen, runs, seconds, failed, bursts)
             except GspoError:
                 if not failed or any(o.label in failed and ex is self.executors[0] for o, ex, _ in chosen):
                     raise
@@ -240,7 +263,7 @@ class Trial:
                     self._ok.remove(entry)
                     self.rejected.append(Measured(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
 
-    def _timed(self, chosen, runs: int, seconds: float | None, failed: dict) -> list[Measured]:
+    def _timed(self, chosen, runs: int, seconds: float | None, failed: dict, bursts: bool = False) -> list[Measured]:
         feeds = self.feeds[0]
 
         def runner(option: Candidate, ex):
@@ -260,7 +283,12 @@ class Trial:
             start = time.perf_counter()
             on_device |= isinstance(call(), DeviceTime)  # timed by the device's events: no host pools to wake
             firsts.append(time.perf_counter() - start)
-        if firsts and not on_device and max(firsts) < WARM_BELOW_S:
+        warmup = WARMUP_ROUNDS
+        if bursts and not on_device:  # the device's events time the calls alone: no idle host threads
+            calls = [(label, burst_sample(call, BURST_CALLS, BURST_PAUSE_S)) for label, call in calls]
+            one_round = sum(firsts) * (BURST_CALLS + 1) + BURST_PAUSE_S * len(calls)
+            warmup = 1
+        elif firsts and not on_device and max(firsts) < WARM_BELOW_S:
             n = _calls_per_sample(min(firsts))
             calls = [(label, warm_sample(call, n)) for label, call in calls]
             one_round = sum(firsts) * (n + 1)
@@ -269,8 +297,8 @@ class Trial:
         if seconds is not None and chosen:
             # the warm-up rounds come out of the budget too (they made NASNet-A Large's
             # timings run 30-40% past theirs)
-            runs = max(MIN_ROUNDS, min(runs, int(seconds / max(one_round, 1e-6)) - WARMUP_ROUNDS))
-        timings = self.measure(calls, runs, WARMUP_ROUNDS)
+            runs = max(MIN_ROUNDS, min(runs, int(seconds / max(one_round, 1e-6)) - warmup))
+        timings = self.measure(calls, runs, warmup)
         return [Measured(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
 
     def close(self) -> None:
