@@ -109,21 +109,12 @@ def openvino_compile(depths: list[int]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="what", required=True)
-    r = sub.add_parser("relu")
-    r.add_argument("rows", type=int)
-    r.add_argument("cols", type=int)
-    r.add_argument("-o", required=True)
-    n = sub.add_parser("nested-if")
-    n.add_argument("depth", type=int)
-    n.add_argument("-o", required=True)
-    t = sub.add_parser("gather")
-    t.add_argument("rows", type=int)
-    t.add_argument("cols", type=int)
-    t.add_argument("-o", required=True)
-    mm = sub.add_parser("matmuls")
-    mm.add_argument("count", type=int)
-    mm.add_argument("size", type=int)
-    mm.add_argument("-o", required=True)
+    for what, numbers in (("relu", ("rows", "cols")), ("nested-if", ("depth",)), ("gather", ("rows", "cols")),
+                          ("matmuls", ("count", "size"))):
+        p = sub.add_parser(what)
+        for name in numbers:
+            p.add_argument(name, type=int)
+        p.add_argument("-o", required=True)
     c = sub.add_parser("openvino-compile")
     c.add_argument("depths", type=int, nargs="+")
     args = ap.parse_args()

@@ -65,6 +65,9 @@ def test_str_is_a_canonical_spec_that_parses_back(spec):
     ("nmse=1e-3,,top1=1", "an empty item between commas"),
     ("nmse=1e-3,", "an empty item between commas"),
     (":nmse=1e-3", "empty output name"),
+    ('"out,1:nmse=1e-2', "a double quote is not closed"),
+    ('"out,1"nmse=1e-2', "a quoted output name must be followed by ':'"),
+    ('"":nmse=1e-2', "an empty output name"),
 ])
 def test_bad_specs_are_one_line_errors(spec, expected):
     with pytest.raises(GspoError) as e:
