@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -145,9 +146,15 @@ def _reference(source: Graph, data, deadline: Deadline | None, skips: list[Skip]
                 f"(about {_s(need)} for its weights; {_s(deadline.remaining())} left)")
     notes: list[str] = []
     ref = reference_outputs(source, data, deadline, notes, REFERENCE_SHARE)
-    skips += [Skip("precision", f"running the source on {n.split()[5]} samples", n)
-              for n in notes if n.startswith("used the first")]
+    skips += [Skip("precision", f"running the source on {kind} samples", n) for n in notes if (kind := _cut_set(n))]
     return dataclasses.replace(ref, data=dataclasses.replace(ref.data, warnings=ref.data.warnings + tuple(notes)))
+
+
+def _cut_set(note: str) -> str | None:
+    """The set (``calibration``, ``validation``) whose runs a note of
+    :func:`~gspo.precision.reference.reference_outputs` says the time budget cut, else ``None``."""
+    m = re.match(r"used the first \d+ of \d+ (calibration|validation) samples", note)
+    return m[1] if m else None
 
 
 def _ranges(base: Graph, data, ref, deadline: Deadline | None, skips: list[Skip]):

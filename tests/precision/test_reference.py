@@ -76,6 +76,9 @@ def test_the_runs_end_at_their_share_of_the_time_each_set_in_its_half(monkeypatc
                      "used the first 5 of 10 validation samples: the time budget holds no more runs of the source "
                      "model (about 1000.0 ms each)"]
     assert ref.judgment_s(3.0, 2) == 3.0 + 2 * 2.0 + 5 * 1.0
+    from gspo.precision.stage import _cut_set  # the report's skip names the set the budget cut
+    assert [_cut_set(n) for n in notes] == ["calibration", "validation"]
+    assert _cut_set("validation sample v1.npz has NaN in 3 of 256 values") is None
 
 
 def test_the_estimates_follow_the_weights():
