@@ -198,13 +198,13 @@ def step_environment(ctx: Ctx) -> dict:
     set_cuda_runtime("torch")
     runtime = cuda_runtime()
     block = device_block()
-    from gspo.runtime.torchrt.executor import set_tf32
+    from gspo.runtime.torchrt.executor import TorchConfig, torch_flags
 
-    set_tf32(False)
+    with torch_flags(TorchConfig(tf32=False)):  # what the executors' runs set
+        tf32 = {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
     return {"ok": runtime == "torch", "runtime": runtime, "device": block, "python": platform.python_version(),
             "cpu_cores": __import__("os").cpu_count(), "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
-            "torch": torch.__version__, "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
-            "tf32_cudnn": torch.backends.cudnn.allow_tf32}
+            "torch": torch.__version__, **tf32}
 
 
 def _convert_row(name: str, size: str) -> dict:

@@ -6,7 +6,9 @@ issued on its stream (cuda-python streams handed to torch, :mod:`.streams`); a c
 dependency is an event recorded after the producing segment and waited on before the consuming
 one, exactly where the schedule puts it. Values stay on the device between segments and are
 held until the run's streams have finished (no block freed on one stream is reused by another
-mid-run). TF32 is off unless asked for, so outputs stay fp32 and comparable with the CPU's.
+mid-run). TF32 is off unless asked for, so outputs stay fp32 and comparable with the CPU's; torch's
+process-wide switches (TF32, cuDNN's autotuner) are set for each run and put back after it
+(:func:`torch_flags`), so that an executor changes nothing for the rest of the process.
 
 With ``cuda_graph`` the whole schedule is captured once (its streams forked from and joined to
 the first, as Nimble's ahead-of-time schedule) and replayed; a program that must read values
@@ -16,8 +18,9 @@ and :attr:`TorchExecutor.graph_refusal` says why it runs eagerly instead.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +36,7 @@ from gspo.runtime.torchrt.convert import Fallback, Program, StepError, convert, 
 from gspo.runtime.torchrt.streams import CudaStreams, NullStreams
 from gspo.streams import Schedule
 
-__all__ = ["TorchConfig", "TorchExecutor", "set_tf32"]
+__all__ = ["TorchConfig", "TorchExecutor", "torch_flags"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,20 @@ class TorchConfig:
     cuda_graph: bool = False
 
 
-def set_tf32(on: bool) -> None:
-    """Allow (or forbid) TF32 in torch's CUDA matrix products and cuDNN convolutions."""
-    torch.backends.cuda.matmul.allow_tf32 = on
-    torch.backends.cudnn.allow_tf32 = on
+@contextlib.contextmanager
+def torch_flags(config: TorchConfig) -> Iterator[None]:
+    """torch's process-wide switches as a run of ``config`` needs them, for the block, put back
+    as they were after it: TF32 in CUDA matrix products and cuDNN convolutions allowed or not
+    (``config.tf32``), and on ``cuda`` cuDNN's autotuner on (``benchmark``)."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark)
+    matmul.allow_tf32 = cudnn.allow_tf32 = config.tf32
+    if config.device == "cuda":
+        cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32, cudnn.benchmark = saved
 
 
 class TorchExecutor:
@@ -80,9 +93,6 @@ class TorchExecutor:
         self._api = streams if streams is not None else (
             CudaStreams(config.device_id) if config.device == "cuda" else NullStreams())
         self.device = torch.device("cuda", config.device_id) if config.device == "cuda" else torch.device("cpu")
-        set_tf32(config.tf32)
-        if config.device == "cuda":
-            torch.backends.cudnn.benchmark = True
         n = 1 if one_stream else max(1, self.plan.num_streams)
         self._num_streams = n
         self._streams = [self._api.stream() for _ in range(n)]
@@ -174,7 +184,7 @@ class TorchExecutor:
         every stream finished."""
         if self._closed:
             raise CudaError("the executor is closed")
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_flags(self.config):
             if self.config.cuda_graph and self._capture(values):
                 return self._replay(values)
             out = self._forked(dict(values))
@@ -250,7 +260,7 @@ class TorchExecutor:
         start, end, rest = marks[0], marks[1], marks[2:]
         pairs = list(zip(rest[0::2], rest[1::2]))
         held = None
-        with torch.inference_mode():
+        with torch.inference_mode(), torch_flags(self.config):
             if self.config.cuda_graph and self._capture(values):
                 graph, static, _ = self._captured
                 with api.use(first):

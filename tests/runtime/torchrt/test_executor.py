@@ -22,8 +22,8 @@ from gspo.runtime import make_session, random_inputs, run  # noqa: E402
 from gspo.runtime.bench import DeviceTime, measure_once  # noqa: E402
 from gspo.runtime.cuda.common import CudaError  # noqa: E402
 from gspo.runtime.torchrt import ops  # noqa: E402
-from gspo.runtime.torchrt.convert import Fallback, convert  # noqa: E402
-from gspo.runtime.torchrt.executor import TorchConfig, TorchExecutor, set_tf32  # noqa: E402
+from gspo.runtime.torchrt.convert import Fallback, StepError, convert  # noqa: E402
+from gspo.runtime.torchrt.executor import TorchConfig, TorchExecutor, torch_flags  # noqa: E402
 from gspo.streams import Schedule, assign_streams  # noqa: E402
 from gspo.zoo import MODELS, build  # noqa: E402
 from tests.helpers import branchy  # noqa: E402
@@ -317,17 +317,67 @@ def test_an_op_the_table_lacks_runs_on_onnxruntime_and_is_reported():
             assert_close(ex.run(feeds), reference(g, feeds))
 
 
+def torch_switches() -> tuple[bool, bool, bool]:
+    """torch's process-wide switches an executor's runs set: TF32 in matmuls and in cuDNN, cuDNN's autotuner."""
+    return torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark
+
+
+def set_switches(matmul: bool, cudnn: bool, benchmark: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+    torch.backends.cudnn.benchmark = benchmark
+
+
+@pytest.fixture
+def switches_kept():
+    """torch's switches as they were before the test, put back after it."""
+    before = torch_switches()
+    yield
+    set_switches(*before)
+
+
+def seeing_switches(ex: TorchExecutor, seen: list, fail: bool = False) -> None:
+    """Make each segment program of ``ex`` note torch's switches as it runs (``fail``: then fail)."""
+    def watched(program):
+        def run(values):
+            seen.append(torch_switches())
+            if fail:
+                raise StepError("a step failed (stand-in)")
+            return program(values)
+        return run
+    ex.programs = [watched(p) for p in ex.programs]
+
+
 @pytest.mark.parametrize("tf32", [False, True])
-def test_tf32_is_off_unless_asked_for(tf32):
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    try:
-        set_tf32(not tf32)
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (not tf32, not tf32)
-        ex = TorchExecutor(parallel(2), None, TorchConfig(device="cpu", tf32=tf32))
-        assert torch.backends.cuda.matmul.allow_tf32 is tf32 and torch.backends.cudnn.allow_tf32 is tf32
-        ex.close()
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+def test_tf32_is_set_for_each_run_and_put_back_after_it(tf32, switches_kept):
+    """An executor changes none of torch's process-wide switches when it is made; each run (and
+    each timed run) has TF32 as asked, and after it, even a failed one, they are as they were."""
+    g = parallel(2)
+    feeds = random_inputs(g)
+    outside = (not tf32, not tf32, False)
+    set_switches(*outside)
+    ex, fake, _ = faked(g, None, TorchConfig(device="cpu", tf32=tf32))
+    assert torch_switches() == outside
+    seen: list = []
+    seeing_switches(ex, seen)
+    out = ex.run_device(device_values(g, feeds))  # the stand-in streams say they are a device
+    assert_close({k: v.numpy() for k, v in out.items()}, reference(g, feeds))
+    ex.time_run(device_values(g, feeds))  # timed with (stand-in) events
+    assert seen == [(tf32, tf32, False)] * 2 and torch_switches() == outside
+    seeing_switches(ex, seen, fail=True)
+    with pytest.raises(CudaError, match="stand-in"):
+        ex.run_device(device_values(g, feeds))
+    assert seen[-1] == (tf32, tf32, False) and torch_switches() == outside
+    ex.close()
+
+
+def test_on_cuda_a_run_also_turns_on_cudnns_autotuner_for_itself(switches_kept):
+    set_switches(True, True, False)
+    with torch_flags(TorchConfig(device="cuda", tf32=False)):  # torch's switches need no GPU to be set
+        assert torch_switches() == (False, False, True)
+        with torch_flags(TorchConfig(device="cpu", tf32=True)):
+            assert torch_switches() == (True, True, True)
+        assert torch_switches() == (False, False, True)
+    assert torch_switches() == (True, True, False)
 
 
 def test_run_device_and_the_timed_runner_on_torchs_cpu():
