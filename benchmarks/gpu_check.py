@@ -193,13 +193,11 @@ def step_environment(ctx: Ctx) -> dict:
     import onnxruntime
     import torch
 
-    from gspo.runtime.cuda.choice import cuda_runtime, device_block, set_cuda_runtime
-
-    set_cuda_runtime("torch")
-    runtime = cuda_runtime()
-    block = device_block()
+    from gspo.runtime.cuda.choice import cuda_runtime, device_block
     from gspo.runtime.torchrt.executor import TorchConfig, torch_flags
 
+    runtime = cuda_runtime("torch")
+    block = device_block(runtime)
     with torch_flags(TorchConfig(tf32=False)):  # what the executors' runs set
         tf32 = {"tf32_matmul": torch.backends.cuda.matmul.allow_tf32, "tf32_cudnn": torch.backends.cudnn.allow_tf32}
     return {"ok": runtime == "torch", "runtime": runtime, "device": block, "python": platform.python_version(),
@@ -899,9 +897,6 @@ def main(argv=None) -> int:
     try:
         return _run(args, steps, argv)
     finally:
-        from gspo.runtime.cuda.choice import set_cuda_runtime
-
-        set_cuda_runtime(None)
         for module, name, value in undo:
             setattr(module, name, value)
 

@@ -50,6 +50,30 @@ def test_calibrate_gpu_without_its_provider_exits_2_naming_the_option(tmp_path, 
     assert not (tmp_path / "p.json").exists()
 
 
+def test_calibrate_gpu_measures_on_the_runtime_it_was_given(tmp_path, monkeypatch):
+    """``--cuda-runtime`` reaches the calibration's executors (and keys the profile) as a value."""
+    import gspo.costmodel.calibrate as cal
+    from gspo.errors import GspoError
+    from gspo.runtime import runtime_version
+
+    log: list = []
+    fake_cuda.install(monkeypatch, FakeOrt(log), FakeCudart(log), log)
+    given: list = []
+
+    def calibrate(cfg, progress=None):
+        given.append(cfg)
+        raise GspoError("stopped before measuring (stand-in)")
+
+    monkeypatch.setattr(cal, "calibrate", calibrate)
+    for asked in ("ort", "auto"):
+        line = one_line_error(gspo("calibrate", "--gpu", "v100", "--cuda-runtime", asked, "-o", tmp_path / "p.json",
+                                   "--db", tmp_path / "db.sqlite"))
+        assert "stopped before measuring" in line
+    assert [(c.backend, c.cuda_runtime, c.runtime) for c in given] == [("cuda", "ort", runtime_version())] * 2
+    line = one_line_error(gspo("calibrate", "--gpu", "v100", "--cuda-runtime", "torch", "-o", tmp_path / "p.json"))
+    assert line.startswith("gspo: error: --gpu --cuda-runtime torch: ") and len(given) == 2
+
+
 def test_a_provider_that_falls_back_to_the_cpu_is_refused_not_run(model, monkeypatch):
     log: list = []
     fake_cuda.install(monkeypatch, FakeOrt(log, uses=(CPU,)), FakeCudart(log), log)

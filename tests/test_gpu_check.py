@@ -85,12 +85,9 @@ def test_the_markdown_tables_come_from_the_report(gpu_check):
 
 def test_a_rehearsal_on_the_cpu_writes_its_own_report_never_a_gpu_one(gpu_check, tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from gspo.runtime.cuda import choice
-
     monkeypatch.setattr(gpu_check, "BRANCHED", ("nasrnn",))
     monkeypatch.setattr(gpu_check, "REPEATS", 3)
     code = gpu_check.main(["--rehearse", "--steps", "environment,streams", "-o", str(tmp_path)])
-    choice.set_cuda_runtime(None)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rehearsal.json", "rehearsal.md"]
     report = json.loads((tmp_path / "rehearsal.json").read_text())
     assert report["rehearsal"] is True and set(report["steps"]) == {"environment", "streams"}
@@ -239,12 +236,9 @@ def _no_inductor(gpu_check, monkeypatch):
 def test_a_rehearsal_of_the_peers_times_eager_graph_compile_and_gspo_on_the_same_program(gpu_check, tmp_path,
                                                                                         monkeypatch):
     pytest.importorskip("torch")
-    from gspo.runtime.cuda import choice
-
     _no_inductor(gpu_check, monkeypatch)
     monkeypatch.setitem(gpu_check.PEERS, "peers1", ("nasrnn",))
     code = gpu_check.main(["--rehearse", "--steps", "peers1", "-o", str(tmp_path)])
-    choice.set_cuda_runtime(None)
     report = json.loads((tmp_path / "rehearsal_gpu_check_peers1.json").read_text())
     assert list(report["steps"]) == ["environment", "peers1"] and report["rehearsal"] is True
     row = report["steps"]["peers1"]["models"][0]
@@ -262,13 +256,10 @@ def test_a_rehearsal_of_a_corpus_part_fills_a_skeleton_and_judges_it_against_onn
     """vad_if: its If runs on onnxruntime's CPU provider (listed, with why), so the program is not
     traced to one graph: dynamo compiles the program itself."""
     pytest.importorskip("torch")
-    from gspo.runtime.cuda import choice
-
     _no_inductor(gpu_check, monkeypatch)
     vad_if = next(m for part in gpu_check.CORPUS_PARTS.values() for m in part if m["name"] == "vad_if")
     monkeypatch.setitem(gpu_check.CORPUS_PARTS, "corpus1", [vad_if])
     code = gpu_check.main(["--rehearse", "--steps", "corpus1", "-o", str(tmp_path)])
-    choice.set_cuda_runtime(None)
     report = json.loads((tmp_path / "rehearsal_gpu_check_corpus1.json").read_text())
     row = report["steps"]["corpus1"]["models"][0]
     assert row["model"] == "vad_if" and row["equivalent"] is True, row

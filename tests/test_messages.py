@@ -52,9 +52,8 @@ def test_a_schedule_version_of_ten_million_characters_is_shown_cut():
 
 def test_a_long_gspo_cuda_runtime_is_shown_cut(monkeypatch):
     monkeypatch.setenv("GSPO_CUDA_RUNTIME", "x" * 5000)
-    monkeypatch.setattr(choice, "_requested", [])
     with pytest.raises(GspoError) as e:
-        choice.requested()
+        choice.requested_runtime()
     message = str(e.value)
     assert message.startswith("GSPO_CUDA_RUNTIME takes auto, ort, torch (got 'xxxx")
     assert message.endswith("... (5000 characters))") and len(message) < 200
@@ -62,9 +61,8 @@ def test_a_long_gspo_cuda_runtime_is_shown_cut(monkeypatch):
 
 def test_a_short_gspo_cuda_runtime_is_shown_as_given(monkeypatch):
     monkeypatch.setenv("GSPO_CUDA_RUNTIME", "TensorRT")
-    monkeypatch.setattr(choice, "_requested", [])
     with pytest.raises(GspoError, match=r"^GSPO_CUDA_RUNTIME takes auto, ort, torch \(got 'TensorRT'\)$"):
-        choice.requested()
+        choice.requested_runtime()
 
 
 

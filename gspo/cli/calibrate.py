@@ -92,12 +92,12 @@ def calibrate(**options):
     if opts.evaluate_profile:
         _evaluate(opts, runtime)
         return
-    gpu_name, output, force = opts.gpu_name, opts.output, opts.force
+    gpu_name, output, force, cuda_runtime = opts.gpu_name, opts.output, opts.force, None
     if gpu_name:
         from gspo.runtime.cuda.choice import require_cuda, runtime_key
 
-        require_cuda(option="--gpu")
-        runtime = runtime_key()  # the GPU profile is keyed by the runtime that measured it
+        cuda_runtime = require_cuda(opts.cuda_runtime, option="--gpu")
+        runtime = runtime_key(cuda_runtime)  # the GPU profile is keyed by the runtime that measured it
     elif opts.device is None:
         raise GspoError("say what to calibrate: --device cpu, --gpu NAME, or --evaluate PROFILE")
     from gspo.costmodel.calibrate import DEFAULT_CALIBRATION_PASSES, CalibrationConfig
@@ -109,6 +109,7 @@ def calibrate(**options):
     db = opts.db_path or str(calibration_db_path())
     check_outputs({"-o": out}, (db,), force or not output)
     cfg = CalibrationConfig(device=desc, runtime=runtime, db_path=db, budget_s=opts.budget * 60, backend=backend,
+                            cuda_runtime=cuda_runtime,
                             passes=DEFAULT_CALIBRATION_PASSES if opts.passes is None else opts.passes)
     import time as _time
 

@@ -274,19 +274,11 @@ def parse_streams(text: str | int) -> int | None:
     return None
 
 
-def _set_cuda_runtime(ctx, param, value):
-    if value is not None:
-        from gspo.runtime.cuda.choice import set_cuda_runtime
-
-        set_cuda_runtime(value)
-    return value
-
-
 def cuda_runtime_option(fn):
-    """The ``--cuda-runtime auto|ort|torch`` option (applied as it is read)."""
+    """The ``--cuda-runtime auto|ort|torch`` option: the command's ``cuda_runtime`` (``None``:
+    ``$GSPO_CUDA_RUNTIME``, else auto), which it passes on to what it runs."""
     return click.option(
-        "--cuda-runtime", type=click.Choice(["auto", "ort", "torch"]), default=None, expose_value=False,
-        callback=_set_cuda_runtime, is_eager=True,
+        "--cuda-runtime", type=click.Choice(["auto", "ort", "torch"]), default=None,
         help="The runtime on --device cuda: onnxruntime-gpu's CUDA provider (ort) or PyTorch on "
              "cuda-python streams (torch) [default: auto, ort where its CUDA provider works, else torch; "
              "or $GSPO_CUDA_RUNTIME].")(fn)

@@ -59,7 +59,7 @@ def run_cmd(**options):
         raise GspoError(f"output {others[0]!r} is not a tensor (a sequence, map or optional) and an .npz "
                         "holds tensors only; run without -o to see it")
     feeds = load_inputs(inputs_file, graph) if inputs_file else random_inputs(graph, seed)
-    executor = make_executor(graph, n, device)
+    executor = make_executor(graph, n, device, runtime=opts.cuda_runtime)
     if timeline and executor.num_streams == 1:
         executor.close()
         raise GspoError("--timeline needs more than one stream (there is nothing to overlap)")
@@ -186,7 +186,7 @@ def bench_cmd(**options):
     try:
         for m, g in graphs:
             for n in settings:
-                ex = make_executor(g, n, device, config)
+                ex = make_executor(g, n, device, config, runtime=opts.cuda_runtime)
                 executors.append(ex)
                 label = f"{m} [streams={ex.num_streams}{'' if n else ', auto'}]"
                 runners.append((label, timed_runner(ex, feeds)))  # on CUDA: device time, inputs uploaded once

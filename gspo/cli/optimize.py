@@ -135,7 +135,7 @@ def optimize_cmd(model, output, **options):
 def _api_options(o: dict, backends: tuple[str, ...] | None) -> dict:
     """The command's options as ``optimize``'s keyword options (those not given keep the
     config's defaults: :mod:`gspo.search.options`)."""
-    given = dict(threshold=o["threshold"], precision=o["precision"])
+    given = dict(threshold=o["threshold"], precision=o["precision"], cuda_runtime=o["cuda_runtime"])
     return dict(device=o["device"], profile=o["profile"], force_profile=o["foreign_profile"], alpha=o["alpha"],
                 budget=o["budget"], time_budget=o["time_budget"], max_streams=o["max_streams"], jobs=o["jobs"],
                 use_streams=not o["no_streams"], use_rules=not o["no_rules"], seed=o["seed"], select=o["select"],

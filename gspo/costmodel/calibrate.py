@@ -67,6 +67,9 @@ class CalibrationConfig:
     target_s: float = Repeats.target_s
     seed: int = 0
     backend: str = "cpu"  # "cpu" or "cuda"
+    #: On ``cuda``, the runtime the executors run on (``ort`` or ``torch``, as ``calibrate --gpu``
+    #: chose it: :func:`~gspo.runtime.cuda.choice.cuda_runtime`).
+    cuda_runtime: str | None = None
     #: Passes over the suite: every microbenchmark is measured this many times, minutes apart,
     #: and the fit takes the median (in reference units) of its measurements.
     passes: int = 1
@@ -148,15 +151,15 @@ REFERENCE_TARGET_S = 0.03
 REFERENCE_REPEATS = Repeats(5, 500, REFERENCE_TARGET_S)
 
 
-def measure_call_cost(backend: str = "cpu") -> float:
-    """Seconds of one call of a session (or executor) running a single Identity."""
+def measure_call_cost(backend: str = "cpu", runtime: str | None = None) -> float:
+    """Seconds of one call of a session (or executor, on ``runtime``) running a single Identity."""
     b = GraphBuilder()
     g = b.output(b.op("Identity", [b.input("x", (1,))])).build()
     feeds = {"x": np.zeros(1, np.float32)}
     if backend == "cpu":
         sess = make_session(g)
         return median_seconds(lambda: sess.run(None, feeds), CALL_REPEATS)
-    ex = make_executor(g, 1, backend)
+    ex = make_executor(g, 1, backend, runtime=runtime)
     try:
         return median_seconds(timed_runner(ex, feeds), CALL_REPEATS)
     finally:
@@ -254,8 +257,8 @@ def _measure_bench(bench: Bench, cfg: CalibrationConfig) -> dict:
                 "streams": schedule.num_streams,
             }
     if forked:
-        return _measure_forked_on_device(g, feeds, cfg.backend, timing)
-    ex = device_executor(g, None, cfg.backend)
+        return _measure_forked_on_device(g, feeds, cfg.backend, timing, cfg.cuda_runtime)
+    ex = device_executor(g, None, cfg.backend, runtime=cfg.cuda_runtime)
     try:
         seconds = median_seconds(timed_runner(ex, feeds), timing)
     finally:
@@ -263,7 +266,7 @@ def _measure_bench(bench: Bench, cfg: CalibrationConfig) -> dict:
     return {"seconds": seconds, "streams": ex.num_streams}
 
 
-def _measure_forked_on_device(g, feeds, backend: str, timing: Repeats) -> dict:
+def _measure_forked_on_device(g, feeds, backend: str, timing: Repeats, runtime: str | None = None) -> dict:
     """A fork-join graph on a device timed as the CPU's are: on its streams (``seconds``), as one
     session (``one_session``, what the sequential fit and beta's reference need) and as its pieces
     one after another on one stream (``segments_in_order``)."""
@@ -271,7 +274,7 @@ def _measure_forked_on_device(g, feeds, backend: str, timing: Repeats) -> dict:
     out = {"streams": schedule.num_streams}
     for key, sched, one_stream in (("seconds", schedule, False), ("one_session", None, False),
                                    ("segments_in_order", schedule, True)):
-        ex = device_executor(g, sched, backend, one_stream=one_stream)
+        ex = device_executor(g, sched, backend, one_stream=one_stream, runtime=runtime)
         try:
             out[key] = median_seconds(timed_runner(ex, feeds), timing)
         finally:
@@ -288,7 +291,7 @@ def calibrate(cfg: CalibrationConfig, progress: Callable[[int, int, str], None] 
         if fixed is None:
             # On CUDA the sync cost is part of what beta_a absorbs; it is not measured apart.
             sync = measure_sync_cost() if cfg.backend == "cpu" else 0.0
-            fixed = {"call": measure_call_cost(cfg.backend), "sync": sync}
+            fixed = {"call": measure_call_cost(cfg.backend, cfg.cuda_runtime), "sync": sync}
             db.put("fixed-costs", "fixed", fixed)
         # Measured apart from the fixed costs so that a database made before it was added gets it.
         launch = db.get("launch-cost")

@@ -77,9 +77,10 @@ class InferenceSession:
             capped at that many streams (1: one plain session, whatever was saved).
         input_shapes: static shapes for dynamic inputs of a scheduled model (its pieces are
             built for one shape; the defaults of ``gspo optimize`` otherwise).
-        device: ``"cpu"``, or ``"cuda"``: the model on its saved streams on the GPU, with the
-            CUDA runtime :mod:`gspo.runtime.cuda.choice` picks (``cuda_runtime``: ``"ort"``,
-            ``"torch"``; default ``--cuda-runtime``'s choice, ``$GSPO_CUDA_RUNTIME``, else auto).
+        device: ``"cpu"``, or ``"cuda"``: the model on its saved streams on the GPU, on the
+            CUDA runtime ``cuda_runtime`` asks for (``"auto"``, ``"ort"``, ``"torch"``; default
+            ``$GSPO_CUDA_RUNTIME``, else auto: :mod:`gspo.runtime.cuda.choice`); each session runs
+            on the one it was given.
     """
 
     def __init__(self, path: str | os.PathLike, sess_options: Any = None, providers: Sequence[str] | None = None,
@@ -91,12 +92,8 @@ class InferenceSession:
         self._executor = None
         self._session = None
         if device == "cuda":
-            from gspo.runtime.cuda.choice import set_cuda_runtime
-
-            if cuda_runtime is not None:
-                set_cuda_runtime(cuda_runtime)
             graph = self._graph = load(path, input_shapes)
-            self._executor = make_executor(graph, streams, "cuda")
+            self._executor = make_executor(graph, streams, "cuda", runtime=cuda_runtime)
             self._describe(graph)
             return
         if streams == 1 or (streams is None and not schedule and not placement):

@@ -22,8 +22,8 @@ from gspo.streams import (
 )
 from gspo.streams.schedule import check_bounds
 
-__all__ = ["DEVICES", "check_device", "saved_schedule", "saved_placement", "choose_schedule",
-           "make_executor", "device_executor"]
+__all__ = ["DEVICES", "check_device", "choose_schedule", "device_executor", "device_runtime", "make_executor",
+           "saved_placement", "saved_schedule"]
 
 
 def saved_schedule(graph: Graph) -> Schedule | None:
@@ -67,31 +67,36 @@ def choose_schedule(graph: Graph, streams: int | None, device: str = "cpu") -> S
 
 
 def _cpu_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig, placement: Placement | None,
-                  one_stream: bool) -> Executor:
+                  one_stream: bool, runtime: str | None) -> Executor:
     if one_stream:
         raise GspoError("one_stream is a CUDA setting (on the CPU, time the pieces in order)")
     return CpuExecutor(graph, schedule, config, placement)
 
 
 def _cuda_executor(graph: Graph, schedule: Schedule | None, config: SessionConfig, placement: Placement | None,
-                   one_stream: bool) -> Executor:
+                   one_stream: bool, runtime: str | None) -> Executor:
     from gspo.runtime.cuda.choice import cuda_executor
 
     if placement is not None and not placement.is_default:
         raise GspoError("a placement (backend per op) runs on the cpu device; on cuda the whole model runs on the GPU")
-    return cuda_executor(graph, schedule, one_stream=one_stream)
+    return cuda_executor(graph, schedule, runtime=runtime, one_stream=one_stream)
 
 
-def _require_cuda() -> None:
+def _cpu_runtime(runtime: str | None) -> str | None:
+    return None
+
+
+def _cuda_runtime(runtime: str | None) -> str:
     from gspo.runtime.cuda.choice import require_cuda
 
-    require_cuda()
+    return require_cuda(runtime)
 
 
 #: Each device's executor: what ``device_executor`` dispatches on.
 _EXECUTORS: dict[str, Callable[..., Executor]] = {"cpu": _cpu_executor, "cuda": _cuda_executor}
-#: What must hold before a device's executor is worth building (raises with the reason).
-_PREFLIGHT: dict[str, Callable[[], None]] = {"cuda": _require_cuda}
+#: Each device's runtime chosen for the one asked for, before its executor is worth building
+#: (raises with the reason when none runs).
+_RUNTIMES: dict[str, Callable[[str | None], str | None]] = {"cpu": _cpu_runtime, "cuda": _cuda_runtime}
 #: The devices an executor runs on.
 DEVICES = tuple(_EXECUTORS)
 
@@ -102,30 +107,44 @@ def check_device(device: str) -> None:
         raise GspoError(f"unknown device {device!r} (use {' or '.join(DEVICES)})")
 
 
+def device_runtime(device: str, runtime: str | None = None) -> str | None:
+    """The runtime ``device`` runs on for ``runtime`` asked for: on ``cuda`` the one chosen
+    (:func:`~gspo.runtime.cuda.choice.require_cuda`: ``ort`` or ``torch``; ``None`` asks for
+    ``$GSPO_CUDA_RUNTIME``, else ``auto``), on ``cpu`` none (``runtime`` is not read).
+
+    Raises:
+        GspoError: an unknown device, or none of the device's runtimes runs here (one line).
+    """
+    check_device(device)
+    return _RUNTIMES[device](runtime)
+
+
 def device_executor(graph: Graph, schedule: Schedule | None, device: str, one_stream: bool = False, *,
-                    config: SessionConfig = SessionConfig(), placement: Placement | None = None) -> Executor:
-    """The executor of ``device`` running ``graph`` with exactly ``schedule`` (``None``: one session):
-    :class:`CpuExecutor` on ``cpu`` (``config`` for its sessions, each piece on the backend
-    ``placement`` gives it), on ``cuda`` the executor of the chosen CUDA runtime
-    (:func:`~gspo.runtime.cuda.choice.cuda_executor`: onnxruntime-gpu or torch)
+                    runtime: str | None = None, config: SessionConfig = SessionConfig(),
+                    placement: Placement | None = None) -> Executor:
+    """The executor of ``device`` running ``graph`` with exactly ``schedule`` (``None``: one
+    session), the one dispatcher from a device to its executor: :class:`CpuExecutor` on ``cpu``
+    (``config`` for its sessions, each piece on the backend ``placement`` gives it), on ``cuda``
+    the executor of ``runtime`` (:func:`~gspo.runtime.cuda.choice.cuda_executor`: ``ort`` or
+    ``torch`` as chosen, or a request chosen here, ``None``: ``$GSPO_CUDA_RUNTIME``, else auto)
     (``one_stream``: the schedule's pieces one after another on a single stream).
 
     Raises:
         GspoError: an unknown device, or a setting the device's executor does not take.
     """
     check_device(device)
-    return _EXECUTORS[device](graph, schedule, config, placement, one_stream)
+    return _EXECUTORS[device](graph, schedule, config, placement, one_stream, runtime)
 
 
 def make_executor(graph: Graph, streams: int | None = None, device: str = "cpu",
-                  config: SessionConfig = SessionConfig()) -> Executor:
+                  config: SessionConfig = SessionConfig(), runtime: str | None = None) -> Executor:
     """The executor ``gspo run`` and ``gspo bench`` use for ``graph`` on ``device``: the schedule
-    :func:`choose_schedule` picks; on the CPU, the model's saved placement (backend per op)."""
-    check_device(device)
-    preflight = _PREFLIGHT.get(device)
-    if preflight is not None:
-        preflight()  # before anything else, so that a missing GPU is the error reported
+    :func:`choose_schedule` picks; on the CPU, the model's saved placement (backend per op); on
+    CUDA, ``runtime`` (``--cuda-runtime``: :func:`device_runtime`), chosen before anything else so
+    that a missing GPU is the error reported."""
+    chosen = device_runtime(device, runtime)
     placement = saved_placement(graph) if device == "cpu" else None
     if device == "cpu":
         config = applied(graph, config)  # the thread setting gspo optimize saved
-    return device_executor(graph, choose_schedule(graph, streams, device), device, config=config, placement=placement)
+    return device_executor(graph, choose_schedule(graph, streams, device), device, runtime=chosen, config=config,
+                           placement=placement)

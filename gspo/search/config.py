@@ -212,7 +212,7 @@ def refuse_no_outputs(model) -> None:
 def validate(cfg: OptimizeConfig) -> None:
     """Raise :class:`GspoError` with a one-line message on an option of the wrong type or out of
     the range the command line allows (:data:`CHECKS`), or options that do not make sense
-    together; on ``cuda``, set the CUDA runtime asked for and require a working GPU."""
+    together; on ``cuda``, require the CUDA runtime asked for to work here."""
     options = cfg.options()
     for name, (flag, check) in CHECKS.items():
         value = options[name]
@@ -223,11 +223,9 @@ def validate(cfg: OptimizeConfig) -> None:
     if cfg.device.name == "cuda":
         if cfg.device.backends is not None:
             raise GspoError("--backends places pieces on the cpu device; with --device cuda the whole model runs on the GPU")
-        from gspo.runtime.cuda.choice import require_cuda, set_cuda_runtime
+        from gspo.runtime.cuda.choice import require_cuda
 
-        if cfg.device.cuda_runtime is not None:
-            set_cuda_runtime(cfg.device.cuda_runtime)
-        require_cuda()
+        require_cuda(cfg.device.cuda_runtime)
 
 
 def _check_precision(cfg: OptimizeConfig) -> None:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from gspo.costmodel import CostModel, device_description
+from gspo.costmodel import CostModel
 from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
@@ -87,7 +87,7 @@ from gspo.search.report_parts import (
 )
 from gspo.search.result import OptimizeResult
 from gspo.search.strategies import Strategies
-from gspo.search.threads import settled, thread_options
+from gspo.search.threads import settled
 from gspo.streams import Placement, apply_schedule, assign_streams
 
 __all__ = ["OptimizeConfig", "OptimizeResult", "OptimizeError", "optimize"]
@@ -210,7 +210,7 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
         if boundary is not None:
             budget.skip("placement", "timing the pieces on each backend", "the time budget could not hold it")
         return options, report
-    db = CalibrationCache(cfg.device.db_path or default_db_path(), device_description("cpu"),
+    db = CalibrationCache(cfg.device.db_path or default_db_path(), tools.device.machine,
                           runtime_backends.backend_versions(backends))
     try:
         feeds = [boundary.feeds_at(g) for g in pieces]
@@ -255,15 +255,13 @@ def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPi
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.search.rules}
     final, skipped = _final_options(prepared, merged, chosen, rules, cfg, tools, allowed, budget)
-    if not tools.device.places_on_backends:
-        return WholeModel(choose_final(prepared, final, cfg, tools, budget), skipped,
-                          PlacementReport([tools.device.name]))
-    placed, placement_report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends,
-                                                budget.until_final())
-    options = by_promise(distinct(final + placed))
-    threaded = thread_options(options, budget.end)  # the CPU backends' thread counts
-    choice = choose_final(prepared, distinct(options + threaded), cfg, tools, budget)
-    return WholeModel(choice, skipped, placement_report)
+
+    def placed(pool: list[Candidate]) -> tuple[list[Candidate], PlacementReport]:  # where the device places
+        options, report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends, budget.until_final())
+        return by_promise(distinct(pool + options)), report
+
+    options, placement_report = tools.device.whole_model_options(final, placed, budget.end)
+    return WholeModel(choose_final(prepared, options, cfg, tools, budget), skipped, placement_report)
 
 
 def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: Budget,
@@ -337,8 +335,7 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     if inputs is not None:
         check_finite_inputs(prepared.feeds[0], "--inputs")  # all NaN: every comparison would compare nothing
     backends = check_backends(cfg.device.backends if cfg.device.backends is not None else available_backends())
-    if tools.device.places_on_backends:
-        budget.reserve_final(final_seconds(prepared, backends, budget))
+    budget.reserve_final(tools.device.final_reserve(lambda: final_seconds(prepared, backends, budget)))
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
     parts, searched = _search(prepared, cfg, tools, budget, show("search"))
     t_search = budget.clock() - budget.started

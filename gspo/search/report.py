@@ -7,7 +7,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from gspo.costmodel import device_description
 from gspo.ir import Graph
 from gspo.search.candidate import Measured, estimated_cost
 from gspo.search.config import OptimizeConfig
@@ -264,7 +263,7 @@ def build_report(run: Run, graph: Graph, dynamic_note: str) -> Report:
     choice, details = run.whole.choice, run.pieces.reports
     rejected = _rejections(details, choice.outcomes)
     return Report(
-        model=run.prepared.original.name, machine=device_description("cpu"), profile=run.given.device.profile or "cpu",
+        model=run.prepared.original.name, machine=run.tools.device.machine, profile=run.given.device.profile or "cpu",
         profile_device=run.profile.device, pieces=len(run.parts.pieces) if run.parts is not None else 0,
         threshold=run.given.search.threshold, cut_weight=run.parts.cut_weight if run.parts is not None else 0.0,
         frontend=_frontend(run.prepared), notes=run.prepared.notes, dynamic_dims=dynamic_note or None,

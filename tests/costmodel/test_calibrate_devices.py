@@ -29,15 +29,15 @@ class FakeDeviceExecutor:
 
 def _cfg(backend: str, tmp_path) -> CalibrationConfig:
     return CalibrationConfig(f"{backend}:test", "x", str(tmp_path / "db.sqlite"), min_runs=2, max_runs=2, target_s=0,
-                             backend=backend)
+                             backend=backend, cuda_runtime="torch" if backend == "cuda" else None)
 
 
 @pytest.fixture
 def fake_cuda_executor(monkeypatch):
     made: list = []
 
-    def device_executor(graph, schedule, device, one_stream=False):
-        assert device == "cuda"
+    def device_executor(graph, schedule, device, one_stream=False, *, runtime=None):
+        assert device == "cuda" and runtime == "torch"  # the runtime calibrate --gpu chose, passed on
         return FakeDeviceExecutor(made, graph, schedule, one_stream)
 
     monkeypatch.setattr(cal, "device_executor", device_executor)

@@ -266,13 +266,10 @@ def _refuse_torch_cuda(monkeypatch) -> None:
     :func:`gspo.runtime.cuda.choice.cuda_executor`, which takes torch only where its status says it
     runs: that status says no, so ``auto`` takes onnxruntime-gpu (the stand-in) or names both
     missing, and ``torch`` asked for is an error. (On a GPU, torch would be handed the stand-in's
-    made-up stream handles: a crash.) No runtime is asked for at the start, by the environment or
-    an earlier command; what the test asks for is dropped after it."""
-    from gspo.runtime.cuda import choice
+    made-up stream handles: a crash.) No runtime is asked for by the environment."""
     from gspo.runtime.torchrt import status as torch_status
 
     monkeypatch.setattr(torch_status, "torch_status", lambda device_id=0: (False, TORCH_REFUSED))
-    monkeypatch.setattr(choice, "_requested", [])
     monkeypatch.delenv("GSPO_CUDA_RUNTIME", raising=False)
 
 

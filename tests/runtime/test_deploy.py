@@ -89,3 +89,23 @@ def test_a_scheduled_model_checks_its_inputs_as_onnxruntime_does(tmp_path):
             sess.run(None, {"x": x.astype(np.float64)})
         with pytest.raises(GspoError, match="x"):
             sess.run(None, {"x": x[:, :, :4]})
+
+
+def test_on_cuda_each_session_runs_on_the_runtime_it_asks_for(tmp_path, monkeypatch):
+    """The runtime is the session's own (``cuda_runtime``), never left for the next one: here the
+    stand-in onnxruntime-gpu works and torch does not (tests/runtime/fake_cuda.py)."""
+    from gspo.runtime.cuda.executor import CudaExecutor
+    from tests.runtime import fake_cuda
+
+    log: list = []
+    fake_cuda.install(monkeypatch, fake_cuda.FakeOrt(log, compute=True), fake_cuda.FakeCudart(log), log)
+    g = branchy()
+    path = str(ir.save(g, tmp_path / "m.onnx"))
+    with pytest.raises(GspoError, match=r"^--device cuda --cuda-runtime torch: "):
+        gspo.InferenceSession(path, device="cuda", cuda_runtime="torch")
+    bare = ort.InferenceSession(path)
+    feeds = _feeds(bare)
+    for asked in (None, "ort", "auto"):  # None: $GSPO_CUDA_RUNTIME (unset), else auto: ort here
+        with gspo.InferenceSession(path, device="cuda", cuda_runtime=asked) as sess:
+            assert type(sess._executor) is CudaExecutor
+            np.testing.assert_allclose(sess.run(None, feeds)[0], bare.run(None, feeds)[0], rtol=1e-5, atol=1e-6)

@@ -4,6 +4,7 @@ with onnxruntime's CPU provider (so outputs compare with the CPU's reference).""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -14,10 +15,12 @@ from click.testing import CliRunner
 from gspo import ir
 from gspo.cli import cli
 from gspo.costmodel.profile import ProfileError, find_profile
+from gspo.errors import GspoError
 from gspo.runtime import random_inputs, runtime_version
 from gspo.search import optimize
 from gspo.search.candidate import Candidate
 from gspo.search.device import CpuDevice, CudaDevice, device_of, newest_gpu_profile
+from gspo.search.report_parts import PlacementReport
 from gspo.search.strategies import Strategies
 from gspo.search.trial import Trial
 from gspo.streams import assign_streams
@@ -48,11 +51,10 @@ def gspo(*args):
 
 @pytest.fixture
 def ort_keyed(monkeypatch):
-    """GPU profiles keyed as on onnxruntime-gpu (what :func:`gpu_profile` writes), whichever CUDA
-    runtime works on this machine (on one with a CUDA torch, it would be ``torch-X.Y.Z``)."""
-    from gspo.runtime.cuda import choice
-
-    monkeypatch.setattr(choice, "runtime_key", runtime_version)
+    """GPU profiles keyed as on onnxruntime-gpu (what :func:`gpu_profile` writes): the stand-in
+    onnxruntime-gpu is the runtime chosen, whichever CUDA runtime works on this machine (on one with
+    a CUDA torch, it would be keyed ``torch-X.Y.Z``)."""
+    fakes(monkeypatch)
 
 
 # ------------------------------------------------------------ no CUDA here
@@ -102,6 +104,7 @@ def test_options_are_verified_against_the_cpu_with_tf32_off(tmp_path, monkeypatc
     assert all(c["rejected"] is None for c in pieces)  # computed on the "device", equal to the CPU's
     assert len(ort.sessions) > 3 and all(s["options"]["use_tf32"] == "0" for s in ort.sessions)
     device = result.report["device"]
+    assert result.report["machine"] == "cuda:Fake GPU 16GB" and device["runtime"] == "ort"  # what measured
     assert device["name"] == "Fake GPU 16GB" and device["driver_cuda"] == "12.4" and device["runtime_cuda"] == "12.8"
     assert device["onnxruntime_gpu"] == "1.26.0" and device["onnxruntime_build_cuda"] == "12.8"
     assert "cudnn" in device and "cuda_python" in device
@@ -112,7 +115,8 @@ def test_a_wrong_option_on_the_device_is_rejected(monkeypatch):
     fakes(monkeypatch)
     g, other = branchy(seed=0), branchy(seed=1)  # same structure, other weights
     feeds = [random_inputs(g, 0)]
-    with Trial(g, [Candidate(g, label="original"), Candidate(other, label="wrong")], feeds, executor=CudaDevice().executor()) as t:
+    with Trial(g, [Candidate(g, label="original"), Candidate(other, label="wrong")], feeds,
+               executor=CudaDevice().executor()) as t:
         assert [o.label for o in t.equivalent] == ["original"]
         assert "differs" in t.rejected[0].rejected
 
@@ -258,6 +262,93 @@ def test_the_device_names_its_profile_executor_streams_and_report_block():
 
     cpu, cuda = device_of("cpu"), device_of("cuda", "torch")
     assert isinstance(cpu, CpuDevice) and isinstance(cuda, CudaDevice) and cuda.runtime == "torch"
-    assert cpu.executor() is None and cpu.streams(6) == 6 and cpu.places_on_backends
-    assert cuda.streams(6) == CUDA_STREAMS and not cuda.places_on_backends
+    assert cpu.executor() is None and cpu.streams(6) == 6 and cuda.streams(6) == CUDA_STREAMS
     assert cpu.report().to_json()["device"] == "cpu" and cpu.profile(None, True).device.startswith("cpu:")
+    assert cpu.machine == cpu.report().to_json()["name"] and cpu.machine.startswith("cpu:")
+
+
+# ------------------------------------------------------------------ the runtime travels on the device
+def test_the_runtime_is_read_once_when_the_device_is_made(monkeypatch):
+    """``--cuda-runtime``, else ``$GSPO_CUDA_RUNTIME``, else auto, checked when the device is made."""
+    monkeypatch.setenv("GSPO_CUDA_RUNTIME", "torch")
+    from_env, asked = CudaDevice(), CudaDevice("ort")
+    monkeypatch.setenv("GSPO_CUDA_RUNTIME", "ort")
+    assert from_env.runtime == "torch" and asked.runtime == "ort" and device_of("cuda").runtime == "ort"
+    monkeypatch.delenv("GSPO_CUDA_RUNTIME")
+    assert CudaDevice().runtime == "auto" and CudaDevice(" Torch ").runtime == "torch"
+    with pytest.raises(GspoError, match=r"^--cuda-runtime takes auto, ort, torch \(got 'tensorrt'\)$"):
+        CudaDevice("tensorrt")
+
+
+def test_the_device_chooses_its_runtime_once_and_its_executors_run_on_it(monkeypatch):
+    from gspo.runtime.cuda import choice
+    from gspo.runtime.cuda.executor import CudaExecutor
+
+    fakes(monkeypatch)
+    probes: list = []
+    status = choice._ort_status
+    monkeypatch.setattr(choice, "_ort_status", lambda device_id: probes.append(device_id) or status(device_id))
+    device = CudaDevice()
+    assert device.chosen == "ort" and device.executor().keywords == {"runtime": "ort"}
+    g = branchy()
+    with device.executor()(g, None) as ex:
+        assert type(ex) is CudaExecutor
+    assert device.machine == "cuda:Fake GPU 16GB" and device.report().to_json()["runtime"] == "ort"
+    assert probes == [0], "the runtime is chosen once per device, not per executor or report"
+    torch_asked = CudaDevice("torch")  # the stand-ins refuse torch: its executors are never made on ort
+    with pytest.raises(GspoError, match=r"^--device cuda --cuda-runtime torch: ") as refused:
+        torch_asked.executor()
+    assert torch_asked.report().to_json() == {"device": "cuda", "error": str(refused.value)}
+    assert torch_asked.machine == "cuda"
+
+
+# ------------------------------------------------------------------ whole-model behaviour
+def test_the_cpu_places_and_threads_the_whole_model_a_gpu_takes_it_as_it_is():
+    """What the device does with the final comparison's pool: the CPU asks the driver to place it
+    on the other backends and adds each option at the thread counts worth trying, and keeps time
+    for them; a GPU takes the pool as it is and keeps only the final comparison's share."""
+    from gspo.runtime.settings import thread_counts
+    from gspo.search.deadline import Deadline
+    from gspo.search.report_parts import PlacementReport
+
+    g = branchy()
+    pool = [Candidate(g, label="original", kind="original")]
+    asked: list = []
+
+    def placed(options):
+        asked.append([o.label for o in options])
+        return options + [Candidate(branchy(seed=1), label="placed", kind="merged")], PlacementReport(["ort", "x"])
+
+    options, report = CpuDevice().whole_model_options(pool, placed, Deadline(None))
+    assert asked == [["original"]] and report.backends == ["ort", "x"]
+    threaded = [f"{label}[threads={t}]" for label in ("original", "placed") for t in thread_counts()]
+    assert [o.label for o in options] == ["original", "placed", *threaded]
+    options, report = CudaDevice("ort").whole_model_options(pool, placed, Deadline(None))
+    assert options == pool and report.backends == ["cuda"] and len(asked) == 1
+    assert CpuDevice().final_reserve(lambda: 3.5) == 3.5 and CudaDevice("ort").final_reserve(lambda: 3.5) == 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class AsIsCpu(CpuDevice):
+    """The CPU with a GPU's whole-model behaviour (the pool as it is, no time kept), noting its calls."""
+
+    calls: list = dataclasses.field(default_factory=list, compare=False)
+
+    def final_reserve(self, estimate):
+        self.calls.append("final_reserve")
+        return 0.0
+
+    def whole_model_options(self, options, placed, deadline):
+        self.calls.append("whole_model_options")
+        return options, PlacementReport(["ort"])
+
+
+def test_optimize_asks_the_device_what_the_final_comparison_measures():
+    """The driver branches on no flag: what the device answers is what the final comparison times."""
+    device = AsIsCpu()
+    result = optimize(branchy(), time_budget=None, jobs=1, timing_runs=5,
+                      strategies=Strategies(measure=ScriptedTimings(), device=device))
+    assert device.calls == ["final_reserve", "whole_model_options"]
+    labels = [c["label"] for c in result.report["final_candidates"]]
+    assert "original" in labels and not [x for x in labels if "threads=" in x or "@" in x], labels
+    assert result.report["placement"]["backends"] == ["ort"]

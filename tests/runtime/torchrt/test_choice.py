@@ -1,7 +1,8 @@
 """Which runtime ``--device cuda`` runs on (:mod:`gspo.runtime.cuda.choice`): onnxruntime-gpu
 (``ort``) where its CUDA provider works, else torch; ``--cuda-runtime`` / ``GSPO_CUDA_RUNTIME``
-force one. On this machine neither works (CPU onnxruntime, CPU torch): every command says so in
-one line naming what is missing; the preference order is checked with stand-in statuses."""
+force one, passed as a value (nothing in the process remembers what a command asked for). On this
+machine neither works (CPU onnxruntime, CPU torch): every command says so in one line naming what
+is missing; the preference order is checked with stand-in statuses."""
 
 from __future__ import annotations
 
@@ -19,9 +20,8 @@ from gspo.runtime.cuda import status as ort_status_mod  # noqa: E402
 from gspo.runtime.cuda.choice import (  # noqa: E402
     cuda_runtime,
     device_block,
-    requested,
+    requested_runtime,
     require_cuda,
-    set_cuda_runtime,
 )
 from gspo.runtime.cuda.common import CudaError  # noqa: E402
 from gspo.runtime.torchrt import status as torch_status_mod  # noqa: E402
@@ -37,11 +37,8 @@ cpu_torch_here = pytest.mark.skipif(bool(torch.version.cuda), reason="torch is b
 
 @pytest.fixture(autouse=True)
 def fresh_choice(monkeypatch):
-    """No runtime asked for before the test, by the environment or an earlier command, nor after."""
+    """No runtime asked for by the environment."""
     monkeypatch.delenv("GSPO_CUDA_RUNTIME", raising=False)
-    set_cuda_runtime(None)
-    yield
-    set_cuda_runtime(None)
 
 
 @pytest.fixture(scope="module")
@@ -103,22 +100,33 @@ def test_run_and_bench_forcing_torch_exit_2_in_one_line(model):
 @cpu_torch_here
 def test_the_environment_variable_is_honoured(model, tmp_path, monkeypatch):
     monkeypatch.setenv("GSPO_CUDA_RUNTIME", "torch")
-    assert requested() == "torch"
+    assert requested_runtime() == "torch"
     line = one_line_error(gspo("optimize", model, "-o", tmp_path / "o.onnx", "--device", "cuda"))
     assert "--cuda-runtime torch: " in line and "built without CUDA" in line and "CUDAExecutionProvider" not in line
-    set_cuda_runtime("ort")  # what is asked for in the process wins over the environment
-    assert requested() == "ort"
-    set_cuda_runtime(None)
-    assert requested() == "torch"
+    assert requested_runtime("ort") == "ort"  # what is asked for wins over the environment
+    line = one_line_error(gspo("optimize", model, "-o", tmp_path / "o.onnx", "--device", "cuda", "--cuda-runtime",
+                               "ort"))
+    assert "--cuda-runtime ort: " in line and "CUDAExecutionProvider" in line and "torch" not in line
+    assert requested_runtime(None) == "torch"
 
 
-def test_the_option_is_checked_and_reset():
+def test_the_option_is_checked():
     with pytest.raises(GspoError, match="--cuda-runtime takes auto, ort, torch"):
-        set_cuda_runtime("tensorrt")
-    set_cuda_runtime(" Torch ")
-    assert requested() == "torch"
-    set_cuda_runtime(None)
-    assert requested() == "auto"
+        requested_runtime("tensorrt")
+    assert requested_runtime(" Torch ") == "torch"
+    assert requested_runtime() == "auto"
+
+
+def test_a_command_asking_for_a_runtime_leaves_nothing_behind(model, monkeypatch):
+    """The runtime is a value each command passes on, not a setting of the process: the next
+    command (or call) that asks for none gets ``auto`` again, and the module holds no mutable state."""
+    stand_ins(monkeypatch, True, True)
+    assert cuda_runtime("torch") == "torch"
+    assert cuda_runtime() == "ort"  # auto: what was asked for before is not remembered
+    stand_ins(monkeypatch, False, False)
+    one_line_error(gspo("run", model, "--device", "cuda", "--cuda-runtime", "torch"))
+    assert requested_runtime() == "auto"
+    assert not [n for n, v in vars(choice).items() if isinstance(v, (list, dict, set)) and not n.startswith("__")]
 
 
 def test_the_cli_refuses_an_unknown_runtime(model):
@@ -129,7 +137,7 @@ def test_the_cli_refuses_an_unknown_runtime(model):
 def test_a_bad_environment_value_names_the_variable(monkeypatch):
     monkeypatch.setenv("GSPO_CUDA_RUNTIME", "tensorrt")
     with pytest.raises(GspoError, match="GSPO_CUDA_RUNTIME"):
-        requested()
+        requested_runtime()
 
 
 # ------------------------------------------------------------ the preference, with stand-ins
@@ -154,19 +162,16 @@ def test_auto_with_neither_is_one_line_naming_both(monkeypatch):
 
 def test_forcing_a_runtime_that_cannot_run_is_one_line(monkeypatch):
     stand_ins(monkeypatch, False, True)
-    set_cuda_runtime("ort")
     with pytest.raises(CudaError) as info:
-        cuda_runtime()
+        cuda_runtime("ort")
     text = str(info.value)
     assert "\n" not in text and text.startswith("--device cuda --cuda-runtime ort: ")
     assert "no CUDAExecutionProvider (stand-in)" in text and "torch" not in text
-    set_cuda_runtime("torch")
-    assert cuda_runtime() == "torch"
+    assert cuda_runtime("torch") == "torch"
     stand_ins(monkeypatch, True, False)
     with pytest.raises(CudaError, match=r"^--device cuda --cuda-runtime torch: torch has no CUDA \(stand-in\)$"):
-        cuda_runtime()
-    set_cuda_runtime("ort")
-    assert cuda_runtime() == "ort"
+        cuda_runtime("torch")
+    assert cuda_runtime("ort") == "ort"
 
 
 def test_forcing_torch_does_not_ask_onnxruntime(monkeypatch):
@@ -176,17 +181,18 @@ def test_forcing_torch_does_not_ask_onnxruntime(monkeypatch):
         raise AssertionError("onnxruntime-gpu was probed although torch was asked for")
 
     monkeypatch.setattr(ort_status_mod, "gpu_status", no)
-    set_cuda_runtime("torch")
-    assert cuda_runtime() == "torch"
+    assert cuda_runtime("torch") == "torch" and require_cuda("torch") == "torch"
 
 
 def test_cuda_graphs_are_the_torch_runtimes(monkeypatch):
     stand_ins(monkeypatch, True, True)
-    with pytest.raises(CudaError, match="--cuda-runtime torch"):
-        choice.cuda_executor(build("nasrnn", "tiny"), cuda_graph=True)
+    for runtime in ("ort", "auto"):  # auto: ort, which works
+        with pytest.raises(CudaError, match="--cuda-runtime torch"):
+            choice.cuda_executor(build("nasrnn", "tiny"), runtime=runtime, cuda_graph=True)
 
 
 def test_the_device_block_says_which_runtime(monkeypatch):
     stand_ins(monkeypatch, False, True)
     block = device_block()
     assert block["runtime"] == "torch" and block["device"] == "cuda" and block["torch"] == torch.__version__
+    assert device_block("torch") == block
