@@ -47,7 +47,7 @@ def _tolerance() -> Tolerance:
 class DeviceOptions:
     """Where candidates are measured: the device (``"cpu"``, ``"cuda"``), the CUDA runtime
     (``"auto"``: onnxruntime-gpu where its CUDA provider works, else torch; ``"ort"``,
-    ``"torch"``; ``None``: as ``--cuda-runtime`` or ``GSPO_CUDA_RUNTIME`` set it), the cost
+    ``"torch"``; ``None``: ``$GSPO_CUDA_RUNTIME``, else ``"auto"``), the cost
     profile (``None``: the device's) and whether one made elsewhere is used anyway, the backends
     to place the model or its pieces on (``None``: every one installed here), and the
     calibration database caching piece timings (``None``: the user's cache)."""
