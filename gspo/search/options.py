@@ -306,8 +306,12 @@ class OptimizeConfig:
     def to_json(self) -> dict[str, object]:
         """The settings as the report shows them: flat, every one but ``rules`` (a value with a
         ``to_json`` as its JSON: ``max_error`` as given)."""
-        shown = (s for s in settings(type(self)) if s.shown)
-        return {s.name: (v.to_json() if hasattr(v, "to_json") else v) for s in shown for v in (s.value(self),)}
+        out = {}
+        for s in settings(type(self)):
+            if s.shown:
+                value = s.value(self)
+                out[s.name] = value.to_json() if hasattr(value, "to_json") else value
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping) -> OptimizeConfig:
