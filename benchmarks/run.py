@@ -56,7 +56,8 @@ from gspo.runtime import (
     runtime_version,
 )
 from gspo.search import optimize
-from gspo.search.backtrack import SearchConfig, search
+from gspo.search.backtrack import search
+from gspo.search.options import SearchOptions
 from gspo.search.deadline import Deadline
 from gspo.zoo import MODELS, build
 
@@ -250,13 +251,13 @@ def search_time(name: str, graph, budget: int, cap: float) -> dict:
     t_part = time.perf_counter() - t
     expanded, best_delta, t_pieces = 0, 0.0, 0.0
     for p in parts.pieces:
-        r = search(p.graph, cost_fn, SearchConfig(max_expansions=budget))
+        r = search(p.graph, cost_fn, SearchOptions(max_expansions=budget, max_streams=2))
         expanded += r.expanded
         t_pieces += r.seconds
         best_delta += r.start.estimate - r.best.estimate
     start_cost = model.cost(graph)
     say(f"  unpartitioned search ({budget * len(parts.pieces)} expansions, at most {cap:.0f} s) ...")
-    whole = search(graph, cost_fn, SearchConfig(max_expansions=budget * len(parts.pieces)), deadline=Deadline.after(cap))
+    whole = search(graph, cost_fn, SearchOptions(max_expansions=budget * len(parts.pieces), max_streams=2), deadline=Deadline.after(cap))
     return {
         "model": name, "pieces": len(parts.pieces), "partition_s": t_part, "partitioned_s": t_part + t_pieces,
         "partitioned_expanded": expanded, "partitioned_gain": best_delta / start_cost,

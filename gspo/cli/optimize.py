@@ -23,10 +23,25 @@ from gspo.cli.common import (
 )
 from gspo.errors import GspoError
 from gspo.outputs import OutputError, atomic_write, check_outputs
-from gspo.search.options import SearchOptions, TimingOptions, VerifyOptions, default
+from gspo.search.options import (
+    DeviceOptions,
+    MaxError,
+    OptimizeConfig,
+    PrecisionOptions,
+    SearchOptions,
+    TimingOptions,
+    VerifyOptions,
+    default,
+    precisions_of,
+)
 
 if TYPE_CHECKING:
     from gspo.search.report import Report
+
+
+def _precisions(ctx, param, value: str | None) -> tuple[str, ...]:
+    """``--precision``'s list, split as it is read (the names are checked with the other options)."""
+    return precisions_of(value) if value is not None else ()
 
 
 @cli.command(name="optimize")
@@ -60,7 +75,7 @@ if TYPE_CHECKING:
                    "[default: every one that can run here].")
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
 @input_shape_option
-@click.option("--precision", metavar="LIST", default=None,
+@click.option("--precision", metavar="LIST", default=None, callback=_precisions,
               help="Also search reduced precision, per piece: bf16 (OpenVINO), int8 (QDQ, dynamic), e.g. "
                    "'bf16,int8'; needs --max-error [default: exact fp32 only].")
 @click.option("--max-error", metavar="SPEC", default=None,
@@ -114,11 +129,11 @@ def optimize_cmd(model, output, **options):
         raise GspoError("--no-streams and --no-rules together leave nothing to optimize")
     shapes = ir.parse_input_shapes(o["input_shapes"])
     feeds = read_npz(inputs_file) if inputs_file else None
-    chosen_backends = _backends(o["backends"])
+    config = _config(o, _backends(o["backends"]))
     bar = progress_printer("optimizing")
     try:
-        result = optimize(model, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes, inputs=feeds,
-                          started=began, **_api_options(o, chosen_backends))
+        result = optimize(model, config, progress=lambda phase, d, t: bar(d, t, phase), input_shapes=shapes,
+                          inputs=feeds, started=began)
     except OptimizeError as e:
         click.echo(f"gspo: error: {e}", err=True)
         sys.exit(1)
@@ -132,15 +147,25 @@ def optimize_cmd(model, output, **options):
     click.echo(f"wrote {output}")
 
 
-def _api_options(o: dict, backends: tuple[str, ...] | None) -> dict:
-    """The command's options as ``optimize``'s keyword options (those not given keep the
-    config's defaults: :mod:`gspo.search.options`)."""
-    given = dict(threshold=o["threshold"], precision=o["precision"], cuda_runtime=o["cuda_runtime"])
-    return dict(device=o["device"], profile=o["profile"], force_profile=o["foreign_profile"], alpha=o["alpha"],
-                budget=o["budget"], time_budget=o["time_budget"], max_streams=o["max_streams"], jobs=o["jobs"],
-                use_streams=not o["no_streams"], use_rules=not o["no_rules"], seed=o["seed"], select=o["select"],
-                backends=backends, max_error=o["max_error"], calibration=o["calibration"], validation=o["validation"],
-                **{k: v for k, v in given.items() if v})
+def _config(o: dict, backends: tuple[str, ...] | None) -> OptimizeConfig:
+    """The command's options as ``optimize``'s settings (those it has no option for keep the
+    records' defaults: :mod:`gspo.search.options`); ``--max-error`` parsed here, once.
+
+    Raises:
+        GspoError: a ``--max-error`` that states no budget (one line).
+    """
+    threshold = {"threshold": o["threshold"]} if o["threshold"] else {}
+    max_error = MaxError.parse(o["max_error"]) if o["max_error"] is not None else None
+    return OptimizeConfig(
+        device=DeviceOptions(name=o["device"], profile=o["profile"], force_profile=o["foreign_profile"],
+                             backends=backends, cuda_runtime=o["cuda_runtime"] or None),
+        search=SearchOptions(alpha=o["alpha"], max_expansions=o["budget"], max_streams=o["max_streams"],
+                             jobs=o["jobs"], use_rules=not o["no_rules"], use_streams=not o["no_streams"],
+                             **threshold),
+        verify=VerifyOptions(seed=o["seed"]),
+        timing=TimingOptions(time_budget=o["time_budget"], select=o["select"]),
+        precision=PrecisionOptions(precisions=o["precision"], max_error=max_error, calibration=o["calibration"],
+                                   validation=o["validation"]))
 
 
 def _backends(text: str | None) -> tuple[str, ...] | None:

@@ -95,7 +95,7 @@ def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | 
     from gspo.precision.samples import SampleLimits, precision_data
 
     say = progress or (lambda text: None)
-    budget = ErrorBudget.parse(cfg.precision.max_error)
+    budget = cfg.precision.max_error.budget  # parsed once, as the option entered (MaxError)
     skips: list[Skip] = []
     if deadline is not None and deadline.expired():
         return _without(result, cfg, budget, skips, "the time budget ended before it began", None)

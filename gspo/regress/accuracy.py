@@ -86,9 +86,9 @@ def judge_entry(spec: ModelSpec, source_path: Path, graph, candidate: bytes, bas
     validation samples: the budget, where the samples came from, the random-data warning, the
     precision optimize chose, and each :meth:`~gspo.precision.accuracy.Accuracy.to_json`
     (``baseline``: ``None`` without one)."""
-    from gspo.precision.accuracy import ErrorBudget, judge
+    from gspo.precision.accuracy import judge
 
-    budget = ErrorBudget.parse(spec.max_error)
+    budget = spec.max_error.budget  # parsed as the set was read
     samples, source = _validation(spec, graph, data)
     folder = source_path.parent.parent / "judged"
     folder.mkdir(exist_ok=True)

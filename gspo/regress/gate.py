@@ -152,7 +152,7 @@ def _store(record: Path, mset: ModelSet, results: list[Result], versions: dict, 
                 "exclude_rules": list(spec.exclude_rules), "input_shapes": spec.input_shapes,
                 "versions": r.versions, "machine": r.machine}
         if spec.precision:  # what it was optimized within (optimize's report has the choice and its error)
-            meta["precision"] = {"precision": list(spec.precision), "max_error": spec.max_error,
+            meta["precision"] = {"precision": list(spec.precision), "max_error": spec.max_error.spec,
                                  **{k: str(p) for k, p in spec.data().items()}}
         store.write_artifact(record, r.name, r.candidate, r.report or {}, meta, overwrite=force)
     store.write_index(record, str(mset.path), [r.name for r in results if r.candidate is not None], versions,

@@ -279,7 +279,8 @@ def _identify(job: Job, result: Result) -> None:
                                      for k, v in sorted(job.inputs.items())))
     precision = None
     if job.spec.precision:  # only then: an entry without it keeps its key
-        precision = {"precision": list(job.spec.precision), "max_error": job.spec.max_error, "data": job.data_sha256}
+        precision = {"precision": list(job.spec.precision), "max_error": job.spec.max_error.spec,
+                     "data": job.data_sha256}
     result.key = cache_key(result.source_sha256, job.spec.input_shapes, inputs_sha, job.spec.options,
                            job.spec.exclude_rules, result.versions, precision)
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from gspo.errors import GspoError, read_json
 from gspo.regress.stats import THRESHOLD
 from gspo.search.config import MAX_SECONDS, MAX_SEED
+from gspo.search.options import MaxError
 
 __all__ = ["ModelSet", "ModelSpec", "data_files", "describe_path", "load_modelset", "ROUNDS", "VERSION"]
 
@@ -117,8 +118,9 @@ class ModelSpec:
     rounds: int = ROUNDS
     #: Reduced precisions searched besides fp32 (empty: exact fp32 only, no accuracy judged).
     precision: tuple[str, ...] = ()
-    #: The accuracy budget (a canonical :class:`~gspo.precision.accuracy.ErrorBudget` spec).
-    max_error: str | None = None
+    #: The accuracy budget, parsed as the set was read (its spec canonical: the same budget
+    #: written two ways is one, in the cache key too).
+    max_error: MaxError | None = None
     calibration: Path | None = None
     validation: Path | None = None
 
@@ -252,18 +254,20 @@ def _precisions(where: str, given) -> tuple[str, ...]:
     return found
 
 
-def _budget(where: str, given) -> str:
-    """``max_error`` checked by :meth:`ErrorBudget.parse`, as its canonical spec."""
+def _budget(where: str, given) -> MaxError:
+    """``max_error`` parsed once, as the set is read (:meth:`ErrorBudget.parse`), under its
+    canonical spec."""
     from gspo.precision.accuracy import ErrorBudget
 
     if not isinstance(given, str):
         raise GspoError(f"{where}: max_error must be a budget such as \"nmse=1e-3\" (got {json.dumps(given)})")
     try:
-        return str(ErrorBudget.parse(given))
+        budget = ErrorBudget.parse(given)
     except GspoError as e:
         text = str(e)
         text = text[len("--max-error"):] if text.startswith("--max-error") else f": {text}"
         raise GspoError(f"{where}: max_error{text}") from None
+    return MaxError(str(budget), budget)
 
 
 def _data_path(where: str, base: Path, kind: str, given) -> Path:

@@ -12,7 +12,7 @@ _WHERE = {
     "OptimizeError": "gspo.search.config",
     "OptimizeResult": "gspo.search.result",
     "Report": "gspo.search.report",
-    "SearchConfig": "gspo.search.backtrack",
+    "SearchOptions": "gspo.search.options",
     "SearchResult": "gspo.search.backtrack",
     "Strategies": "gspo.search.strategies",
     "joint_cost": "gspo.search.backtrack",

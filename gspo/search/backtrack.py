@@ -28,16 +28,17 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 
 from gspo.ir import Graph, GraphError
 from gspo.ir.onnx_io import check_graph
-from gspo.rules import DEFAULT_RULES, Rule, applicable
+from gspo.rules import Rule, applicable
 from gspo.search.candidate import Candidate
 from gspo.search.deadline import Deadline
+from gspo.search.options import SearchOptions
 from gspo.streams import Schedule, assign_streams
 
-__all__ = ["SearchConfig", "Candidate", "SearchResult", "search", "joint_cost"]
+__all__ = ["Candidate", "SearchResult", "search", "joint_cost"]
 
 log = logging.getLogger(__name__)
 
@@ -49,40 +50,6 @@ CostFn = Callable[[Graph, "Schedule | None"], float]
 #: profile errs 9.8-12.3% on chains and 12.2-19.9% (mean 14.0%) on multi-branch pieces against a
 #: single run of its held-out set (docs/cost-model.md); a profile does not record its own error.
 COST_ERROR = 0.15
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """Settings of one search (``optimize`` makes it from its search options, :meth:`of`).
-
-    Attributes:
-        alpha: keep exploring graphs up to ``alpha`` x the best cost (>= 1).
-        max_expansions: most graphs expanded per piece (``optimize``'s ``budget``).
-        max_streams: stream cap for JOCG_P (``None``: no cap).
-        use_rules / use_streams: the two halves of the joint search (ablations).
-        keep: K, how many of the best candidates go to on-board verification.
-        validate: pass every rewritten graph through onnx's checker with strict shape
-            inference before it is costed (a rule's invalid output is dropped and counted).
-        cost_error: the cost model's relative error (:data:`COST_ERROR`): up to ``keep``
-            rewrites estimated within ``1 + cost_error`` times the piece as given, that do not
-            improve on the best, are near-ties, kept to be measured (0: none).
-    """
-
-    alpha: float = 1.05
-    max_expansions: int = 40
-    max_streams: int | None = 2
-    use_rules: bool = True
-    use_streams: bool = True
-    keep: int = 3
-    rules: tuple[Rule, ...] = field(default=DEFAULT_RULES, compare=False)
-    validate: bool = True
-    cost_error: float = COST_ERROR
-
-    @classmethod
-    def of(cls, options) -> SearchConfig:
-        """The settings of each piece's search in ``optimize``'s search options
-        (:class:`~gspo.search.options.SearchOptions`: every field of this record is one of its)."""
-        return cls(**{f.name: getattr(options, f.name) for f in fields(cls) if hasattr(options, f.name)})
 
 
 @dataclass(frozen=True)
@@ -108,9 +75,9 @@ def _check_rewrite(before: Graph, after: Graph) -> str | None:
     return check_graph(after, [i for i, n in enumerate(after.nodes) if n.key not in old])
 
 
-def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchConfig) -> tuple[float, Schedule | None, float]:
-    """JOCG_P: the cheaper of one stream and Nimble's streams, by the cost model; also the
-    one-stream cost on its own."""
+def joint_cost(graph: Graph, cost_fn: CostFn, config: SearchOptions) -> tuple[float, Schedule | None, float]:
+    """JOCG_P: the cheaper of one stream and Nimble's streams (at most ``config.max_streams``;
+    ``None``: no cap), by the cost model; also the one-stream cost on its own."""
     seq = cost_fn(graph, None)
     if not config.use_streams:
         return seq, None, seq
@@ -129,9 +96,10 @@ class _OutOfTime(Exception):
 class _State:
     """What one search has found so far."""
 
-    config: SearchConfig
+    config: SearchOptions
     cost_fn: CostFn
     deadline: Deadline
+    validate: bool  # pass every rewritten graph through onnx's checker before it is costed
     best: Candidate
     best_seq: float  # the best one-stream estimate, which can differ from ``best`` when it has streams
     near_below: float = 0.0  # a rewrite estimated at most this (and not improving) is a near-tie
@@ -172,7 +140,7 @@ def _rewrite(state: _State, current: Candidate, rule: Rule, match) -> Graph | No
     if rewritten.key in state.seen:
         return None
     state.seen.add(rewritten.key)
-    why = _check_rewrite(current.graph, rewritten) if state.config.validate else None
+    why = _check_rewrite(current.graph, rewritten) if state.validate else None
     if why is not None:
         state.drop(rule, why, "a graph onnx refuses")
         return None
@@ -225,17 +193,33 @@ def _ranked(state: _State, start: Candidate) -> tuple[Candidate, ...]:
     return tuple(ranked)
 
 
-def search(graph: Graph, cost_fn: CostFn, config: SearchConfig = SearchConfig(), rules: Sequence[Rule] | None = None,
-           deadline: Deadline | None = None) -> SearchResult:
+def search(graph: Graph, cost_fn: CostFn, config: SearchOptions | None = None, rules: Sequence[Rule] | None = None,
+           deadline: Deadline | None = None, *, validate: bool = True, cost_error: float = COST_ERROR) -> SearchResult:
     """Search rewrites and stream assignments of ``graph`` for the lowest estimated cost, until
-    ``deadline`` (``None``: no deadline)."""
+    ``deadline`` (``None``: no deadline).
+
+    Args:
+        graph: the piece to search.
+        cost_fn: the estimated cost of a graph on a schedule (``None``: one stream).
+        config: ``optimize``'s search settings (``None``: the defaults, which cap no streams):
+            alpha, ``max_expansions``, the stream cap, the two halves of the joint search, K
+            (``keep``) and the rules.
+        rules: the rules instead of ``config.rules``.
+        deadline: when the search stops (between two matches).
+        validate: pass every rewritten graph through onnx's checker with strict shape
+            inference before it is costed (a rule's invalid output is dropped and counted).
+        cost_error: the cost model's relative error (:data:`COST_ERROR`): up to ``keep``
+            rewrites estimated within ``1 + cost_error`` times the piece as given, that do not
+            improve on the best, are near-ties, kept to be measured (0: none).
+    """
+    config = config if config is not None else SearchOptions()
     deadline = deadline if deadline is not None else Deadline(None)
     started = deadline.now()
     rules = tuple(rules if rules is not None else config.rules) if config.use_rules else ()
     cost, schedule, seq = joint_cost(graph, cost_fn, config)
     start = Candidate(graph, schedule, (), cost)
-    state = _State(config, cost_fn, deadline, best=start, best_seq=seq, seen={graph.key},
-                   near_below=(1 + config.cost_error) * cost if config.cost_error > 0 else -math.inf)
+    state = _State(config, cost_fn, deadline, validate, best=start, best_seq=seq, seen={graph.key},
+                   near_below=(1 + cost_error) * cost if cost_error > 0 else -math.inf)
     state.push(start)
     out_of_time = False
     try:

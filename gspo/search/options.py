@@ -1,9 +1,17 @@
 """``optimize``'s settings, by concern: the device, the search, verification, timing and precision.
 
-Each default is written once, here (the command line reads its defaults from these records:
-:func:`default`). ``optimize``'s keyword options and the report's ``config`` block name the
-settings flat (``budget``, ``rtol``, ...), in the order of :data:`FLAT`; :meth:`OptimizeConfig.of`
-and :meth:`OptimizeConfig.replace` take them so, :meth:`OptimizeConfig.options` gives them so.
+Each default is written once, here: the command line builds these records from its options (and
+reads its defaults from them: :func:`default`), the library takes them. ``optimize``'s keyword
+options and the report's ``config`` block name the settings flat (``budget``, ``rtol``, ...); the
+flat names come from the records' own fields (:func:`settings`): a field is named by itself, or
+by its ``keyword`` metadata where the flat name differs (``max_expansions`` is ``budget``), the
+tolerance by its ``terms``. The report lists them record by record in the fields' order, a field
+with ``after`` metadata right after the setting it names (where the report has always shown
+it), none with ``report`` metadata false. :meth:`OptimizeConfig.of` and
+:meth:`OptimizeConfig.replace` build the record from flat options, each value read once as it
+enters, by its field's ``read`` metadata (a list as a tuple, ``"bf16,int8"`` split,
+``--max-error`` parsed into a :class:`MaxError`); :meth:`OptimizeConfig.options` gives the
+settings back flat.
 
 This module imports nothing heavy (the command line imports it as it starts): the defaults that
 live elsewhere (the partition threshold, the tolerance, the rule set) are read when a record is
@@ -13,16 +21,20 @@ made.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import functools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from gspo.errors import GspoError
+
 if TYPE_CHECKING:
+    from gspo.precision.accuracy import ErrorBudget
     from gspo.rules import Rule
     from gspo.runtime.verify import Tolerance
 
-__all__ = ["DeviceOptions", "FLAT", "OptimizeConfig", "PrecisionOptions", "SearchOptions", "TimingOptions",
-           "VerifyOptions", "default"]
+__all__ = ["DeviceOptions", "MaxError", "OptimizeConfig", "PrecisionOptions", "SearchOptions", "Setting",
+           "TimingOptions", "VerifyOptions", "default", "precisions_of", "settings"]
 
 
 def _threshold() -> int:
@@ -43,6 +55,50 @@ def _tolerance() -> Tolerance:
     return Tolerance()
 
 
+def _tuple(value):
+    """A list given for a tuple setting as a tuple (anything else as given: the check says why not)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def precisions_of(value):
+    """``--precision``'s list, read once as it enters: ``"bf16, INT8"`` -> ``("bf16", "int8")``, a
+    list as a tuple (anything else as given: the check says why not)."""
+    if isinstance(value, str):
+        return tuple(p.strip().lower() for p in value.split(",") if p.strip())
+    return _tuple(value)
+
+
+@dataclass(frozen=True)
+class MaxError:
+    """``--max-error``: the accuracy budget as given (``spec``: the report's ``config`` block
+    shows it so) and as parsed (``budget``, the :class:`~gspo.precision.accuracy.ErrorBudget` the
+    precision stage judges by), parsed once where the option enters (:meth:`parse`)."""
+
+    spec: str
+    budget: ErrorBudget
+
+    @classmethod
+    def parse(cls, spec: str) -> MaxError:
+        """The budget ``spec`` states (:meth:`gspo.precision.accuracy.ErrorBudget.parse`).
+
+        Raises:
+            GspoError: a spec that states no budget (one line naming what is wrong).
+        """
+        from gspo.precision.accuracy import ErrorBudget
+
+        return cls(spec, ErrorBudget.parse(spec))
+
+    @classmethod
+    def read(cls, value):
+        """A keyword's ``max_error``: text parsed (:meth:`parse`), anything else as given (the
+        check says why not)."""
+        return cls.parse(value) if isinstance(value, str) else value
+
+    def to_json(self) -> str:
+        """The spec as given."""
+        return self.spec
+
+
 @dataclass(frozen=True)
 class DeviceOptions:
     """Where candidates are measured: the device (``"cpu"``, ``"cuda"``), the CUDA runtime
@@ -52,33 +108,36 @@ class DeviceOptions:
     to place the model or its pieces on (``None``: every one installed here), and the
     calibration database caching piece timings (``None``: the user's cache)."""
 
-    name: str = "cpu"
+    name: str = field(default="cpu", metadata={"keyword": "device"})
     cuda_runtime: str | None = None
     profile: str | None = None
     force_profile: bool = False
-    backends: tuple[str, ...] | None = None
-    db_path: str | None = None
+    backends: tuple[str, ...] | None = field(default=None, metadata={"after": "frontend", "read": _tuple})
+    db_path: str | None = field(default=None, metadata={"after": "backends"})
 
 
 @dataclass(frozen=True)
 class SearchOptions:
     """The search: explore graphs up to ``alpha`` x the best cost, at most ``max_expansions``
     graphs expanded per piece (``--budget``), pieces of at most ``threshold`` ops, the stream cap
-    (``None``: the device's) and the search's processes (0: one per core; optimize resolves
-    both, :func:`~gspo.search.driver.resolved`, before any stage reads them), the two halves of
-    the joint search (ablations), K candidates per piece to verify, whether the model first goes
-    through the front end (constant folding, shape arithmetic as constants), and the rules."""
+    (``None``: the device's, which optimize resolves, :func:`~gspo.search.driver.resolved`,
+    before any stage reads it; a search given ``None`` caps nothing) and the search's processes
+    (0: one per core, resolved the same way), the two halves of the joint search (ablations), K
+    candidates per piece to verify, whether the model first goes through the front end (constant
+    folding, shape arithmetic as constants), and the rules. Each piece's search
+    (:func:`~gspo.search.backtrack.search`) reads these settings."""
 
     alpha: float = 1.05
-    max_expansions: int = 40
+    max_expansions: int = field(default=40, metadata={"keyword": "budget"})
     threshold: int = field(default_factory=_threshold)
     max_streams: int | None = None
     jobs: int = 0
     use_rules: bool = True
     use_streams: bool = True
     keep: int = 3
-    frontend: bool = True
-    rules: tuple[Rule, ...] = field(default_factory=_rules, compare=False)
+    frontend: bool = field(default=True, metadata={"after": "select"})
+    rules: tuple[Rule, ...] = field(default_factory=_rules, compare=False,
+                                    metadata={"after": "db_path", "read": _tuple, "report": False})
 
 
 @dataclass(frozen=True)
@@ -88,8 +147,8 @@ class VerifyOptions:
     verified on (user inputs replace them)."""
 
     seed: int = 0
-    tolerance: Tolerance = field(default_factory=_tolerance)
-    runs: int = 2
+    tolerance: Tolerance = field(default_factory=_tolerance, metadata={"terms": ("rtol", "atol", "ntol")})
+    runs: int = field(default=2, metadata={"keyword": "verify_runs"})
 
 
 @dataclass(frozen=True)
@@ -105,8 +164,8 @@ class TimingOptions:
     cost model among the verified candidates: the same bytes for the same input, seed and
     profile)."""
 
-    time_budget: float | None = 90.0
-    runs: int = 30
+    time_budget: float | None = field(default=90.0, metadata={"after": "budget"})
+    runs: int = field(default=30, metadata={"keyword": "timing_runs"})
     piece_timing_budget: float = 1.0
     final_timing_budget: float = 8.0
     margin: float = 0.05
@@ -117,34 +176,14 @@ class TimingOptions:
 @dataclass(frozen=True)
 class PrecisionOptions:
     """Reduced precisions to search besides fp32 (``("bf16", "int8")``; empty: exact fp32
-    only), within ``max_error`` (the accuracy budget, e.g. ``"nmse=1e-3"``), measured on the
-    ``validation`` data (an .npz file or a folder of them) after tuning on ``calibration``."""
+    only), within ``max_error`` (the accuracy budget, ``--max-error nmse=1e-3`` parsed:
+    :class:`MaxError`), measured on the ``validation`` data (an .npz file or a folder of them)
+    after tuning on ``calibration``."""
 
-    precisions: tuple[str, ...] = ()
-    max_error: str | None = None
+    precisions: tuple[str, ...] = field(default=(), metadata={"keyword": "precision", "read": precisions_of})
+    max_error: MaxError | None = field(default=None, metadata={"read": MaxError.read})
     calibration: str | None = None
     validation: str | None = None
-
-
-#: Each flat option (``optimize``'s keyword, the report's ``config`` key), in the report's
-#: order: the concern it belongs to and its field there (``tolerance.rtol``: a field of the
-#: tolerance).
-FLAT: tuple[tuple[str, str, str], ...] = (
-    ("device", "device", "name"), ("cuda_runtime", "device", "cuda_runtime"), ("profile", "device", "profile"),
-    ("force_profile", "device", "force_profile"), ("alpha", "search", "alpha"),
-    ("budget", "search", "max_expansions"), ("time_budget", "timing", "time_budget"),
-    ("threshold", "search", "threshold"), ("max_streams", "search", "max_streams"), ("jobs", "search", "jobs"),
-    ("use_rules", "search", "use_rules"), ("use_streams", "search", "use_streams"), ("keep", "search", "keep"),
-    ("seed", "verify", "seed"), ("rtol", "verify", "tolerance.rtol"), ("atol", "verify", "tolerance.atol"),
-    ("ntol", "verify", "tolerance.ntol"), ("verify_runs", "verify", "runs"), ("timing_runs", "timing", "runs"),
-    ("piece_timing_budget", "timing", "piece_timing_budget"),
-    ("final_timing_budget", "timing", "final_timing_budget"), ("margin", "timing", "margin"),
-    ("final_margin", "timing", "final_margin"), ("select", "timing", "select"), ("frontend", "search", "frontend"),
-    ("backends", "device", "backends"), ("db_path", "device", "db_path"), ("rules", "search", "rules"),
-    ("precision", "precision", "precisions"), ("max_error", "precision", "max_error"),
-    ("calibration", "precision", "calibration"), ("validation", "precision", "validation"),
-)
-_WHERE = {flat: (concern, name) for flat, concern, name in FLAT}
 
 
 def default(record: type, name: str):
@@ -155,67 +194,132 @@ def default(record: type, name: str):
 
 
 @dataclass(frozen=True)
-class OptimizeConfig:
-    """Settings of ``optimize`` by concern (the command line builds this from its options:
-    :meth:`of` takes them flat)."""
+class Setting:
+    """One flat option (``optimize``'s keyword, the report's ``config`` key): its ``name``, the
+    :class:`OptimizeConfig` field it belongs to (``concern``) and its field there, ``term`` a
+    field of that field's record (the tolerance's terms: ``None`` for the others), how a keyword's
+    value is read as it enters (``None``: as given), and whether the report shows it."""
 
-    device: DeviceOptions = DeviceOptions()
+    name: str
+    concern: str
+    field: str
+    term: str | None = None
+    read: Callable[[object], object] | None = None
+    shown: bool = True
+
+    def value(self, cfg: OptimizeConfig):
+        """This setting's value in ``cfg``."""
+        value = getattr(getattr(cfg, self.concern), self.field)
+        return value if self.term is None else getattr(value, self.term)
+
+
+@functools.cache
+def settings(config: type | None = None) -> tuple[Setting, ...]:
+    """Every flat option of ``config`` (an :class:`OptimizeConfig` class; ``None``: that one), read
+    from its records' fields (see the module docstring), in the report's order.
+
+    Raises:
+        TypeError: a field's ``after`` names no setting (it would be lost).
+    """
+    rows: list[tuple[Setting, str | None]] = []
+    for concern in fields(config or OptimizeConfig):
+        for f in fields(concern.default_factory):
+            meta = f.metadata
+            named = [Setting(t, concern.name, f.name, t) for t in meta.get("terms", ())] or \
+                [Setting(meta.get("keyword", f.name), concern.name, f.name, read=meta.get("read"),
+                         shown=meta.get("report", True))]
+            rows += [(s, meta.get("after")) for s in named]
+    return _in_order(rows)
+
+
+def _in_order(rows: list[tuple[Setting, str | None]]) -> tuple[Setting, ...]:
+    """The settings in order, each one with an ``after`` moved right behind the one it names."""
+    behind: dict[str, list[Setting]] = {}
+    for s, after in rows:
+        if after is not None:
+            behind.setdefault(after, []).append(s)
+    out: list[Setting] = []
+
+    def place(s: Setting) -> None:
+        out.append(s)
+        for t in behind.get(s.name, ()):
+            place(t)
+
+    for s, after in rows:
+        if after is None:
+            place(s)
+    if len(out) != len(rows):
+        lost = sorted({s.name for s, _ in rows} - {s.name for s in out})
+        raise TypeError(f"the options {', '.join(lost)} come after no setting")
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class OptimizeConfig:
+    """Settings of ``optimize`` by concern (the command line builds this record; :meth:`of` takes
+    the settings flat, as ``optimize``'s keyword options)."""
+
+    device: DeviceOptions = field(default_factory=DeviceOptions)
     search: SearchOptions = field(default_factory=SearchOptions)
     verify: VerifyOptions = field(default_factory=VerifyOptions)
-    timing: TimingOptions = TimingOptions()
-    precision: PrecisionOptions = PrecisionOptions()
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    precision: PrecisionOptions = field(default_factory=PrecisionOptions)
 
     @classmethod
     def of(cls, **options) -> OptimizeConfig:
-        """The defaults with the flat ``options`` (:data:`FLAT`) given (not validated:
-        :func:`~gspo.search.config.check_options` validates)."""
+        """The defaults with the flat ``options`` (:func:`settings`) given (each read as it enters;
+        not validated: :func:`~gspo.search.config.check_options` validates).
+
+        Raises:
+            GspoError: an unknown option, or a ``max_error`` that states no budget (one line).
+        """
         return cls().replace(**options)
 
     def replace(self, **options) -> OptimizeConfig:
-        """These settings with the flat ``options`` replaced.
+        """These settings with the flat ``options`` replaced (each read as it enters: the one
+        place that builds this record from flat options).
 
         Raises:
-            TypeError: an option that is not one of :data:`FLAT`.
+            GspoError: an unknown option, or a ``max_error`` that states no budget (one line).
         """
-        unknown = sorted(set(options) - set(_WHERE))
+        by_name = {s.name: s for s in settings(type(self))}
+        unknown = sorted(set(options) - set(by_name))
         if unknown:
-            raise TypeError(f"unknown option(s) {', '.join(unknown)}")
-        changed: dict[str, dict] = {}
-        for flat, value in options.items():
-            concern, name = _WHERE[flat]
-            changed.setdefault(concern, {})[name] = value
-        parts = {}
-        for concern, values in changed.items():
-            record = getattr(self, concern)
-            inner = {k.split(".", 1)[1]: v for k, v in values.items() if "." in k}
-            plain = {k: v for k, v in values.items() if "." not in k}
-            if inner:  # the tolerance's terms
-                plain["tolerance"] = dataclasses.replace(record.tolerance, **inner)
-            parts[concern] = dataclasses.replace(record, **plain)
-        return dataclasses.replace(self, **parts)
+            raise GspoError(f"unknown option(s) {', '.join(unknown)} (known: {', '.join(sorted(by_name))})")
+        changed: dict[str, dict[str, object]] = {}
+        terms: dict[tuple[str, str], dict[str, object]] = {}
+        for name, value in options.items():
+            s = by_name[name]
+            value = s.read(value) if s.read is not None else value
+            if s.term is None:
+                changed.setdefault(s.concern, {})[s.field] = value
+            else:
+                terms.setdefault((s.concern, s.field), {})[s.term] = value
+        for (concern, name), given in terms.items():
+            changed.setdefault(concern, {})[name] = dataclasses.replace(getattr(getattr(self, concern), name), **given)
+        return dataclasses.replace(self, **{c: dataclasses.replace(getattr(self, c), **v) for c, v in changed.items()})
 
-    def options(self) -> dict:
-        """Every setting by its flat name, in the order of :data:`FLAT`."""
+    def options(self) -> dict[str, object]:
+        """Every setting by its flat name, in the order of :func:`settings`."""
+        return {s.name: s.value(self) for s in settings(type(self))}
+
+    def to_json(self) -> dict[str, object]:
+        """The settings as the report shows them: flat, every one but ``rules`` (a value with a
+        ``to_json`` as its JSON: ``max_error`` as given)."""
         out = {}
-        for flat, concern, name in FLAT:
-            value = getattr(self, concern)
-            for part in name.split("."):
-                value = getattr(value, part)
-            out[flat] = value
+        for s in settings(type(self)):
+            if s.shown:
+                value = s.value(self)
+                out[s.name] = value.to_json() if hasattr(value, "to_json") else value
         return out
-
-    def to_json(self) -> dict:
-        """The settings as the report shows them: flat, every one but ``rules``."""
-        return {k: v for k, v in self.options().items() if k != "rules"}
 
     @classmethod
     def from_json(cls, data: Mapping) -> OptimizeConfig:
-        """The settings of :meth:`to_json`'s dict (lists read as tuples; not validated)."""
-        return cls.of(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in _WHERE})
+        """The settings of :meth:`to_json`'s dict (each read as a keyword is; not validated)."""
+        names = {s.name for s in settings(cls)}
+        return cls.of(**{k: v for k, v in data.items() if k in names})
 
     @property
     def tolerance(self) -> Tolerance:
         """The equivalence tolerance (:class:`~gspo.runtime.verify.Tolerance`)."""
         return self.verify.tolerance
-
-

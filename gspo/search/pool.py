@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 
 from gspo.ir import Graph
-from gspo.search.backtrack import SearchConfig, joint_cost, search
+from gspo.search.backtrack import joint_cost, search
 from gspo.search.candidate import Candidate
 from gspo.search.deadline import Deadline
+from gspo.search.options import SearchOptions
 from gspo.streams import Schedule
 
 __all__ = ["PieceSearch", "search_pieces", "GRACE_S"]
@@ -79,7 +80,7 @@ class _Work:
 
     pieces: Sequence
     cost_fn: Callable
-    search: SearchConfig
+    search: SearchOptions
     #: The search's deadline (its clock runs on in the forked workers), and the seconds each
     #: piece gets from its start at most (``None``: no limit but the deadline).
     deadline: Deadline
@@ -128,8 +129,7 @@ def search_pieces(pieces, cost_fn, cfg, per_piece_time, progress, deadline: Dead
     A search process that dies (killed, or by the out-of-memory killer) or runs :data:`GRACE_S`
     past ``deadline`` loses its piece's search: the piece is kept as given and its
     :attr:`PieceSearch.lost` says why; an exception in a search is raised here."""
-    scfg = SearchConfig.of(cfg.search)
-    work = _Work(pieces, cost_fn, scfg, deadline if deadline is not None else Deadline(None), per_piece_time,
+    work = _Work(pieces, cost_fn, cfg.search, deadline if deadline is not None else Deadline(None), per_piece_time,
                  search_fn)
     if cfg.search.jobs <= 1 or len(pieces) <= 1:
         results = []

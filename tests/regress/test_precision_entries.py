@@ -110,10 +110,10 @@ def test_fields_are_read_relative_to_the_set_and_the_sets_defaults_apply(files):
                       entry("c", precision=None), {"name": "d", "path": "plain.onnx"}],
               precision="bf16, int8", max_error="nmse=1e-3")
     a, b, c, d = load_modelset(p).models
-    assert (a.precision, a.max_error) == (("bf16", "int8"), "nmse=0.001")
+    assert (a.precision, a.max_error.spec) == (("bf16", "int8"), "nmse=0.001")
     assert (a.calibration, a.validation) == (files / "calib", files / "val" / "s0.npz")
     assert files / "calib" / "s3.npz" in a.files() and files / "val" / "s0.npz" in a.files()
-    assert (b.precision, b.max_error, b.data()) == (("int8",), "cosine=0.99", {})
+    assert (b.precision, b.max_error.spec, b.data()) == (("int8",), "cosine=0.99", {})
     assert (c.precision, c.max_error) == ((), None)  # opted out of the set's precision
     assert d.precision == ("bf16", "int8")
     with pytest.raises(GspoError, match="the set: unknown precision 'int4'"):

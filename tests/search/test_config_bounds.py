@@ -61,18 +61,31 @@ def test_jobs_beyond_the_cores_are_capped_not_refused():
 
 
 def test_the_settings_are_grouped_by_concern_and_named_flat_as_the_report_shows_them():
-    """The keyword options and the report's ``config`` keys are the flat names, in the documented
-    order; each lands in its concern (the tolerance one record), and a config passed whole takes
-    keyword options over it."""
+    """The keyword options and the report's ``config`` keys are the flat names, in the order the
+    report has always had; each lands in its concern (the tolerance one record), and a config
+    passed whole takes keyword options over it."""
     from gspo.runtime.verify import Tolerance
-    from gspo.search.backtrack import SearchConfig
-    from gspo.search.options import FLAT
 
     cfg = check_options(dict(rtol=0.5, budget=7, select="estimated"), OptimizeConfig.of(seed=9))
     assert cfg.verify.tolerance == Tolerance(rtol=0.5) and cfg.verify.seed == 9
     assert cfg.search.max_expansions == 7 and cfg.timing.select == "estimated"
-    assert list(cfg.to_json()) == [flat for flat, _, _ in FLAT if flat != "rules"]
+    assert list(cfg.to_json()) == REPORT_KEYS
+    assert list(cfg.options()) == REPORT_KEYS[:27] + ["rules"] + REPORT_KEYS[27:]
     assert OptimizeConfig.from_json(cfg.to_json()) == cfg
-    assert SearchConfig.of(cfg.search).max_expansions == 7  # each piece's search reads the search's options
     with pytest.raises(GspoError, match="unknown option"):
         check_options(dict(max_expansions=3))
+
+
+#: The report's ``config`` keys, in its order (what users and stored reports read).
+REPORT_KEYS = [
+    "device", "cuda_runtime", "profile", "force_profile", "alpha", "budget", "time_budget", "threshold",
+    "max_streams", "jobs", "use_rules", "use_streams", "keep", "seed", "rtol", "atol", "ntol", "verify_runs",
+    "timing_runs", "piece_timing_budget", "final_timing_budget", "margin", "final_margin", "select", "frontend",
+    "backends", "db_path", "precision", "max_error", "calibration", "validation"]
+
+
+def test_every_flat_option_has_its_check():
+    from gspo.search.config import CHECKS
+    from gspo.search.options import settings
+
+    assert set(CHECKS) == {s.name for s in settings()}

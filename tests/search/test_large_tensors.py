@@ -126,7 +126,7 @@ def test_the_cli_budget_counts_from_the_command_s_start(monkeypatch, tmp_path):
 
     seen = {}
 
-    def fake_optimize(model, **kwargs):
+    def fake_optimize(model, config=None, **kwargs):
         seen.update(kwargs, returned=time.perf_counter())
         raise GspoError("stopped by the test")
 

@@ -11,7 +11,7 @@ import numpy as np
 from gspo.ir.builder import GraphBuilder
 from gspo.partition import partition
 from gspo.rules.merge import MergeParallelMatMuls
-from gspo.search import SearchConfig, search
+from gspo.search import SearchOptions, search
 from gspo.search.backtrack import COST_ERROR
 from gspo.search.budget import Budget
 from gspo.search.config import OptimizeConfig
@@ -129,12 +129,12 @@ def test_the_near_ties_measured_per_piece_are_the_k_cheapest():
     rewrites = _subsets(3)
     cheapest = sorted(rewrites, key=rewrites.get)
     result = search(pairs_graph(3), ScriptedCost(rewrites).cost,
-                    SearchConfig(rules=(MergePairs(),), keep=2, max_streams=2))
+                    SearchOptions(rules=(MergePairs(),), keep=2, max_streams=2))
     assert result.generated >= 4 and result.best is result.start
     assert [merged_pairs(c.graph) for c in result.candidates] == cheapest[:2]
     assert all(c.kind == "near" for c in result.candidates)
     chosen, timed, _ = _pieces(3, rewrites, {}, keep=2)
     assert timed == ("unmodified", "unmodified+streams", "near0", "near1") and chosen.label == "unmodified+streams"
     no_error = search(pairs_graph(3), ScriptedCost(rewrites).cost,
-                      SearchConfig(rules=(MergePairs(),), keep=2, max_streams=2, cost_error=0.0))
+                      SearchOptions(rules=(MergePairs(),), keep=2, max_streams=2), cost_error=0.0)
     assert no_error.candidates == ()

@@ -12,7 +12,7 @@ from gspo.rules import DEFAULT_RULES, Rule
 from gspo.rules.edit import Edit
 from gspo.runtime import verify
 from gspo.runtime.verify import Tolerance
-from gspo.search import OptimizeError, SearchConfig, optimize, search
+from gspo.search import OptimizeError, SearchOptions, optimize, search
 from gspo.search.backtrack import COST_ERROR
 from gspo.search.deadline import Deadline
 from gspo.search.strategies import Strategies
@@ -27,7 +27,7 @@ def test_search_finds_the_nasrnn_gate_merges():
 
     model = CostModel(load_profile("cpu", force=True))
     g = build("nasrnn", "tiny")
-    result = search(g, model.cost, SearchConfig(max_expansions=30, use_streams=False))
+    result = search(g, model.cost, SearchOptions(max_expansions=30, use_streams=False))
     assert result.best.estimate < result.start.estimate
     assert {"MergeMatMulsIntoAdd", "MergeParallelMatMuls"} & set(result.best.rules)
     improving = [c for c in result.candidates if c.kind != "near"]
@@ -35,8 +35,8 @@ def test_search_finds_the_nasrnn_gate_merges():
     assert [c.estimate for c in improving] == sorted(c.estimate for c in improving)  # no streams: one list
     near = result.candidates[len(improving):]  # within the cost model's error of the start, after them
     assert all(c.kind == "near" and c.estimate <= (1 + COST_ERROR) * result.start.estimate for c in near)
-    assert len(near) <= SearchConfig().keep
-    again = search(g, model.cost, SearchConfig(max_expansions=30, use_streams=False))
+    assert len(near) <= SearchOptions().keep
+    again = search(g, model.cost, SearchOptions(max_expansions=30, use_streams=False))
     assert again.best.graph.key == result.best.graph.key  # deterministic
 
 
@@ -53,9 +53,9 @@ def test_the_time_budget_stops_the_search_inside_an_expansion():
         clock.advance(0.05)
         return model.cost(graph, schedule)
 
-    full = search(g, model.cost, SearchConfig(max_expansions=1, use_streams=False))
+    full = search(g, model.cost, SearchOptions(max_expansions=1, use_streams=False))
     assert full.generated > 4  # one expansion of this graph has many matches
-    result = search(g, slow_cost, SearchConfig(max_expansions=1, use_streams=False), deadline=Deadline.after(0.12, clock))
+    result = search(g, slow_cost, SearchOptions(max_expansions=1, use_streams=False), deadline=Deadline.after(0.12, clock))
     assert result.expanded == 1 and result.generated < full.generated and result.out_of_time
     assert result.seconds <= 0.12 + 0.05 + 1e-9  # at most one cost evaluation past the deadline
 
