@@ -81,6 +81,7 @@ def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: 
         why = "not timed against the input as installed: the time budget could not hold it"
         return _input(choice, Confirmation(label, False, rejected=why))
     original = next(o for o in choice.decisive if o.label == "original")
+    trial.release([pick.label])  # the other options' sessions freed before two more are built
     opened: list[CpuExecutor] = []
     try:
         opened.append(installed_executor(original.candidate.graph))

@@ -263,6 +263,17 @@ class Trial:
                     self._ok.remove(entry)
                     self.rejected.append(Measured(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
 
+    def release(self, keep: Sequence[str]) -> None:
+        """Close every executor but the reference's and those of the options in ``keep``, so
+        that their memory is free before more sessions are built; the others are not timed again."""
+        ref = self.executors[0]
+        self._ok = [e for e in self._ok if e[0].label in keep or e[1] is ref]
+        held = [ref, *(ex for _, ex, _ in self._ok)]
+        for ex in self.executors:
+            if not any(ex is h for h in held):
+                ex.close()
+        self.executors = [ex for ex in self.executors if any(ex is h for h in held)]
+
     def time_apart(self, runners: Sequence[tuple[Candidate, CpuExecutor | None]], runs: int,
                    until: Deadline | None = None, bursts: bool = False) -> list[Measured]:
         """``runners`` timed as :meth:`time` times the options, each an option and an executor

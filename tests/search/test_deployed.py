@@ -202,3 +202,16 @@ def test_what_deploys_as_installed():
     assert deploys_as_installed(Candidate(g, settings=RunSettings(1), label=SETTING))
     assert not deploys_as_installed(Candidate(g, placement=Placement.whole(g, "openvino"), label="o@openvino"))
     assert not deploys_as_installed(Candidate(g, two, label="optimized+streams"))
+
+
+def test_the_other_options_sessions_are_freed_before_the_installed_ones_are_built(no_pauses):
+    g = branchy()
+    pick = Candidate(g, settings=RunSettings(1), label=SETTING)
+    other = Candidate(g, settings=RunSettings(2), label="original[threads=2]")
+    seconds = {INSTALLED_LABEL: 0.6, SETTING: 0.5}
+    with Trial(g, [Candidate(g, label="original"), pick, other], [random_inputs(g, 0)],
+               measure=_measure([], seconds)) as trial:
+        freed = trial.executors[-1]
+        against_installed(trial, _choice(g, pick), 0.02)
+        assert [o.label for o in trial.equivalent] == ["original", SETTING]
+        assert len(trial.executors) == 2 and all(ex is not freed for ex in trial.executors)
