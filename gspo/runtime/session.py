@@ -18,8 +18,8 @@ from gspo.runtime.runtimes import import_onnxruntime
 
 ort = import_onnxruntime()
 
-__all__ = ["BackendError", "OPTIMIZATION_LEVELS", "SessionConfig", "load_refusal", "make_session", "optimized_op_types",
-           "run", "runtime_version", "session_options"]
+__all__ = ["AS_INSTALLED", "BackendError", "OPTIMIZATION_LEVELS", "SessionConfig", "load_refusal", "make_session",
+           "optimized_op_types", "run", "runtime_version", "session_options"]
 
 
 def runtime_version() -> str:
@@ -49,6 +49,13 @@ class SessionConfig:
     #: onnxruntime's own parallel execution mode (inter-op threads = cores); measured slower than
     #: sequential on every zoo model here, kept as a peer for benchmarks/run.py.
     parallel_mode: bool = False
+
+
+#: onnxruntime as installed, as a user's plain ``InferenceSession`` runs a model: its default
+#: threads, idle intra-op threads spinning. A plain file gspo writes deploys so
+#: (``gspo.InferenceSession`` too, at the thread count saved in it); optimize holds its pick
+#: against the input run so (:mod:`gspo.search.deployed`).
+AS_INSTALLED = SessionConfig(allow_spinning=True)
 
 
 #: ``SessionConfig.optimization`` -> the name of onnxruntime's ``GraphOptimizationLevel``.

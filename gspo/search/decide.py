@@ -1,6 +1,7 @@
 """The final decision of ``optimize``: which whole-model candidates the final comparison's time
 goes to (:func:`by_promise`, :func:`final_seconds`), each verified against the original and timed
-with it, and the pick, each contender confirmed in a timing of its own (:func:`confirmed`)."""
+with it, and the pick, each contender confirmed in a timing of its own (:func:`confirmed`) and
+the pick against the input as a user runs it (:mod:`gspo.search.deployed`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from gspo.search.build_costs import build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured, baseline_refusal, estimated_cost
 from gspo.search.config import OptimizeError
 from gspo.search.deadline import Deadline
+from gspo.search.deployed import against_installed, installed_seconds
 from gspo.search.prepared import Prepared
 from gspo.search.report import FinalChoice
 from gspo.search.report_parts import Confirmation
@@ -75,7 +77,10 @@ def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strat
         if cfg.timing.select == "estimated":
             best = pick(outcomes, "original", cfg.timing.final_margin, cfg.timing.select, lambda o: estimated_cost(o, tools.cost))
             return FinalChoice(best, outcomes, outcomes, [])
-        return confirmed(trial, outcomes, cfg, cap, budget)
+        choice = confirmed(trial, outcomes, cfg, cap, budget)
+        if tools.device.name != "cpu":
+            return choice
+        return against_installed(trial, choice, cfg.timing.final_margin, budget)  # as a user runs the input
 
 
 def _contenders(outcomes: list[Measured], margin: float) -> list[Measured]:
@@ -177,12 +182,14 @@ def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -
     original built on onnxruntime and whole on every other backend (at the build rates the
     budget knows), each checked on the input sets and timed in the first timing and in a
     confirmation (their least rounds and warm-up), as the final comparison counts it when it
-    takes them in (``Trial``)."""
+    takes them in (``Trial``), and the pick held against the input as installed
+    (:func:`~gspo.search.deployed.installed_seconds`)."""
     ops, size, deep = build_ops(prepared.original), weight_bytes(prepared.original), build_depth(prepared.original)
     builds = sum(budget.rates.estimate(b, ops, size, deep) for b in backends)
     n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
     samples = rounds * sum(k + 2 for k in range(n)) + CONFIRM_ROUNDS * 2
-    return builds + n * len(prepared.feeds) * prepared.run_s + samples * sample_seconds(prepared.run_s)
+    held = installed_seconds(budget.rates, prepared.original, prepared.run_s)  # the pick against the input as installed
+    return builds + n * len(prepared.feeds) * prepared.run_s + samples * sample_seconds(prepared.run_s) + held
 
 
 def by_promise(options: list[Candidate]) -> list[Candidate]:

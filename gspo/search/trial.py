@@ -263,6 +263,32 @@ class Trial:
                     self._ok.remove(entry)
                     self.rejected.append(Measured(entry[0], rejected=f"failed while timed: {failed[entry[0].label]}"))
 
+    def release(self, keep: Sequence[str]) -> None:
+        """Close every executor but the reference's and those of the options in ``keep``, so
+        that their memory is free before more sessions are built; the others are not timed again."""
+        ref = self.executors[0]
+        self._ok = [e for e in self._ok if e[0].label in keep or e[1] is ref]
+        held = [ref, *(ex for _, ex, _ in self._ok)]
+        for ex in self.executors:
+            if not any(ex is h for h in held):
+                ex.close()
+        self.executors = [ex for ex in self.executors if any(ex is h for h in held)]
+
+    def time_apart(self, runners: Sequence[tuple[Candidate, CpuExecutor | None]], runs: int,
+                   until: Deadline | None = None, bursts: bool = False) -> list[Measured]:
+        """``runners`` timed as :meth:`time` times the options, each an option and an executor
+        built apart from the trial's (an option's graph in other session settings), ``None``
+        for the trial's own executor of that option. When one fails while timed, each comes back
+        rejected with the reason."""
+        own = {o.label: (ex, d) for o, ex, d in self._ok}
+        chosen = [(o, *(own[o.label] if ex is None else (ex, ()))) for o, ex in runners]
+        failed: dict[str, GspoError] = {}
+        try:
+            return self._timed(chosen, runs, None if until is None or not until.limited else until.remaining(),
+                               failed, bursts)
+        except GspoError as e:
+            return [Measured(o, rejected=f"failed while timed: {failed.get(o.label, e)}") for o, _ in runners]
+
     def _timed(self, chosen, runs: int, seconds: float | None, failed: dict, bursts: bool = False) -> list[Measured]:
         feeds = self.feeds[0]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from gspo.runtime import Timing
+from gspo.search.deployed import INSTALLED_LABEL
 
 #: Seconds a round of a piece's candidates (all the same: none beats the piece as given by the
 #: margin unless scripted), and of a whole-model candidate not scripted (slower than any
@@ -41,21 +42,22 @@ class ScriptedTimings:
     or a function of the number of the whole-model timing (1: the first, 2: the first
     confirmation, ...). A whole-model timing is one that times the ``"original"``; in the
     pieces' timings every candidate takes :data:`PIECE_S` a round but those the script names.
-    ``whole`` records the labels of each whole-model timing."""
+    ``whole`` records the labels of each whole-model timing, ``installed`` those of each timing
+    of the pick against the input as installed (:data:`~gspo.search.deployed.INSTALLED_LABEL`,
+    unscripted :data:`UNSCRIPTED_S`: the pick holds)."""
 
     def __init__(self, script: Script | None = None, piece_s: float = PIECE_S, rounds: int = 30):
         self.script = dict(script or {})
         self.piece_s, self.rounds = piece_s, rounds
         self.whole: list[tuple[str, ...]] = []
         self.pieces: list[tuple[str, ...]] = []
+        self.installed: list[tuple[str, ...]] = []
 
     def __call__(self, calls, runs: int, warmup: int = 3) -> list[Timing]:
         labels = tuple(label for label, _ in calls)
-        if "original" in labels:
-            self.whole.append(labels)
-        else:
-            self.pieces.append(labels)
-        return [Timing(label, self.seconds(label, "original" in labels)) for label in labels]
+        whole = "original" in labels or INSTALLED_LABEL in labels
+        (self.installed if INSTALLED_LABEL in labels else self.whole if whole else self.pieces).append(labels)
+        return [Timing(label, self.seconds(label, whole)) for label in labels]
 
     def seconds(self, label: str, whole: bool) -> tuple[float, ...]:
         given = self.script.get(label)

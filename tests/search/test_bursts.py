@@ -46,7 +46,8 @@ def test_a_setting_that_wins_in_both_is_saved(tmp_path):
     assert len(timings.whole) == 3
     assert r.report["chosen"] == SETTING
     assert metadata_value(r.graph, SETTINGS_KEY) == RunSettings(1).to_json()
-    assert {c["label"]: c["confirmed"] for c in r.report["confirmations"]} == {SETTING: True, f"{SETTING} in bursts": True}
+    assert {c["label"]: c["confirmed"] for c in r.report["confirmations"]} == {
+        SETTING: True, f"{SETTING} in bursts": True, f"{SETTING} against the input as installed": True}
 
 
 def test_a_trial_in_bursts_wraps_each_call_in_a_burst_after_idle(monkeypatch):
