@@ -30,6 +30,7 @@ import onnx
 from gspo.errors import first_line
 from gspo.ir.onnx_shapes import infer_values
 from gspo.ir.pinning import check_pins, default_pins, pin_inputs, pinned_value_info
+from gspo.ir.protos import is_understood, subgraph_reads
 
 __all__ = ["fold", "pinned_model", "plain"]
 
@@ -102,7 +103,46 @@ def fold(model: onnx.ModelProto, label: str = "<model>") -> onnx.ModelProto:
         log.warning("%s: constant folding renamed the graph's inputs or outputs; using the graph as exported", label)
         return model
     out.ir_version = model.ir_version
+    _keep_opaque(model.graph, out.graph)
     return out
+
+
+def _keep_opaque(source: onnx.GraphProto, out: onnx.GraphProto) -> None:
+    """Put back, in place in ``out``, the source's own NodeProto of each node gspo does not
+    interpret (custom domains, control flow) that the folding left in the graph: onnx-ir's
+    NameFixPass names the nodes (and subgraph nodes) that had no name (``node_1``) and the
+    optional outputs left out (``""`` becomes ``v``, which makes onnxruntime compute them), and
+    writing the model back sorts a node's attributes; an opaque node is saved as it was loaded.
+
+    A node is the source's when it has the source's op, inputs and outputs (an output the source
+    left out, named by the pass, read by nothing); the source's bytes go back only if every
+    value its subgraphs read is still defined before it (folding may have emptied a subgraph's
+    read of a constant that it then removed). Otherwise the node stays as folded.
+    """
+    mine = {o: n for n in source.node if not is_understood(n) for o in n.output if o}
+    read = {i for n in out.node for i in n.input} | {o.name for o in out.output}
+    defined = {vi.name for vi in out.input} | {t.name for t in out.initializer}
+    defined |= {t.values.name for t in out.sparse_initializer}
+    for k, n in enumerate(out.node):
+        was = next((mine[o] for o in n.output if o in mine), None)
+        if was is not None and _same_node(was, n, read) and _reads(was) <= defined:
+            out.node[k].CopyFrom(was)
+        defined.update(out.node[k].output)
+
+
+def _same_node(was: onnx.NodeProto, n: onnx.NodeProto, read: set[str]) -> bool:
+    """Whether ``n`` is the source node ``was`` renamed by the clean-up (see :func:`_keep_opaque`)."""
+    if (was.op_type, was.domain, list(was.input)) != (n.op_type, n.domain, list(n.input)):
+        return False
+    if len(was.output) != len(n.output):
+        return False
+    return all(a == b or (not a and b not in read) for a, b in zip(was.output, n.output))
+
+
+def _reads(n: onnx.NodeProto) -> set[str]:
+    """The names the subgraphs of ``n`` read from enclosing scopes."""
+    return {r for a in n.attribute for g in ([a.g] if a.HasField("g") else list(a.graphs))
+            for r in subgraph_reads(g)}
 
 
 def _io_names(model: onnx.ModelProto) -> tuple[list[str], list[str]]:

@@ -10,9 +10,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo import ir
 from gspo.ir import frontend, pinning
+from gspo.ir.protos import is_understood
 from gspo.rules.fold import FoldBatchNorm
 from gspo.runtime import make_session, run
 from tests.helpers import onnx_model
+from tests.kinds import contrib_model
 
 F = TensorProto.FLOAT
 
@@ -160,3 +162,31 @@ def test_zoo_models_keep_their_operators(name, tmp_path):
     p = tmp_path / "z.onnx"
     ir.save(g, p)
     assert [n.op_type for n in ir.load(p, plain=True).nodes] == [n.op_type for n in g.nodes if n.op_type != "Dropout"]
+
+
+def _if_model():
+    """``If(sum(x) > 0, Relu(x), Neg(x))``, no node named, its branches' nodes neither."""
+    def branch(op, out):
+        return helper.make_graph([helper.make_node(op, ["x"], [out])], op.lower(), [],
+                                 [helper.make_tensor_value_info(out, F, [2])])
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0), helper.make_node("Greater", ["s", "z"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=branch("Relu", "t"), else_branch=branch("Neg", "e"))]
+    return onnx_model(nodes, [helper.make_tensor_value_info("x", F, [2])], [helper.make_tensor_value_info("y", F, [2])],
+                      [numpy_helper.from_array(np.zeros((), np.float32), "z")])
+
+
+@pytest.mark.parametrize("kind", ["contrib", "if"])
+def test_the_front_end_saves_opaque_nodes_as_they_were(tmp_path, kind):
+    """onnx-ir's clean-up named every unnamed node (``node_1``), also inside an If's branches,
+    named the optional outputs SkipLayerNormalization leaves out (``""`` became ``v``) and sorted
+    an If's attributes: the saved optimized model's contrib nodes differed from the source's.
+    An opaque node is kept as its NodeProto, so it is saved byte for byte as it was."""
+    model = contrib_model() if kind == "contrib" else _if_model()
+    plain = ir.load(_write(tmp_path, model), plain=True)
+    saved = onnx.load(str(ir.save(plain, tmp_path / "out.onnx")))
+
+    def opaque(m):
+        return [n.SerializeToString() for n in m.graph.node if not is_understood(n)]
+
+    assert len(opaque(model)) == (3 if kind == "contrib" else 1)
+    assert opaque(saved) == opaque(model)
