@@ -7,8 +7,9 @@
   that fp32 nodes read too is kept, and a reduced copy added beside it;
 * a ``Cast`` sits wherever a value crosses between the reduced part and the fp32 part, once per
   value and direction; the model's inputs and outputs keep their types (a reduced graph output is
-  cast back to its name, the reduced value renamed ``<name>.bf16``); integer and boolean values
-  are untouched;
+  cast back to its name, the reduced value renamed ``<name>.bf16``), and so do the values an
+  opaque node reads (its bytes name them, its subgraphs read them as declared); integer and
+  boolean values are untouched;
 * some ops stay fp32 even when asked (:data:`KEPT_FP32`): those that sum or normalize over a
   whole axis (softmax, layer and group norms, sum-like reductions, cumulative sums), as torch's
   autocast keeps them (``softmax``, ``layer_norm``, ``group_norm``, ``sum``, ``prod``,
@@ -234,12 +235,14 @@ class _Rewrite:
         self.taken = set(graph.values)
         self.nodes: list[Node] = []
         self.weights: dict[str, Weight] = dict(graph.weights)
-        self.outputs = set(graph.output_names())
+        #: the values that keep their type under their name: the graph's outputs, and what an
+        #: opaque node reads (its bytes name them, its subgraphs read them in their declared type)
+        self.pinned = set(graph.output_names()) | {i for n in graph.nodes if n.is_opaque for i in n.reads() if i}
         #: value name -> {element type: the name of the value holding it in that type}
         self.have: dict[str, dict[int, str]] = {v.name: {v.dtype: v.name} for v in graph.inputs}
         wanted = self._wanted()
         for name, w in graph.weights.items():
-            if wanted.get(name) == {elem} and name not in self.outputs:
+            if wanted.get(name) == {elem} and name not in self.pinned:
                 self.weights[name] = CastW(w, elem)  # only reduced nodes read it: stored reduced
                 self.have[name] = {elem: name}
             else:
@@ -252,7 +255,7 @@ class _Rewrite:
             for name, want in zip(node.inputs, self._wants(node)):
                 if name and want:
                     wanted.setdefault(name, set()).add(want)
-        for name in self.outputs:
+        for name in self.pinned:
             wanted.setdefault(name, set()).add(self.g.values[name].dtype)
         return wanted
 
@@ -302,13 +305,13 @@ class _Rewrite:
             outs = tuple(self._output(v) if converted[k] else v for k, v in enumerate(node.outputs))
             self.nodes.append(node.replace(inputs=inputs, outputs=outs))
             for v, new in zip(node.outputs, outs):
-                if new is not v and v.name in self.outputs:  # the interface keeps its type: cast back
+                if new is not v and v.name in self.pinned:  # the interface keeps its type: cast back
                     self._cast(new.name, v.dtype, v.name, v.shape)
                     self.have[v.name][v.dtype] = v.name
         return dataclasses.replace(self.g, nodes=tuple(self.nodes), weights=self.weights)
 
     def _output(self, v: Value) -> Value:
-        name = self._fresh(v.name, self.elem) if v.name in self.outputs else v.name
+        name = self._fresh(v.name, self.elem) if v.name in self.pinned else v.name
         self.have[v.name] = {self.elem: name}
         return Value(name, self.elem, v.shape)
 
