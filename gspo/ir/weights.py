@@ -297,7 +297,8 @@ class SliceW(Weight):
 @dataclass(frozen=True, eq=False)
 class CastW(Weight):
     """``base`` converted to element type ``dtype`` (float32 rounded to the nearest float16 or
-    bfloat16, ties to even: a weight stored at reduced precision)."""
+    bfloat16, ties to even, past the largest value infinite, as torch converts: a weight stored
+    at reduced precision)."""
 
     base: Weight
     dtype: int
@@ -310,7 +311,8 @@ class CastW(Weight):
 
     def evaluate(self, store: WeightStore) -> np.ndarray:
         """The base's values as ``dtype``."""
-        return np.asarray(self.base.evaluate(store)).astype(np_dtype(self.dtype))
+        with np.errstate(over="ignore"):
+            return np.asarray(self.base.evaluate(store)).astype(np_dtype(self.dtype))
 
 
 def slice_weight(w: Weight, axis: int, start: int, stop: int) -> Weight:

@@ -183,6 +183,8 @@ def raised_opset(graph: Graph, nodes: Collection[Node], elem: int) -> int:
     """The default opset ``graph`` is reduced at: its own, or the first of :data:`_RAISE_TO` where
     more of ``nodes`` take ``elem`` and every op of the graph reads its nodes the same."""
     opset = graph.opset
+    if 0 < graph.extras.ir_version < 4:  # before IR 4 initializers listed as inputs are constants
+        return opset
     types = {name: v.dtype for name, v in graph.values.items()}
     here = sum(reducible(n, elem, opset, types) for n in nodes)
     default_ops = {n.op_type for n in graph.nodes if not n.is_opaque and n.domain in ("", "ai.onnx")}
@@ -194,10 +196,14 @@ def raised_opset(graph: Graph, nodes: Collection[Node], elem: int) -> int:
 
 
 def _with_opset(graph: Graph, opset: int) -> Graph:
+    """``graph`` at default opset ``opset``, its IR version raised to the least that opset needs
+    (from IR 4 on a higher version reads a model the same)."""
     if opset == graph.opset:
         return graph
     opsets = tuple((d, opset if d in ("", "ai.onnx") else v) for d, v in graph.opsets)
-    return dataclasses.replace(graph, opsets=opsets)
+    needed = onnx.helper.find_min_ir_version_for([onnx.helper.make_opsetid(d, v) for d, v in opsets], True)
+    ir_version = graph.extras.ir_version and max(graph.extras.ir_version, needed)
+    return dataclasses.replace(graph, opsets=opsets, extras=dataclasses.replace(graph.extras, ir_version=ir_version))
 
 
 # ---------------------------------------------------------------------- the rewrite
@@ -221,9 +227,9 @@ def reduced_floats(graph: Graph, node_ids: Collection[str], dtype: str | int) ->
     plan = {n: _positions(n, types, elem, opset) for n in asked if reducible(n, elem, opset, types)}
     if not plan:
         return graph
-    reduced = _Rewrite(graph, elem, plan).graph()
+    reduced = _with_opset(_Rewrite(graph, elem, plan).graph(), opset)
     extras = dataclasses.replace(reduced.extras, schedule="", placement="")
-    return dataclasses.replace(_with_opset(reduced, opset), extras=extras).check()
+    return dataclasses.replace(reduced, extras=extras).check()
 
 
 class _Rewrite:

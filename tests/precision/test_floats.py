@@ -157,6 +157,21 @@ def test_weights_are_stored_reduced_as_expressions_computed_only_at_save(monkeyp
     assert w1.data_type == BF16 and tuple(w1.dims) == (16, 32)
 
 
+def test_a_cast_weight_rounds_to_nearest_even_and_is_keyed_by_its_type():
+    import ml_dtypes
+    import numpy as np
+
+    from gspo.ir.weights import Literal, WeightStore
+
+    base = Literal.from_array(np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 65520.0, 1e-3], np.float32))
+    bf16, fp16 = CastW(base, BF16), CastW(base, F16)
+    assert bf16.key != fp16.key and bf16.key == CastW(base, BF16).key and bf16.shape == base.shape
+    got = bf16.evaluate(WeightStore())
+    assert got.dtype == ml_dtypes.bfloat16
+    assert got.astype(np.float32).tolist()[:3] == [1.0, 1.0, 1 + 4 * 2**-8]  # ties to even
+    assert np.isinf(fp16.evaluate(WeightStore())[3])  # past fp16's largest value
+
+
 def test_a_weight_read_by_both_parts_is_kept_and_a_reduced_copy_added():
     b = GraphBuilder("shared", seed=2)
     x = b.input("x", (2, 8))
@@ -270,6 +285,20 @@ def test_bf16_of_a_conv_raises_the_opset_to_22_and_fp16_does_not():
     assert reduced_floats(g, ids(g), "fp16").opset == 17
     mm = mlp()
     assert reduced_floats(mm, ids(mm), "bf16").opset == 17  # MatMul takes bfloat16 from opset 13
+
+
+def test_a_loaded_models_ir_version_is_raised_with_the_opset():
+    import dataclasses
+
+    g = conv()
+    for ir_version, opset, saved_ir in ((8, 22, 10), (11, 22, 11), (3, 17, None)):
+        old = dataclasses.replace(g, extras=dataclasses.replace(g.extras, ir_version=ir_version))
+        r = reduced_floats(old, ids(g), "bf16")
+        assert r.opset == opset
+        if saved_ir:
+            assert onnx.load_from_string(ir.serialize(r)).ir_version == saved_ir
+        else:
+            assert r is old  # before IR 4 the opset is left as it is (Conv takes no bfloat16 at 17)
 
 
 def test_the_opset_is_not_raised_where_an_op_would_read_its_node_otherwise():
