@@ -213,9 +213,9 @@ def _id(node: Node) -> str:
 
 def reduced_floats(graph: Graph, node_ids: Collection[str], dtype: str | int) -> Graph:
     """``graph`` with the float32 computation of the nodes ``node_ids`` (their first named
-    outputs, as :func:`~gspo.streams.node_id` gives them) done in ``dtype`` (``"fp16"`` or ``"bf16"``, or the
-    ONNX element type), Casts at the boundaries (see the module docstring). With no node to
-    reduce, ``graph`` itself.
+    outputs, as :func:`~gspo.streams.node_id` gives them) done in ``dtype`` (``"fp16"`` or
+    ``"bf16"``, or the ONNX element type), Casts at the boundaries (see the module docstring).
+    With no node to reduce, ``graph`` itself.
 
     Raises:
         GspoError: ``dtype`` is no reduced float type.
