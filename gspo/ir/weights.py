@@ -25,6 +25,7 @@ __all__ = [
     "Pad",
     "Scale",
     "SliceW",
+    "CastW",
     "WeightStore",
     "concat",
     "slice_weight",
@@ -291,6 +292,27 @@ class SliceW(Weight):
         index = [slice(None)] * len(self.shape)
         index[self.axis] = slice(self.start, self.stop)
         return self.base.evaluate(store)[tuple(index)].copy()
+
+
+@dataclass(frozen=True, eq=False)
+class CastW(Weight):
+    """``base`` converted to element type ``dtype`` (float32 rounded to the nearest float16 or
+    bfloat16, ties to even, past the largest value infinite, as torch converts: a weight stored
+    at reduced precision)."""
+
+    base: Weight
+    dtype: int
+    shape: tuple[int, ...] = field(init=False)
+    key: bytes = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", self.base.shape)
+        _set_key(self, self.base, self.dtype)
+
+    def evaluate(self, store: WeightStore) -> np.ndarray:
+        """The base's values as ``dtype``."""
+        with np.errstate(over="ignore"):
+            return np.asarray(self.base.evaluate(store)).astype(np_dtype(self.dtype))
 
 
 def slice_weight(w: Weight, axis: int, start: int, stop: int) -> Weight:

@@ -35,7 +35,7 @@ from gspo.runtime.torchrt.ops import lookup
 from gspo.runtime.torchrt.probe import Shapes, host_reads
 from gspo.runtime.torchrt.registry import Call, Unsupported
 
-__all__ = ["Fallback", "Program", "convert", "to_device", "to_numpy", "to_torch", "unsupported"]
+__all__ = ["Fallback", "Program", "convert", "to_device", "to_numpy", "to_torch", "unsupported", "unsupported_nodes"]
 
 #: Ops whose outputs differ from call to call: never folded.
 _RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
@@ -352,9 +352,14 @@ class Program:
 def unsupported(graph: Graph) -> list[Fallback]:
     """The nodes of ``graph`` the op table cannot run (onnxruntime's CPU provider runs them),
     without converting anything; the reasons as :attr:`Program.fallbacks` gives them."""
+    return list(unsupported_nodes(graph).values())
+
+
+def unsupported_nodes(graph: Graph) -> dict[int, Fallback]:
+    """:func:`unsupported` by the index of each node in ``graph.nodes``."""
     known = {n for n, w in graph.weights.items() if w.size <= 1 << 16}  # shapes, axes, scales
     types = {name: v.dtype for name, v in graph.values.items()}
-    found = []
+    found = {}
     for i, node in enumerate(graph.nodes):
         consts = tuple(np.asarray(graph.weights[n].evaluate(graph.store)) if n in known else None
                        for n in node.inputs)
@@ -362,7 +367,7 @@ def unsupported(graph: Graph) -> list[Fallback]:
         try:
             lookup(Call(node, consts, graph.opset, torch.device("cpu"), in_types))
         except Unsupported as e:
-            found.append(Fallback(node.name or f"#{i}", node.op_type, first_line(e)))
+            found[i] = Fallback(node.name or f"#{i}", node.op_type, first_line(e))
     return found
 
 

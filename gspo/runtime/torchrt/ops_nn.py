@@ -171,6 +171,9 @@ def _max_pool(c: Call, x):
 @op("AveragePool", check=_pool_check)
 def _avg_pool(c: Call, x):
     t = x[0]
+    if t.dim() == 5 and t.device.type == "cpu" and t.dtype in (torch.float16, torch.bfloat16):
+        # torch's CPU has no float16 or bfloat16 avg_pool3d: the average in float32, rounded once
+        return [_avg_pool(c, [t.float()])[0].to(t.dtype)]
     kernel, strides, dilations, pads, native = _pool_args(c, t)
     n, ceil = len(kernel), bool(c.attr("ceil_mode", 0))
     include = bool(c.attr("count_include_pad", 0))
