@@ -31,8 +31,8 @@ from gspo.precision.accuracy import Accuracy, ErrorBudget, measure
 from gspo.precision.variants import Kind
 from gspo.runtime.bench import interleaved
 from gspo.runtime.executor import make_executor
-from gspo.search.deadline import Deadline
 from gspo.streams import node_id
+from gspo.timing.deadline import Deadline
 
 __all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "outputs_of", "reduce_again", "resume",
            "thread_settings", "time_fitted"]
@@ -277,12 +277,11 @@ def _ranked(units: list[tuple[int, ...]], judge, excess: dict) -> list[tuple[int
 def thread_settings(graph: Graph, cores: int | None = None) -> tuple[int, ...]:
     """The thread counts a fitted kind is timed at, whatever the fp32 result's setting: the
     backend's default (0) and, unless its tensors take more than
-    :data:`~gspo.search.threads.MAX_SESSION_BYTES` (each count is one more session of the
+    :data:`~gspo.runtime.settings.MAX_SESSION_BYTES` (each count is one more session of the
     model), those worth trying here (:func:`~gspo.runtime.settings.thread_counts`). On a small
     model OpenVINO's default is one thread on the 2-core EPYC (ViT-Tiny f32: 11.1 ms, 8.7 ms
     at 2 threads)."""
-    from gspo.runtime.settings import thread_counts
-    from gspo.search.threads import MAX_SESSION_BYTES, session_bytes
+    from gspo.runtime.settings import MAX_SESSION_BYTES, session_bytes, thread_counts
 
     if session_bytes(graph) > MAX_SESSION_BYTES:
         return (0,)

@@ -36,9 +36,9 @@ from gspo.precision.search import (
     time_fitted,
 )
 from gspo.precision.variants import kinds, plain, with_placement
-from gspo.search.deadline import Deadline
-from gspo.search.report_parts import Skip
+from gspo.records import Skip
 from gspo.streams import Placement
+from gspo.timing.deadline import Deadline
 
 __all__ = ["DATA_SHARE", "NOT_FITTED", "NOT_HELD", "PRECISION_SHARE", "REFERENCE_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline",
            "on_bf16_fit", "refine", "saved_fp32", "settings_of", "skipped_for_bf16", "with_precision"]
@@ -380,7 +380,7 @@ def on_bf16_fit(kind, pieces: Pieces, fitted: list[Fitted]):
 def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:
     """The fastest survivor, if it beat fp32 by ``margin`` in so many rounds that chance is ruled
     out at :data:`ALPHA` (a one-sided sign test)."""
-    from gspo.search.stats import sign_test
+    from gspo.timing.stats import sign_test
 
     base = rounds["fp32"]
     best = None
@@ -397,8 +397,8 @@ def settings_of(best: Fitted):
     """The report's ``settings`` for the chosen kind: its thread count, saved in its graph, and
     how to run it without gspo where one plain backend runs it as chosen (a QDQ model on
     onnxruntime or OpenVINO at f32)."""
+    from gspo.records import SettingsReport
     from gspo.runtime.settings import RunSettings
-    from gspo.search.report_parts import SettingsReport
 
     s = RunSettings(best.threads)
     plain_backend = {"ort": "onnxruntime", "openvino": "OpenVINO"}.get(best.kind.backend)

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gspo.records import Skip
 from gspo.search.build_costs import BuildRates
-from gspo.search.deadline import Deadline
-from gspo.search.report_parts import Skip
+from gspo.timing.deadline import Deadline
 
 __all__ = ["Budget", "MAX_FINAL", "Shares"]
 
