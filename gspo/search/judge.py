@@ -22,7 +22,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -90,12 +90,16 @@ class WithinBudget:
     """The outputs on ``samples`` (the validation data) within ``budget`` of ``reference`` (the
     source model's outputs on them), whatever the trial's own input sets give. ``keeps``: the
     label of the candidate judged but never rejected (the exact pick the others are confirmed
-    against: the budget bounds what a reduced precision changes, not the fp32 result)."""
+    against: the budget bounds what a reduced precision changes, not the fp32 result).
+    ``known``: the accuracies already measured on ``samples``, by the label of the candidate they
+    are of (the precision fit judged each reduced graph on the validation data as it chose it:
+    its thread variants are not run on them again)."""
 
     budget: ErrorBudget
     samples: Sequence[Feeds]
     reference: Sequence[Outputs]
     keeps: str | None = None
+    known: Mapping[str, Accuracy] = field(default_factory=dict)
     trusts_identity = False
 
     def verdict(self, run: Callable[[Feeds], Outputs], feeds: Sequence[Feeds] = (), expected: Sequence[Outputs] = (),
@@ -104,9 +108,11 @@ class WithinBudget:
         not hold (:func:`~gspo.precision.accuracy.measure`)."""
         from gspo.precision.accuracy import measure
 
-        names = list(self.reference[0]) if self.reference else []
-        got = [{n: np.array(v, copy=True) for n, v in run(s).items() if n in names} for s in self.samples]
-        acc = measure(self.reference, got, self.budget)
+        acc = self.known.get(label)
+        if acc is None:
+            names = list(self.reference[0]) if self.reference else []
+            got = [{n: np.array(v, copy=True) for n, v in run(s).items() if n in names} for s in self.samples]
+            acc = measure(self.reference, got, self.budget)
         why = None if acc.holds or label == self.keeps else "the validation data broke the budget (" + "; ".join(acc.broken) + ")"
         return Verdict(why, accuracy=acc)
 

@@ -85,3 +85,11 @@ def test_the_verdict_within_a_budget_is_the_budgets_measure(budget):
     got = judge.verdict(lambda s: {"y": s["x"] * np.float32(1.01)})
     want = measure(judge.reference, [{"y": s["x"] * np.float32(1.01)} for s in judge.samples], judge.budget)
     assert got.accuracy == want and (got.rejected is None) == want.holds
+
+
+def test_an_accuracy_already_measured_is_the_verdict_without_a_run():
+    judge = within("nmse=1e-3")
+    held = judge.verdict(lambda s: {"y": s["x"] * np.float32(1.5)}, label="far")
+    known = WithinBudget(judge.budget, judge.samples, judge.reference, known={"far": held.accuracy})
+    ran = []
+    assert known.verdict(lambda s: ran.append(s), label="far") == held and ran == []
