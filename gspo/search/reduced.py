@@ -131,7 +131,7 @@ def _decided(found: PrecisionFit, best: Candidate, options: list[Candidate], run
     cap = cfg.timing.final_timing_budget
     if share.limited:
         cap = min(cap, share.remaining() / 4)
-    with Trial(best.graph, options, val[:1], judge, share, "final", executor=tools.device.executor(),
+    with Trial(best.graph, options, val[:1], judge, share, "precision", executor=tools.device.executor(),
                measure=tools.measure) as trial:
         outcomes = trial.time(runs, share.timing(math.inf, 0.5) if share.limited else None)
         base = next((o for o in outcomes if o.label == EXACT and o.timing is not None), None)

@@ -187,16 +187,16 @@ class Trial:
 
     def _fits(self, option: Candidate) -> bool:
         """Whether building, checking and then timing ``option`` (at least :data:`MIN_ROUNDS`
-        rounds, beside the options already kept; in the final comparison, then confirming a win
-        against the original) ends before the budget's deadline; if not, the option is skipped
-        and the budget says so."""
+        rounds, beside the options already kept; in the final and the reduced-precision
+        comparisons, then confirming a win against the original) ends before the budget's
+        deadline; if not, the option is skipped and the budget says so."""
         if self.budget is None or not self.budget.limited:
             return True
         build = build_seconds(option, self.budget.rates)
         rounds = MIN_ROUNDS + WARMUP_ROUNDS
         sample = sample_seconds(self.run_s)
         need = build + len(self.feeds) * self.run_s + rounds * sample * (len(self._ok) + 2)
-        if self.stage == "final":  # and then a win's confirmation against the original, in a timing of its own
+        if self.stage in ("final", "precision"):  # and then a win's confirmation against the original, in a timing of its own
             need += CONFIRM_ROUNDS * sample * 2
             if not option.settings.is_default:  # a thread setting's, in bursts after idle too
                 need += burst_seconds(self.run_s)
