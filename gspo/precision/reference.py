@@ -28,7 +28,7 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.precision.samples import PrecisionData
 from gspo.runtime.executor import make_executor
-from gspo.search.deadline import Deadline
+from gspo.timing.deadline import Deadline
 
 __all__ = ["OPENVINO_SESSION_S", "PROBE_S", "QUANTIZE_S_PER_BYTE", "SESSION_S_PER_BYTE", "Reference", "reference_outputs", "session_estimate",
            "weight_bytes"]

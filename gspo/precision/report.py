@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 
 from gspo.precision.accuracy import Accuracy
-from gspo.search.report_parts import as_json, part, parts
+from gspo.records import as_json, part, parts
 
 __all__ = ["KindReport", "PrecisionReport"]
 

@@ -57,7 +57,7 @@ MAX_SAMPLE_BYTES = 512 << 20
 @dataclass(frozen=True)
 class SampleLimits:
     """How much of a folder of samples is read: at most ``count`` samples, ``nbytes`` of arrays,
-    and until ``deadline`` (a :class:`~gspo.search.deadline.Deadline`; ``None``: none). The first
+    and until ``deadline`` (a :class:`~gspo.timing.deadline.Deadline`; ``None``: none). The first
     sample is always read (the one step that cannot be cut); ``None``: no limit."""
 
     count: int | None = MAX_SAMPLES

@@ -12,15 +12,18 @@ calibration data is then judged on the validation data, which nothing is tuned o
 there, reverting goes on. A kind with every piece back at fp32 is dropped. (A kind whose other
 pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`, sends its pieces back to bf16.)
 On OpenVINO, the pieces back at fp32 run in the same compiled model as the bf16 ones
-(:func:`~gspo.streams.placement.split_runs`). The survivors are timed against the fp32 model,
-interleaved, each at the thread counts worth trying (:func:`thread_settings`), and the fastest is
-kept only when it is faster in so many rounds that chance is ruled out; the budget is never
-traded for speed.
+(:func:`~gspo.streams.placement.split_runs`). The survivors are the reduced-precision candidates
+of ``optimize``'s whole-model stage (:mod:`gspo.search.reduced`), each at the thread counts worth
+trying (:func:`thread_settings`): timed there with the run's ``measure`` and confirmed against the
+exact pick by the same decision as every other candidate; the budget is never traded for speed.
+
+Every judgment runs the model on the executor the caller gives (``executor(graph)``: the run's
+device; :func:`cpu_executor` by default, the graph's saved placement followed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,13 +32,12 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.precision.accuracy import Accuracy, ErrorBudget, measure
 from gspo.precision.variants import Kind
-from gspo.runtime.bench import interleaved
 from gspo.runtime.executor import make_executor
-from gspo.search.deadline import Deadline
 from gspo.streams import node_id
+from gspo.timing.deadline import Deadline
 
-__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "outputs_of", "reduce_again", "resume",
-           "thread_settings", "time_fitted"]
+__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "cpu_executor", "evaluate", "fit", "outputs_of",
+           "reduce_again", "resume", "thread_settings"]
 
 #: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
 #: finer than the rewrite search's pieces (64), so that what goes back to fp32 is no more of the
@@ -43,9 +45,8 @@ __all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "evaluate", "fit", "ou
 #: pieces, bf16 with one back at f32, 1.46x; in 19, the same with one of 19 back, 1.38-1.52x over
 #: seven runs; in 34, int8 of 12 pieces with the rest at bf16, 1.57x.
 PIECE_OPS = 8
-#: Rounds of the interleaved timing, and the significance the fastest must reach.
+#: Rounds of the reduced-precision candidates' first interleaved timing.
 TIMING_RUNS = 20
-ALPHA = 0.01
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class Pieces:
 class Fitted:
     """One kind after fitting: the pieces left reduced (``None``: none, the kind was dropped), its
     graph, the accuracy on the validation data and what happened to each piece; once timed, its
-    median and the thread count it was fastest at (0: the backend's default; saved in ``graph``)."""
+    median and the thread count it was fastest at (0: the backend's default)."""
 
     kind: Kind
     reduced: tuple[int, ...] | None
@@ -95,16 +96,27 @@ class Fitted:
         return self.reduced is not None and any(len(unit) > 1 for unit in self.sent)
 
 
-def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """The outputs of ``graph`` (its saved placement followed) on every sample."""
-    with make_executor(graph, None, "cpu") as ex:
+def cpu_executor(graph: Graph):
+    """``graph``'s executor on the CPU, its saved placement followed (the judgments' default)."""
+    return make_executor(graph, None, "cpu")
+
+
+def outputs_of(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
+               executor: Callable | None = None) -> list[dict[str, np.ndarray]]:
+    """The outputs of ``graph`` on every sample, run on ``executor(graph)`` (default:
+    :func:`cpu_executor`)."""
+    ex = (executor or cpu_executor)(graph)
+    try:
         names = graph.output_names()
         return [{n: np.array(v, copy=True) for n, v in ex.run(s).items() if n in names} for s in samples]
+    finally:
+        ex.close()
 
 
-def evaluate(graph: Graph, samples, reference, budget: ErrorBudget) -> Accuracy:
-    """The accuracy of ``graph`` against the reference outputs on ``samples``."""
-    return measure(reference, outputs_of(graph, samples), budget)
+def evaluate(graph: Graph, samples, reference, budget: ErrorBudget, executor: Callable | None = None) -> Accuracy:
+    """The accuracy of ``graph`` against the reference outputs on ``samples`` (run on
+    ``executor(graph)``, :func:`outputs_of`)."""
+    return measure(reference, outputs_of(graph, samples, executor), budget)
 
 
 class _Out(Exception):
@@ -130,12 +142,13 @@ OUT_OF_TIME = "the time budget ended before the error was within the budget"
 
 
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-        deadline: Deadline | None, pinned: Mapping[int, str] | None = None) -> Fitted:
+        deadline: Deadline | None, pinned: Mapping[int, str] | None = None, executor: Callable | None = None) -> Fitted:
     """Fit ``kind`` to the budget (see the module docstring; the pieces sent back together are
     tried again by :func:`reduce_again`). ``reference`` holds the source model's outputs on
     ``data.calibration`` and ``data.validation`` under those keys; the fit ends at ``deadline``
     (``None``: it does not; where it ends it, :func:`resume` goes on). The pieces ``pinned``
-    names are left as the kind builds them unreduced, each with the reason given."""
+    names are left as the kind builds them unreduced, each with the reason given. Each judgment
+    runs on ``executor(graph)`` (:func:`outputs_of`)."""
     pinned = dict(pinned or {})
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
     fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
@@ -145,16 +158,17 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
         return fitted
     fitted.idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
     fitted.progress = Progress(touched)
-    return resume(fitted, pieces, data, reference, budget, deadline)
+    return resume(fitted, pieces, data, reference, budget, deadline, executor)
 
 
 def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-           deadline: Deadline | None) -> Fitted:
+           deadline: Deadline | None, executor: Callable | None = None) -> Fitted:
     """Go on with a fit from its :class:`Progress` until ``deadline``: a fit the deadline stopped
     (its note :data:`OUT_OF_TIME`) loses none of the judgments it made."""
     fitted.note = ""
     try:
-        _revert(fitted, fitted.progress, _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle))
+        judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle, executor)
+        _revert(fitted, fitted.progress, judge)
     except _Out:
         fitted.note = OUT_OF_TIME
     except GspoError as e:
@@ -165,16 +179,17 @@ def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], 
 
 
 def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
-                 deadline: Deadline | None) -> Fitted:
+                 deadline: Deadline | None, executor: Callable | None = None) -> Fitted:
     """A fitted kind's pieces sent back in runs of neighbours reduced again one at a time
     (:func:`_reduce_again`), until ``deadline``."""
     if not fitted.runs_sent_back:
         return fitted
-    judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle)
+    judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle, executor)
     return _reduce_again(fitted, list(fitted.sent), judge)
 
 
-def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: Sequence[int]):
+def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: Sequence[int],
+           executor: Callable | None = None):
     """``judge(chosen, which)``: ``kind`` built with the pieces ``chosen`` reduced, and its accuracy
     on the ``which`` data (``judged``: the data, the reference outputs, the budget). The pieces
     ``idle`` (nothing in them the kind reduces) are built as reduced all along: their ops (a Concat
@@ -187,7 +202,7 @@ def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: 
         if deadline is not None and (deadline.expired() or not deadline.fits(kind.cost)):
             raise _Out
         graph = kind.build(pieces.union(list(chosen) + list(idle)))
-        return graph, evaluate(graph, getattr(data, which), reference[which], budget)
+        return graph, evaluate(graph, getattr(data, which), reference[which], budget, executor)
 
     return judge
 
@@ -277,46 +292,12 @@ def _ranked(units: list[tuple[int, ...]], judge, excess: dict) -> list[tuple[int
 def thread_settings(graph: Graph, cores: int | None = None) -> tuple[int, ...]:
     """The thread counts a fitted kind is timed at, whatever the fp32 result's setting: the
     backend's default (0) and, unless its tensors take more than
-    :data:`~gspo.search.threads.MAX_SESSION_BYTES` (each count is one more session of the
+    :data:`~gspo.runtime.settings.MAX_SESSION_BYTES` (each count is one more session of the
     model), those worth trying here (:func:`~gspo.runtime.settings.thread_counts`). On a small
     model OpenVINO's default is one thread on the 2-core EPYC (ViT-Tiny f32: 11.1 ms, 8.7 ms
     at 2 threads)."""
-    from gspo.runtime.settings import thread_counts
-    from gspo.search.threads import MAX_SESSION_BYTES, session_bytes
+    from gspo.runtime.settings import MAX_SESSION_BYTES, session_bytes, thread_counts
 
     if session_bytes(graph) > MAX_SESSION_BYTES:
         return (0,)
     return (0,) + thread_counts(cores)
-
-
-def time_fitted(fp32: Graph, fitted: Sequence[Fitted], feeds: Mapping[str, np.ndarray],
-                runs: int = TIMING_RUNS, timer=interleaved,
-                cores: int | None = None) -> tuple[float, dict[str, tuple[float, ...]]]:
-    """Median seconds of the fp32 model (at its own saved setting), and every fitted kind's timing
-    (interleaved rounds, in one process) at the thread count it was fastest at
-    (:func:`thread_settings`); each kind's ``median_s`` and ``threads`` are set, and its
-    ``graph`` carries that setting. ``timer``: :func:`~gspo.runtime.bench.interleaved`'s
-    signature (a test's fake measure)."""
-    from contextlib import ExitStack
-
-    from gspo.runtime.settings import RunSettings, with_settings
-
-    variants = {f.kind.name: {t: with_settings(f.graph, RunSettings(t)) for t in thread_settings(f.graph, cores)}
-                for f in fitted}
-    with ExitStack() as stack:
-        runners = [("fp32", stack.enter_context(make_executor(fp32, None, "cpu")))]
-        runners += [(_label(name, t), stack.enter_context(make_executor(g, None, "cpu")))
-                    for name, by_threads in variants.items() for t, g in by_threads.items()]
-        timings = timer([(label, (lambda ex=ex: ex.run(feeds))) for label, ex in runners], runs=runs, warmup=3)
-    by_label = {t.label: t for t in timings}
-    rounds = {"fp32": by_label["fp32"].seconds}
-    for f in fitted:
-        best = min(variants[f.kind.name], key=lambda t: (by_label[_label(f.kind.name, t)].median, t))
-        f.threads, f.graph = best, variants[f.kind.name][best]
-        f.median_s = by_label[_label(f.kind.name, best)].median
-        rounds[f.kind.name] = by_label[_label(f.kind.name, best)].seconds
-    return by_label["fp32"].median, rounds
-
-
-def _label(kind: str, threads: int) -> str:
-    return f"{kind}[threads={threads}]" if threads else kind

@@ -1,24 +1,28 @@
-"""The precision stage of ``optimize``: from the best fp32 result to the fastest one within the
-user's accuracy budget (:mod:`gspo.precision.search`), and the report's ``precision`` block.
+"""The reduced-precision fit of ``optimize``: from the exact pick to the reduced-precision
+candidates that hold the user's accuracy budget (:mod:`gspo.precision.search`), and the report's
+``precision`` block. The fit is one of the whole-model stage's sources of candidates
+(:mod:`gspo.search.reduced` calls it, times its candidates with the run's ``measure`` and
+confirms them against the exact pick by the same decision as every other candidate).
 
-Everything the stage does counts against the run's ``--time-budget``: reading the samples (at
-most :data:`DATA_SHARE` of the time left, :class:`~gspo.precision.samples.SampleLimits`), the
-source's reference runs (:data:`REFERENCE_SHARE`, :mod:`gspo.precision.reference`), the
-activation ranges, each kind's judgments (estimated from the weights and the reference's
-timings: :attr:`~gspo.precision.variants.Kind.cost`), the fp32 result's error and the timing.
-A step estimated to run past the deadline is skipped, logged in the report's ``skipped``
-(stage ``precision``) and, where it drops a kind or the timing, said in the block's notes.
-What cannot be cut is one step each: reading the first sample of a set, running it, building
-one session or one kind.
+Everything the fit does counts against its share of the run's time budget (a
+:class:`~gspo.timing.deadline.Deadline`): reading the samples (at most :data:`DATA_SHARE` of the
+time left, :class:`~gspo.precision.samples.SampleLimits`), the source's reference runs
+(:data:`REFERENCE_SHARE`, :mod:`gspo.precision.reference`), the activation ranges, each kind's
+judgments (estimated from the weights and the reference's timings:
+:attr:`~gspo.precision.variants.Kind.cost`) and the fp32 result's error; the timing gets what
+:func:`fits_deadline` leaves. A step estimated to run past the deadline is skipped, logged in the
+report's ``skipped`` (stage ``precision``) and, where it drops a kind, said in the block's notes.
+What cannot be cut is one step each: reading the first sample of a set, running it, building one
+session or one kind.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,54 +30,25 @@ from gspo.ir import Graph
 from gspo.precision.accuracy import Accuracy, ErrorBudget
 from gspo.precision.report import KindReport, PrecisionReport
 from gspo.precision.search import (
-    ALPHA,
     TIMING_RUNS,
     Fitted,
     Pieces,
     evaluate,
     fit,
     thread_settings,
-    time_fitted,
 )
-from gspo.precision.variants import kinds, plain, with_placement
-from gspo.search.deadline import Deadline
-from gspo.search.report_parts import Skip
-from gspo.streams import Placement
+from gspo.precision.variants import kinds, plain
+from gspo.records import Skip
+from gspo.timing.deadline import Deadline
 
-__all__ = ["DATA_SHARE", "NOT_FITTED", "NOT_HELD", "PRECISION_SHARE", "REFERENCE_SHARE", "TIMING_SHARE", "coarse_limits", "exact_seconds", "fit_kinds", "fits_deadline",
-           "on_bf16_fit", "refine", "saved_fp32", "settings_of", "skipped_for_bf16", "with_precision"]
-
-#: The share of ``--time-budget`` the precision stage gets when ``--precision`` asks for it (the
-#: exact search gets the rest).
-PRECISION_SHARE = 0.5
+__all__ = ["DATA_SHARE", "MIN_TIMING_RUNS", "NOT_FITTED", "NOT_HELD", "PrecisionFit", "REFERENCE_SHARE", "TIMING_SHARE",
+           "coarse_limits", "fit_kinds", "fit_precision", "fits_deadline", "on_bf16_fit", "reduced", "settings_of",
+           "skipped_for_bf16", "timing_runs", "timing_seconds"]
 
 
 def reduced(cfg) -> bool:
     """Whether ``cfg`` asks for a reduced precision."""
     return any(p != "fp32" for p in cfg.precision.precisions)
-
-
-def exact_seconds(cfg) -> float | None:
-    """The exact search's share of the time budget: all of it, or with ``--precision`` what the
-    precision stage leaves (:data:`PRECISION_SHARE`)."""
-    if cfg.timing.time_budget is None or not reduced(cfg):
-        return cfg.timing.time_budget
-    return cfg.timing.time_budget * (1 - PRECISION_SHARE)
-
-
-def with_precision(result, prepared, cfg, backends: Sequence[str], deadline: Deadline, progress=None):
-    """``result`` through the precision stage when ``--precision`` asks for one (else as it is),
-    until ``deadline``, the whole time budget's."""
-    if not reduced(cfg):
-        return result
-    return refine(result, prepared, cfg, backends, deadline, (lambda text: progress(text, 0, 0)) if progress else None)
-
-
-def saved_fp32(result) -> Graph:
-    """The fp32 result as ``gspo optimize`` saves it: its schedule and placement in the graph."""
-    schedule = json.dumps(result.schedule.to_json(), sort_keys=True) if result.schedule else ""
-    graph = dataclasses.replace(result.graph, extras=dataclasses.replace(result.graph.extras, schedule=schedule))
-    return with_placement(graph, result.placement)
 
 
 #: Why a step is skipped (the report's ``skipped``), and a kind's note when its share of the time
@@ -86,52 +61,88 @@ DATA_SHARE = 0.2
 REFERENCE_SHARE = 0.15
 
 
-def refine(result, prepared, cfg, backends: Sequence[str], deadline: Deadline | None,
-           progress: Callable[[str], None] | None = None):
-    """``result`` (the best fp32 model) replaced by the fastest reduced-precision model that holds
-    ``cfg.precision.max_error`` on the validation data, when one is faster beyond the timing's noise; the
-    report gets its ``precision`` block either way. Every step is counted against ``deadline``: one
-    estimated to run past it is skipped, and the report's ``skipped`` says which and why."""
+@dataclass
+class PrecisionFit:
+    """What the fit gives the whole-model stage: what was asked (``requested``, the budget
+    ``errors``), the data (its sources and warnings), the source's reference
+    (:class:`~gspo.precision.reference.Reference`: its outputs, what a session and a run cost),
+    the pieces, each kind fitted, the notes, the exact pick's accuracy on the validation data
+    (``fp32``; ``None``: not measured) and the work skipped; ``why``: why nothing was fitted
+    (``None``: the fit ran)."""
+
+    requested: list[str]
+    errors: ErrorBudget
+    data: object | None = None
+    ref: object | None = None
+    pieces: Pieces | None = None
+    fitted: list[Fitted] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    skips: list[Skip] = field(default_factory=list)
+    fp32: Accuracy | None = None
+    why: str | None = None
+
+    @property
+    def survivors(self) -> list[Fitted]:
+        """The kinds that hold the budget with some piece reduced (the candidates)."""
+        return [f for f in self.fitted if f.reduced is not None]
+
+    def without(self, why: str) -> PrecisionFit:
+        """This fit as skipped (``why``), the skip logged."""
+        self.skips.append(Skip("precision", "the reduced-precision search", why))
+        self.why = why
+        return self
+
+    def block(self, best: Fitted | None = None, fp32_s: float | None = None) -> PrecisionReport:
+        """The report's ``precision`` block: ``best`` the kind chosen (``None``: fp32 kept), each
+        kind's median and thread count as timed (set on its :class:`Fitted`), ``fp32_s`` the
+        exact pick's median (``None``: not timed)."""
+        if self.why is not None:
+            data = self.data
+            return PrecisionReport(
+                requested=self.requested, max_error=str(self.errors), data=dict(data.source) if data else {},
+                warnings=list(data.warnings) if data else [], notes=[f"not searched: {self.why}: kept fp32"],
+                pieces=0, piece_ops=[], fp32_median_ms=None, fp32_validation=None, kinds=[], chosen="fp32",
+                speedup_over_fp32=1.0, validation=None)
+        return _block(self, best, fp32_s)
+
+
+def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], deadline: Deadline | None,
+                  say: Callable[[str], None] | None = None, executor: Callable | None = None) -> PrecisionFit:
+    """Every kind ``cfg.precision.precisions`` asks for fitted to ``cfg.precision.max_error`` on
+    the exact pick ``fp32`` (as saved: its schedule and placement in the graph), against the
+    source ``original``'s outputs on the calibration and validation data; every step counted
+    against ``deadline`` (one estimated to run past it is skipped, and the fit's ``skips`` say
+    which and why). The judgments run on ``executor(graph)`` (default: the CPU,
+    :func:`~gspo.precision.search.cpu_executor`)."""
     from gspo.precision.samples import SampleLimits, precision_data
 
-    say = progress or (lambda text: None)
-    budget = cfg.precision.max_error.budget  # parsed once, as the option entered (MaxError)
-    skips: list[Skip] = []
+    say = say or (lambda text: None)
+    out = PrecisionFit(list(cfg.precision.precisions), cfg.precision.max_error.budget)  # parsed as it entered
     if deadline is not None and deadline.expired():
-        return _without(result, cfg, budget, skips, "the time budget ended before it began", None)
+        return out.without("the time budget ended before it began")
     limits = SampleLimits(deadline=deadline.share(DATA_SHARE) if deadline is not None else None)
-    data = precision_data(prepared.original, cfg.precision.calibration, cfg.precision.validation,
-                          seed=cfg.verify.seed, limits=limits)
-    skips += [Skip("precision", f"reading {w.split()[0].lstrip('-')} samples", w)
-              for w in data.warnings if "the time budget" in w]
-    source = plain(prepared.original)
-    ref = _reference(source, data, deadline, skips)
+    out.data = precision_data(original, cfg.precision.calibration, cfg.precision.validation,
+                              seed=cfg.verify.seed, limits=limits)
+    out.skips += [Skip("precision", f"reading {w.split()[0].lstrip('-')} samples", w)
+                  for w in out.data.warnings if "the time budget" in w]
+    source = plain(original)
+    ref = _reference(source, out.data, deadline, out.skips)
     if isinstance(ref, str):
-        return _without(result, cfg, budget, skips, ref, data)
-    data, reference = ref.data, ref.outputs
-    data = dataclasses.replace(data, warnings=data.warnings + tuple(coarse_limits(budget, reference)))
-    fp32 = saved_fp32(result)
-    base = plain(result.graph)
-    pieces = Pieces.of(base, cfg.search.threshold)
+        return out.without(ref)
+    out.ref = ref
+    data = out.data = dataclasses.replace(ref.data, warnings=ref.data.warnings + tuple(coarse_limits(out.errors, ref.outputs)))
+    base = plain(fp32)
+    out.pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
-    found, notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, skips))
+    found, out.notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, out.skips))
     found = [dataclasses.replace(k, cost=_cost(k, base, ref)) for k in found]
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
-    fitted = fit_kinds(found, pieces, (data, reference, budget),
-                       fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
-                       lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s))
-    skips += [Skip("precision", f"fitting {f.kind.name}", f.note) for f in fitted if f.note.startswith(NOT_FITTED)]
-    survivors = [f for f in fitted if f.reduced is not None]
-    fp32_acc = _fp32_accuracy(fp32, source, result, ref, budget, deadline, skips)
-    fp32_s, rounds = _timed(fp32, survivors, ref, per_kind, deadline, (notes, skips), say)
-    best = _pick(survivors, rounds, cfg.timing.final_margin) if fp32_s is not None else None
-    block = _block(cfg, budget, data, pieces, fitted, notes, best, (fp32_s, fp32_acc))
-    report = dataclasses.replace(result.report, precision=block, skipped=list(result.report.skipped) + skips)
-    if best is None:
-        return dataclasses.replace(result, report=report)
-    report = dataclasses.replace(report, settings=settings_of(best))
-    placement = Placement.from_json(best.graph.extras.placement) if best.graph.extras.placement else None
-    return type(result)(result.original, with_placement(best.graph, None), None, report, False, None, placement)
+    out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, out.errors),
+                           fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
+                           lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor)
+    out.skips += [Skip("precision", f"fitting {f.kind.name}", f.note) for f in out.fitted if f.note.startswith(NOT_FITTED)]
+    out.fp32 = _fp32_accuracy(fp32, source, ref, out.errors, deadline, out.skips, executor)
+    return out
 
 
 def _reference(source: Graph, data, deadline: Deadline | None, skips: list[Skip]):
@@ -193,71 +204,47 @@ def _first_cost(kind) -> float:
     return kind.cost + (PROBE_S if probe else 0.0)
 
 
-def _fp32_accuracy(fp32: Graph, source: Graph, result, ref, budget: ErrorBudget, deadline: Deadline | None,
-                   skips: list[Skip]) -> Accuracy | None:
-    """The fp32 result's accuracy on the validation data: the reference's own where the result
-    is the source as it runs (no run), else measured when the time budget holds it (``None``:
-    skipped)."""
+def _fp32_accuracy(fp32: Graph, source: Graph, ref, budget: ErrorBudget, deadline: Deadline | None,
+                   skips: list[Skip], executor: Callable | None = None) -> Accuracy | None:
+    """The exact pick's accuracy on the validation data (``fp32``: as saved, its schedule and
+    placement in the graph): the reference's own where it is the source as it runs (no run),
+    else measured on ``executor`` when the time budget holds it (``None``: skipped)."""
     from gspo.precision.accuracy import measure
 
-    same = result.schedule is None and result.placement is None and plain(result.graph).key == source.key
+    same = not fp32.extras.schedule and not fp32.extras.placement and plain(fp32).key == source.key
     if same:
         return measure(ref.outputs["validation"], ref.outputs["validation"], budget)
     need = ref.judgment_s(0.0)
     if deadline is not None and not deadline.fits(need):
         skips.append(Skip("precision", "measuring the fp32 result's error", f"{NOT_HELD} (about {_s(need)})"))
         return None
-    return evaluate(fp32, ref.data.validation, ref.outputs["validation"], budget)
+    return evaluate(fp32, ref.data.validation, ref.outputs["validation"], budget, executor)
 
 
-#: The fewest interleaved rounds the timing is cut to when the time budget holds no more: the
-#: fewest in which winning every round rules chance out at :data:`~gspo.precision.search.ALPHA`.
+#: The fewest interleaved rounds the first timing is cut to when the time budget holds no more:
+#: the fewest in which winning every round rules chance out at 0.01.
 MIN_TIMING_RUNS = 7
 
 
-def _timed(fp32: Graph, survivors: list[Fitted], ref, per_kind: int, deadline: Deadline | None, logs, say):
-    """:func:`~gspo.precision.search.time_fitted` in as many rounds as the time budget holds
-    (:data:`TIMING_RUNS`, at the fewest :data:`MIN_TIMING_RUNS`, with a note when fewer), else
-    ``(None, {})`` with a note and a skip (``logs``: the notes and the skips)."""
-    notes, skips = logs
-    if not survivors:
-        return None, {}
-    runners = len(survivors) * per_kind + 1
-    left = deadline.remaining() if deadline is not None else math.inf
+def timing_runs(runners: int, ref, left: float) -> int | None:
+    """The rounds the first timing of ``runners`` (the exact pick and every kind at every thread
+    count) gets in ``left`` seconds: :data:`~gspo.precision.search.TIMING_RUNS`, fewer when
+    ``left`` holds no more, at the fewest :data:`MIN_TIMING_RUNS` (``None``: not even those)."""
     runs = TIMING_RUNS
-    while runs > MIN_TIMING_RUNS and _timing_s(runners, runs, ref) > left:
+    while runs > MIN_TIMING_RUNS and timing_seconds(runners, runs, ref) > left:
         runs -= 1
-    if _timing_s(runners, runs, ref) > left:
-        notes.append("the time budget ended before the reduced-precision models could be timed: kept fp32")
-        skips.append(Skip("precision", "timing the reduced-precision models",
-                          f"{NOT_HELD} (about {_s(_timing_s(runners, runs, ref))} in {runs} rounds)"))
-        return None, {}
-    if runs < TIMING_RUNS:
-        notes.append(f"timed in {runs} interleaved rounds, not {TIMING_RUNS}: the time budget held no more")
-    say("timing")
-    return time_fitted(fp32, survivors, ref.data.validation[0], runs=runs)
+    return runs if timing_seconds(runners, runs, ref) <= left else None
 
 
-def _timing_s(runners: int, runs: int, ref) -> float:
-    """Seconds the timing of ``runners`` in ``runs`` rounds (3 more to warm up) is estimated to take."""
+def timing_seconds(runners: int, runs: int, ref) -> float:
+    """Seconds the timing of ``runners`` in ``runs`` rounds (3 more to warm up) is estimated to
+    take (``ref``: the source's :class:`~gspo.precision.reference.Reference`)."""
     return runners * ref.session_s + (runs + 3) * runners * ref.sample_s
 
 
 def _s(seconds: float) -> str:
     """Seconds as the notes show them (``12.3 s``, ``45 ms``)."""
     return f"{seconds:.1f} s" if seconds >= 0.1 else f"{1e3 * seconds:.0f} ms"
-
-
-def _without(result, cfg, budget: ErrorBudget, skips: list[Skip], why: str, data):
-    """``result`` as it is, its report saying that the precision stage was skipped and why."""
-    skips.append(Skip("precision", "the reduced-precision search", why))
-    block = PrecisionReport(
-        requested=list(cfg.precision.precisions), max_error=str(budget), data=dict(data.source) if data else {},
-        warnings=list(data.warnings) if data else [], notes=[f"not searched: {why}: kept fp32"], pieces=0,
-        piece_ops=[], fp32_median_ms=None, fp32_validation=None, kinds=[], chosen="fp32", speedup_over_fp32=1.0,
-        validation=None)
-    report = dataclasses.replace(result.report, precision=block, skipped=list(result.report.skipped) + skips)
-    return dataclasses.replace(result, report=report)
 
 
 def coarse_limits(budget: ErrorBudget, reference) -> list[str]:
@@ -299,7 +286,7 @@ def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float,
 
 
 def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
-              again: Callable[[int], Deadline | None] | None = None) -> list[Fitted]:
+              again: Callable[[int], Deadline | None] | None = None, executor: Callable | None = None) -> list[Fitted]:
     """Every kind fitted in turn, each until an equal share of the time left for the kinds not yet
     fitted (one kind cannot take the others' time); ``judged``: the data, the source's outputs on
     it and the budget. A kind whose rest runs at bf16 starts from the bf16 kind's fit
@@ -307,7 +294,8 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
     kinds; ``deadline`` without it), a second round, the kinds whose rest runs at bf16 first,
     each in an equal share again: a kind whose share ran out goes on from where it stopped
     (:func:`~gspo.precision.search.resume`), and a survivor's pieces sent back together are tried
-    again one at a time (:func:`~gspo.precision.search.reduce_again`)."""
+    again one at a time (:func:`~gspo.precision.search.reduce_again`). Every judgment runs on
+    ``executor(graph)`` (:func:`~gspo.precision.search.outputs_of`)."""
     from gspo.precision.search import OUT_OF_TIME, reduce_again, resume
 
     data, reference, budget = judged
@@ -315,7 +303,7 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
     for i, k in enumerate(found):
         say(f"fitting {k.name}")
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
-        fitted.append(_fit_one(k, pieces, judged, mine, fitted))
+        fitted.append(_fit_one(k, pieces, judged, mine, fitted, executor))
     second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or f.runs_sent_back),
                     key=lambda j: (fitted[j].kind.rest != "bf16", j))
     later = again(sum(f.reduced is not None or f.note == OUT_OF_TIME for f in fitted)) if again else deadline
@@ -324,14 +312,15 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         f = fitted[j]
         if f.note == OUT_OF_TIME:
             say(f"fitting {f.kind.name}, on from where its share ended")
-            resume(f, pieces, data, reference, budget, mine)
+            resume(f, pieces, data, reference, budget, mine, executor)
         if f.runs_sent_back:
             say(f"fitting {f.kind.name} piece by piece")
-            reduce_again(f, pieces, data, reference, budget, mine)
+            reduce_again(f, pieces, data, reference, budget, mine, executor)
     return fitted
 
 
-def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: list[Fitted]) -> Fitted:
+def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: list[Fitted],
+             executor: Callable | None = None) -> Fitted:
     """``kind`` fitted until ``deadline``, after the kinds ``before`` it (the bf16 kind's fit among
     them); not at all when ``deadline`` cannot hold one judgment of it (:data:`NOT_FITTED`)."""
     skip = skipped_for_bf16(kind, before)
@@ -341,7 +330,7 @@ def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: li
         return Fitted(kind, None, note=f"{NOT_FITTED} (about {_s(_first_cost(kind))}: building it, its session and a run "
                                        f"of the data; its share of the time left: {_s(deadline.remaining())})")
     kind, pinned = on_bf16_fit(kind, pieces, before)
-    return fit(kind, pieces, *judged, deadline, pinned)
+    return fit(kind, pieces, *judged, deadline, pinned, executor)
 
 
 def _bf16_fit(fitted: list[Fitted]) -> Fitted | None:
@@ -377,28 +366,12 @@ def on_bf16_fit(kind, pieces: Pieces, fitted: list[Fitted]):
     return keeping_f32(kind, pieces.union(back)), pinned
 
 
-def _pick(survivors: list[Fitted], rounds: dict, margin: float) -> Fitted | None:
-    """The fastest survivor, if it beat fp32 by ``margin`` in so many rounds that chance is ruled
-    out at :data:`ALPHA` (a one-sided sign test)."""
-    from gspo.search.stats import sign_test
-
-    base = rounds["fp32"]
-    best = None
-    for f in sorted(survivors, key=lambda f: f.median_s):
-        mine = rounds[f.kind.name]
-        wins = sum(t < r * (1 - margin) for r, t in zip(base, mine))
-        if sign_test(wins, len(base)) < ALPHA:
-            best = f
-            break
-    return best
-
-
 def settings_of(best: Fitted):
     """The report's ``settings`` for the chosen kind: its thread count, saved in its graph, and
     how to run it without gspo where one plain backend runs it as chosen (a QDQ model on
     onnxruntime or OpenVINO at f32)."""
+    from gspo.records import SettingsReport
     from gspo.runtime.settings import RunSettings
-    from gspo.search.report_parts import SettingsReport
 
     s = RunSettings(best.threads)
     plain_backend = {"ort": "onnxruntime", "openvino": "OpenVINO"}.get(best.kind.backend)
@@ -422,15 +395,13 @@ def _ms(s: float | None) -> float | None:
     return None if s is None else round(1e3 * s, 4)
 
 
-def _block(cfg, budget: ErrorBudget, data, pieces: Pieces, fitted: list[Fitted], notes: list[str],
-           best: Fitted | None, fp32: tuple[float | None, Accuracy | None]) -> PrecisionReport:
-    """The report's ``precision`` block; ``fp32``: the fp32 model's median seconds (``None``:
-    not timed) and its accuracy on the validation data (``None``: not measured)."""
-    fp32_s, fp32_acc = fp32
+def _block(fitted: PrecisionFit, best: Fitted | None, fp32_s: float | None) -> PrecisionReport:
+    """The report's ``precision`` block of a fit that ran (:meth:`PrecisionFit.block`)."""
+    data, pieces, fp32_acc = fitted.data, fitted.pieces, fitted.fp32
     return PrecisionReport(
-        requested=list(cfg.precision.precisions), max_error=str(budget), data=dict(data.source), warnings=list(data.warnings),
-        notes=notes, pieces=len(pieces.ops), piece_ops=[len(p) for p in pieces.ops], fp32_median_ms=_ms(fp32_s),
-        fp32_validation=fp32_acc, kinds=[_kind_report(f, fp32_s) for f in fitted],
+        requested=fitted.requested, max_error=str(fitted.errors), data=dict(data.source), warnings=list(data.warnings),
+        notes=fitted.notes, pieces=len(pieces.ops), piece_ops=[len(p) for p in pieces.ops], fp32_median_ms=_ms(fp32_s),
+        fp32_validation=fp32_acc, kinds=[_kind_report(f, fp32_s) for f in fitted.fitted],
         chosen="fp32" if best is None else best.kind.name,
         speedup_over_fp32=round(fp32_s / best.median_s, 4) if best is not None else 1.0,
         validation=best.validation if best is not None else fp32_acc)

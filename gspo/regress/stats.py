@@ -32,7 +32,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gspo.search.stats import sign_test
+from gspo.timing.stats import sign_test
 
 __all__ = ["ALPHA", "THRESHOLD", "Decision", "UNDECIDED", "decide", "median_interval", "noise", "noise_limit"]
 

@@ -19,7 +19,7 @@ from gspo.runtime.npz import declared, read_npz
 from gspo.runtime.session import SessionConfig, make_session, run
 
 if TYPE_CHECKING:
-    from gspo.search.deadline import Deadline
+    from gspo.timing.deadline import Deadline
 
 __all__ = ["random_inputs", "random_input_sets", "LARGE_INPUT_SET", "available_memory", "require_memory",
            "input_bytes", "output_bytes", "making_seconds", "input_set_count", "check_seed", "human_bytes", "read_npz",

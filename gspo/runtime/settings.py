@@ -17,11 +17,12 @@ from dataclasses import dataclass, replace
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
+from gspo.ir.features import nbytes
 from gspo.ir.metadata import metadata_value, with_metadata
 from gspo.runtime.session import SessionConfig
 
-__all__ = ["SETTINGS_KEY", "RunSettings", "applied", "saved_settings", "settings_from_metadata", "thread_counts",
-           "with_settings"]
+__all__ = ["MAX_SESSION_BYTES", "SETTINGS_KEY", "RunSettings", "applied", "saved_settings", "session_bytes",
+           "settings_from_metadata", "thread_counts", "with_settings"]
 
 #: The model metadata key holding the settings (JSON).
 SETTINGS_KEY = "gspo.settings"
@@ -109,3 +110,18 @@ def applied(graph: Graph, config: SessionConfig) -> SessionConfig:
     """``config`` with the settings saved in ``graph`` applied (a thread count given in
     ``config``, e.g. ``gspo bench --threads``, wins)."""
     return saved_settings(graph).session_config(config)
+
+
+#: Each thread setting is one more session of the whole model, holding its own copy of the
+#: weights and its own buffers for the values a run makes: an option whose tensors (inputs,
+#: weights and every value computed, :func:`session_bytes`) take more than this gets no variants
+#: (two or three sessions of a model this size would press on memory and on the final
+#: comparison's time share; a model this large is not one that thread hand-offs slow down).
+MAX_SESSION_BYTES = 256 * 2**20
+
+
+def session_bytes(graph: Graph) -> int:
+    """Bytes of every tensor of the graph of a known type and static shape: its inputs, its
+    weights and each value its nodes compute (what one session of it holds at most, with its
+    arena keeping each buffer; an unknown type or shape counted as empty)."""
+    return sum(nbytes(v) for v in graph.values.values() if v.is_tensor)

@@ -26,9 +26,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gspo.records import Skip
 from gspo.search.build_costs import BuildRates
-from gspo.search.deadline import Deadline
-from gspo.search.report_parts import Skip
+from gspo.timing.deadline import Deadline
 
 __all__ = ["Budget", "MAX_FINAL", "Shares"]
 
@@ -43,12 +43,17 @@ class Shares:
     placement share the rest, ``placement`` of it kept for timing the pieces on the backends
     other than onnxruntime's CPU provider (when there are any). The search and final shares
     were measured on NASNet-A Large (24 pieces), where verification and the final comparison
-    of a 500 ms model take longer than the search (benchmarks/RESULTS.md).
+    of a 500 ms model take longer than the search (benchmarks/RESULTS.md). ``precision``: the
+    fraction of the whole budget kept at its end, when ``--precision`` asks for a reduced one,
+    for fitting the reduced-precision candidates to ``--max-error`` and confirming them against
+    the exact pick (:meth:`Budget.precision_share`); the stages before it share the rest as
+    they share a whole budget without it.
     """
 
     search: float = 0.5
     final: float = 0.2
     placement: float = 0.4
+    precision: float = 0.5
 
 
 #: At most this much of what is left after loading goes to the final comparison: the whole model
@@ -70,23 +75,28 @@ class Budget:
             :meth:`skip` appends to (a list of its own when not given).
         started: when the run began on ``clock`` (``None``: now; never later than now), so that
             what came before the budget was made counts (``gspo optimize``: its imports).
+        reduced: whether the run fits a reduced precision after the exact stages: then
+            :attr:`Shares.precision` of ``seconds`` is kept at the end for it
+            (:meth:`precision_share`), and :attr:`seconds` and :attr:`end` are the exact stages'.
     """
 
     def __init__(self, seconds: float | None, shares: Shares = Shares(),
                  clock: Callable[[], float] = time.perf_counter, log: list[Skip] | None = None,
-                 started: float | None = None):
-        self.seconds = seconds
+                 started: float | None = None, reduced: bool = False):
         self.shares = shares
         self.clock = clock
         now = clock()
         self.started = now if started is None else min(started, now)
-        self.end = Deadline(None if seconds is None else self.started + seconds, clock)
+        #: The end of the whole budget (the precision fit's, when the run has one).
+        self.whole = Deadline(None if seconds is None else self.started + seconds, clock)
+        self.seconds = None if seconds is None else seconds * (1 - shares.precision if reduced else 1.0)
+        self.end = Deadline(None if seconds is None else self.started + self.seconds, clock)
         self.log: list[Skip] = [] if log is None else log
         #: What building a session costs in this run (shared with every child budget).
         self.rates = BuildRates()
         #: Seconds kept for the final comparison: its share of the whole budget, or more once
         #: :meth:`reserve_final` asked for more.
-        self.final_s = 0.0 if seconds is None else shares.final * seconds
+        self.final_s = 0.0 if seconds is None else shares.final * self.seconds
 
     @property
     def limited(self) -> bool:
@@ -109,7 +119,16 @@ class Budget:
         child = object.__new__(Budget)
         child.seconds, child.shares, child.clock, child.started = self.seconds, self.shares, self.clock, self.started
         child.end = self.end.earlier(end.at)
-        child.log, child.rates, child.final_s = self.log, self.rates, self.final_s
+        child.whole, child.log, child.rates, child.final_s = self.whole, self.log, self.rates, self.final_s
+        return child
+
+    def precision_share(self) -> Budget:
+        """The reduced-precision fit's child budget: from now to the end of the whole budget
+        (at least :attr:`Shares.precision` of it, kept at its end), its final comparison's time
+        all of it."""
+        child = self._child(self.end)
+        child.end = self.whole
+        child.final_s = 0.0 if self.seconds is None else self.whole.remaining()
         return child
 
     def share(self, fraction: float) -> Budget:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
@@ -19,7 +20,22 @@ from gspo.runtime.settings import RunSettings
 from gspo.runtime.verify import OutputDiff, Tolerance, VerifyResult, compare_outputs
 from gspo.streams import Placement, Schedule
 
-__all__ = ["Candidate", "Measured", "baseline_refusal", "compare", "distinct", "estimate_or", "estimated_cost"]
+if TYPE_CHECKING:
+    from gspo.precision.accuracy import Accuracy
+
+__all__ = ["Candidate", "Measured", "Precision", "baseline_refusal", "compare", "distinct", "estimate_or", "estimated_cost"]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The reduced precision a candidate runs at: its kind's name (``"int8 on onnxruntime"``), the
+    precision (``"bf16"``, ``"int8"``), the backend it runs on (``"openvino:bf16"``), and the
+    pieces (of the precision fit's, :class:`~gspo.precision.search.Pieces`) left reduced."""
+
+    kind: str
+    precision: str
+    backend: str
+    pieces: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -37,7 +53,8 @@ class Candidate:
     ``"streams only"``), ``"merged"`` (the pieces' choices put together, on one stream, on
     Nimble's streams or on the streams the pieces chose), or ``"other"`` (what the search itself
     returns, before it is labelled; ``"near"`` for a result the estimate cannot tell from the
-    piece as given, a near-tie, measured beside it).
+    piece as given, a near-tie, measured beside it; ``"reduced"`` for a reduced-precision one).
+    ``precision``: the reduced precision it runs at (``None``: fp32, exact).
     """
 
     graph: Graph
@@ -48,6 +65,7 @@ class Candidate:
     settings: RunSettings = RunSettings()
     label: str = ""
     kind: str = "other"
+    precision: Precision | None = None
 
     @property
     def on_streams(self) -> bool:
@@ -62,13 +80,16 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Measured:
-    """What the board said of a candidate: its timing, or why it was rejected; and per output
-    the worst difference from the reference over the input sets."""
+    """What the board said of a candidate: its timing, or why it was rejected; and its judge's
+    verdict (:class:`~gspo.search.judge.Verdict`): per output the worst difference from the
+    reference over the input sets (the exact judge), or its accuracy on the validation data (the
+    judge within an error budget)."""
 
     candidate: Candidate
     timing: Timing | None = None
     rejected: str | None = None
     diffs: tuple[OutputDiff, ...] = ()
+    accuracy: Accuracy | None = None
 
     @property
     def label(self) -> str:

@@ -12,7 +12,9 @@ makes it plain, draws valid inputs and checks the plain graph against the origin
 :func:`~gspo.search.pool.search_pieces` searches the pieces of the plain graph in a process pool;
 :func:`~gspo.search.pieces.verify_pieces` verifies and times each piece's options on the values
 that really reach it; :func:`_final_options` and :func:`_backend_options` (below) build the whole
-models, and :func:`~gspo.search.decide.choose_final` compares them; and
+models, and :func:`~gspo.search.decide.choose_final` compares them; with ``--precision``,
+:func:`~gspo.search.reduced.reduced_pick` adds the reduced-precision candidates fitted on the
+exact pick and decides them against it by the same confirmation; and
 :func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the input's
 dynamic dimensions. One :class:`~gspo.search.budget.Budget` holds the time of them all; what the
 stages use that a caller may replace (the cost model, the timing function, the clock, the
@@ -35,7 +37,7 @@ from gspo.costmodel.db import CalibrationCache
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.partition import Partition, partition
-from gspo.precision.stage import exact_seconds, with_precision
+from gspo.precision.stage import reduced
 from gspo.rules import WHOLE_MODEL_RULES, apply_greedily
 from gspo.runtime import backends as runtime_backends
 from gspo.runtime.backends import (
@@ -62,7 +64,6 @@ from gspo.search.config import (
     check_options,
     refuse_no_outputs,
 )
-from gspo.search.deadline import Deadline
 from gspo.search.decide import by_promise, choose_final, final_seconds, original_seconds
 from gspo.search.device import Device, device_of
 from gspo.search.dynamic import keeps_dynamic
@@ -72,6 +73,7 @@ from gspo.search.placement import default_db_path, measure_crossing, mixed_place
 from gspo.search.pool import search_pieces
 from gspo.search.prepare import prepare
 from gspo.search.prepared import Prepared
+from gspo.search.reduced import reduced_pick
 from gspo.search.report import (
     FinalChoice,
     Run,
@@ -237,6 +239,16 @@ def resolved(cfg: OptimizeConfig, cores: int | None = None, device: Device | Non
 
 
 def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
+                 tools: Strategies, backends: tuple[str, ...], budget: Budget, progress=None) -> WholeModel:
+    """The whole-model stage: the exact candidates decided against the original
+    (:func:`_exact_model`), then, with ``--precision``, the reduced-precision candidates fitted on
+    the exact pick and decided against it (:func:`~gspo.search.reduced.reduced_pick`)."""
+    whole = _exact_model(prepared, parts, pieces, cfg, tools, backends, budget)
+    say = (lambda text: progress(text, 0, 0)) if progress else None
+    return dataclasses.replace(whole, precision=reduced_pick(prepared, whole.choice, cfg, tools, backends, budget, say))
+
+
+def _exact_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
                  tools: Strategies, backends: tuple[str, ...], budget: Budget) -> WholeModel:
     """The pieces' choices merged, the whole-model candidates built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
@@ -324,7 +336,8 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     tools = _on_device(strategies or Strategies(), given)
     cfg = resolved(given, device=tools.device)
     skipped: list[Skip] = []  # the report's log of the work skipped to hold the time budget
-    budget = Budget(exact_seconds(cfg), SHARES, clock=tools.clock, log=skipped, started=started)
+    budget = Budget(cfg.timing.time_budget, SHARES, clock=tools.clock, log=skipped, started=started,
+                    reduced=reduced(cfg))
     profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
     tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
     try:
@@ -341,10 +354,9 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     t_search = budget.clock() - budget.started
     placing = any(b != DEFAULT_BACKEND for b in backends)
     pieces = verify_pieces(prepared, parts, searched, cfg, tools, placing, budget, show("verify"))
-    whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, budget)
+    whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, budget, progress)
     run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, skipped)
-    whole_budget = Deadline(None if cfg.timing.time_budget is None else budget.started + cfg.timing.time_budget, budget.clock)
-    return with_precision(_result(run, cfg), prepared, cfg, backends, whole_budget, progress)
+    return _result(run, cfg)
 
 
 def _on_device(tools: Strategies, given: OptimizeConfig) -> Strategies:
@@ -356,15 +368,24 @@ def _on_device(tools: Strategies, given: OptimizeConfig) -> Strategies:
 
 def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:
     """The chosen candidate as optimize's result, with its report (which shows the options as
-    given, before :func:`resolved`); ``cfg``: the options resolved."""
+    given, before :func:`resolved`); ``cfg``: the options resolved. A reduced-precision pick
+    replaces the exact one (the report's figures stay the exact decision's, its ``precision``
+    block says what the reduced one gained): it is saved with the sizes it was judged at."""
     prepared, best = run.prepared, run.whole.choice.best
     graph, schedule, placement = best.candidate.graph, best.candidate.schedule, best.candidate.placement
     keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, run.budget)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     graph, source = settled(prepared.original, graph, best.candidate.settings, prepared.data)
+    pick = run.whole.precision.best if run.whole.precision is not None else None
+    if pick is None:
+        return OptimizeResult(prepared.original, graph, schedule, build_report(run, graph, dynamic_note), keep_dynamic,
+                              source, placement)
+    if keep_dynamic:
+        dynamic_note = "fixed: a reduced precision is judged at the validation data's sizes only"
     report = build_report(run, graph, dynamic_note)
-    return OptimizeResult(prepared.original, graph, schedule, report, keep_dynamic, source, placement)
+    reduced_graph, _ = settled(prepared.original, pick.candidate.graph, pick.candidate.settings, None)
+    return OptimizeResult(prepared.original, reduced_graph, None, report, False, None, pick.candidate.placement)
 
 
 def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Budget) -> tuple[bool, str]:

@@ -51,13 +51,27 @@ class FinalChoice:
 
 
 @dataclass(frozen=True)
+class ReducedPick:
+    """The reduced-precision source's outcome (:func:`~gspo.search.reduced.reduced_pick`): the
+    report's ``precision`` block, the candidate chosen over the exact pick (``None``: the exact
+    pick stays) and its settings for the report."""
+
+    block: PrecisionReport
+    best: Measured | None = None
+    settings: SettingsReport | None = None
+
+
+@dataclass(frozen=True)
 class WholeModel:
     """The whole-model stage: the choice, why the whole model on streams was not measured
-    (``None``: it was, or it runs on one stream), and what the placement measured."""
+    (``None``: it was, or it runs on one stream), what the placement measured, and with
+    ``--precision`` what the reduced-precision candidates gave (the report's ``precision``
+    block; a pick that replaces the exact one, and its settings)."""
 
     choice: FinalChoice
     streams_skipped: StreamsSkipped | None
     placement: PlacementReport
+    precision: ReducedPick | None = None
 
 
 @dataclass(frozen=True)
@@ -262,6 +276,10 @@ def build_report(run: Run, graph: Graph, dynamic_note: str) -> Report:
     settings applied); ``dynamic_note``: what became of the input's dynamic dimensions."""
     choice, details = run.whole.choice, run.pieces.reports
     rejected = _rejections(details, choice.outcomes)
+    pick = _pick_fields(run, graph)
+    reduced = run.whole.precision
+    if reduced is not None and reduced.settings is not None:  # a reduced-precision pick replaces the exact one
+        pick["settings"] = reduced.settings
     return Report(
         model=run.prepared.original.name, machine=run.tools.device.machine, profile=run.given.device.profile or "cpu",
         profile_device=run.profile.device, pieces=len(run.parts.pieces) if run.parts is not None else 0,
@@ -275,5 +293,5 @@ def build_report(run: Run, graph: Graph, dynamic_note: str) -> Report:
                           for o in choice.outcomes],
         confirmations=choice.confirmations, final_streams_skipped=run.whole.streams_skipped, pieces_detail=details,
         config=run.given, inputs="given" if run.inputs_given else "random",
-        **_pick_fields(run, graph), skipped=list(run.skipped),
+        **pick, skipped=list(run.skipped), precision=reduced.block if reduced is not None else None,
     )

@@ -7,8 +7,11 @@ record (:func:`part`, :func:`parts`), so the report can be built from either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from gspo.records import Plain as _Plain
+from gspo.records import SettingsReport, Skip, as_json, part, parts
 
 __all__ = ["Confirmation", "DeviceReport", "Fallback", "FinalCandidate", "FrontendReport", "MixedEstimate",
            "PieceCandidate", "PieceReport", "PiecesTimed", "PlacementRefusal", "PlacementReport", "Rejection",
@@ -16,46 +19,6 @@ __all__ = ["Confirmation", "DeviceReport", "Fallback", "FinalCandidate", "Fronte
 
 #: A value the device block holds (versions, names, counts).
 Scalar = str | int | float | bool | None
-
-
-def as_json(value):
-    """``value`` as the report's JSON has it: a record by its ``to_json``, a list item by item."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, list):
-        return [as_json(v) for v in value]
-    return value
-
-
-def part(cls) -> Callable:
-    """A reader of one ``cls`` record from itself, its JSON, or ``None``."""
-    return lambda v: v if v is None or isinstance(v, cls) else cls.from_json(v)
-
-
-def parts(cls) -> Callable:
-    """A reader of a list of ``cls`` records from the records or their JSON."""
-    one = part(cls)
-    return lambda v: [one(x) for x in v]
-
-
-class _Plain:
-    """A record whose JSON is its fields, in order, as they are."""
-
-    def to_json(self) -> dict:
-        return {f.name: as_json(getattr(self, f.name)) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, data: Mapping):
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-
-
-@dataclass(frozen=True)
-class Skip(_Plain):
-    """Work skipped to hold the time budget: the stage, what, and why."""
-
-    stage: str
-    what: str
-    why: str
 
 
 @dataclass(frozen=True)
@@ -196,17 +159,6 @@ class DeviceReport:
     def from_json(cls, data: Mapping) -> DeviceReport:
         entries = {k: v for k, v in data.items() if k != "cpu_fallback"}
         return cls(entries, data.get("cpu_fallback"))
-
-
-@dataclass(frozen=True)
-class SettingsReport(_Plain):
-    """The winner's thread setting (0: the default), its backend, whether it was saved, and how
-    to run it without gspo."""
-
-    threads: int = 0
-    backend: str | None = "ort"
-    saved: bool = False
-    advice: str | None = None
 
 
 @dataclass(frozen=True)

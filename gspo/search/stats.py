@@ -3,12 +3,12 @@ verdict on a speedup, and the pick among measured candidates."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable, Sequence
 
 from gspo.runtime import Timing
 from gspo.search.candidate import Candidate, Measured
+from gspo.timing.stats import sign_test
 
 __all__ = ["PAIRED_ALPHA", "consistently_faster", "pick", "rounds_faster", "sign_test", "speed_verdict", "spread"]
 
@@ -32,15 +32,6 @@ def rounds_faster(reference: Timing, timing: Timing, margin: float = 0.0) -> tup
     so that the machine's drift over the rounds falls on both)."""
     pairs = list(zip(reference.seconds, timing.seconds))
     return sum(t < r * (1 - margin) for r, t in pairs), len(pairs)
-
-
-def sign_test(wins: int, rounds: int) -> float:
-    """The one-sided sign test's p value: the chance of at least ``wins`` heads in ``rounds``
-    tosses of a fair coin, i.e. of so many wins in paired rounds when the median of the paired
-    ratios is 1 (or more)."""
-    if rounds <= 0:
-        return 1.0
-    return sum(math.comb(rounds, k) for k in range(max(0, wins), rounds + 1)) / 2 ** rounds
 
 
 def pick(outcomes: Sequence[Measured], baseline: str, margin: float, select: str = "measured",

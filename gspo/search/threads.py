@@ -12,9 +12,15 @@ from __future__ import annotations
 import dataclasses
 
 from gspo.ir import Graph
-from gspo.ir.features import nbytes
 from gspo.ir.metadata import metadata_value
-from gspo.runtime.settings import SETTINGS_KEY, RunSettings, thread_counts, with_settings
+from gspo.runtime.settings import (
+    MAX_SESSION_BYTES,
+    SETTINGS_KEY,
+    RunSettings,
+    session_bytes,
+    thread_counts,
+    with_settings,
+)
 from gspo.search.candidate import Candidate
 from gspo.search.deadline import Deadline
 from gspo.search.report_parts import SettingsReport
@@ -25,12 +31,6 @@ __all__ = ["MAX_SESSION_BYTES", "THREADED_BACKENDS", "option_backend", "session_
 #: The backends whose thread count a setting fixes (``intra_op_num_threads``, ``INFERENCE_NUM_THREADS``).
 THREADED_BACKENDS = ("ort", "openvino")
 _NAMES = {"ort": "onnxruntime", "openvino": "OpenVINO"}
-#: Each thread setting is one more session of the whole model, holding its own copy of the
-#: weights and its own buffers for the values a run makes: an option whose tensors (inputs,
-#: weights and every value computed, :func:`session_bytes`) take more than this gets no variants
-#: (two or three sessions of a model this size would press on memory and on the final
-#: comparison's time share; a model this large is not one that thread hand-offs slow down).
-MAX_SESSION_BYTES = 256 * 2**20
 
 
 def option_backend(option: Candidate) -> str | None:
@@ -57,13 +57,6 @@ def thread_options(options: list[Candidate], deadline: Deadline | None = None, c
             out += [dataclasses.replace(o, label=f"{o.label}[threads={t}]", settings=RunSettings(t))
                     for t in thread_counts(cores)]
     return out
-
-
-def session_bytes(graph: Graph) -> int:
-    """Bytes of every tensor of the graph of a known type and static shape: its inputs, its
-    weights and each value its nodes compute (what one session of it holds at most, with its
-    arena keeping each buffer; an unknown type or shape counted as empty)."""
-    return sum(nbytes(v) for v in graph.values.values() if v.is_tensor)
 
 
 def settled(original: Graph, graph: Graph, settings: RunSettings, source: bytes | None) -> tuple[Graph, bytes | None]:

@@ -2,9 +2,10 @@
 the rest interleaved, and pick the winner.
 
 An *option* is a graph (and a schedule) that could replace the reference. A :class:`Trial`
-builds each option into an executor once, checks its outputs against the reference's on the
-same inputs (the scale-aware criterion of :mod:`gspo.runtime.verify`), and rejects, with the
-reason, every option that onnxruntime refuses to load or run or whose outputs differ. The
+builds each option into an executor once, has its judge check its outputs
+(:mod:`gspo.search.judge`: by default against the reference's on the same inputs, the
+scale-aware criterion of :mod:`gspo.runtime.verify`), and rejects, with the reason, every option
+that onnxruntime refuses to load or run or whose outputs the judge refuses. The
 equivalent options can then be timed any number of times (the confirmation of a final choice
 reuses the sessions, which on a large model take longer to build than to time).
 """
@@ -30,11 +31,12 @@ from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.bench import burst_sample
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
-from gspo.runtime.verify import OutputDiff, Tolerance, output_steps, worse
+from gspo.runtime.verify import Tolerance, output_steps
 from gspo.search.budget import Budget
 from gspo.search.build_costs import BuildRates, build_depth, build_ops, weight_bytes
-from gspo.search.candidate import Candidate, Measured, compare
+from gspo.search.candidate import Candidate, Measured
 from gspo.search.deadline import Deadline
+from gspo.search.judge import Judge, Verdict, judge_of
 from gspo.search.strategies import Measure
 from gspo.streams import Placement, Schedule
 
@@ -116,7 +118,9 @@ def _executor(graph: Graph, schedule: Schedule | None, placement: Placement | No
 
 class Trial:
     """A reference and its options, verified on ``feeds`` (one or more input sets); see the
-    module docstring. Use as a context manager: it closes the executors. ``executor(graph,
+    module docstring. Use as a context manager: it closes the executors. ``judge`` says what an
+    option must hold (:mod:`gspo.search.judge`; a :class:`~gspo.runtime.verify.Tolerance`: the
+    exact judge with it). ``executor(graph,
     schedule, placement, settings)`` builds the options' executors (default: on the CPU; the reference
     always runs on the CPU, and with another ``executor`` every option runs on it, the reference's
     graph too). ``measure`` times the equivalent options interleaved (:func:`gspo.runtime.interleaved`;
@@ -127,18 +131,18 @@ class Trial:
     """
 
     def __init__(self, reference: Graph, options: Sequence[Candidate], feeds: Sequence[Mapping[str, np.ndarray]],
-                 tolerance: Tolerance = Tolerance(), budget: Budget | None = None, stage: str = "final",
+                 judge: Judge | Tolerance = Tolerance(), budget: Budget | None = None, stage: str = "final",
                  executor: Callable | None = None, measure: Measure = interleaved):
         self.feeds = list(feeds)
         self.measure = measure
         #: What building a session took is read on the budget's clock (the one its estimates run on).
         self.clock = budget.clock if budget is not None else time.perf_counter
         self._make = executor or _executor
-        self.tolerance = tolerance
+        self.judge = judge_of(judge)
         self.budget, self.stage = budget, stage
         self.executors: list[CpuExecutor] = []
         self.rejected: list[Measured] = []
-        self._ok: list[tuple[Candidate, CpuExecutor, tuple[OutputDiff, ...]]] = []
+        self._ok: list[tuple[Candidate, CpuExecutor, Verdict]] = []
         #: Seconds of one run of the reference (what an option's checks and timing are expected to take).
         self.run_s = 0.0
         self._spill = Spill()  # large reference outputs wait in a file, not beside the candidates'
@@ -148,7 +152,7 @@ class Trial:
             for option in options:
                 if (executor is None and option.schedule is None and option.placement is None
                         and option.settings.is_default and option.graph.key == reference.key):
-                    self._ok.append((option, self.executors[0], ()))
+                    self._same(option, expected)
                     continue
                 if self._fits(option):
                     self._add(option, expected)
@@ -183,16 +187,16 @@ class Trial:
 
     def _fits(self, option: Candidate) -> bool:
         """Whether building, checking and then timing ``option`` (at least :data:`MIN_ROUNDS`
-        rounds, beside the options already kept; in the final comparison, then confirming a win
-        against the original) ends before the budget's deadline; if not, the option is skipped
-        and the budget says so."""
+        rounds, beside the options already kept; in the final and the reduced-precision
+        comparisons, then confirming a win against the original) ends before the budget's
+        deadline; if not, the option is skipped and the budget says so."""
         if self.budget is None or not self.budget.limited:
             return True
         build = build_seconds(option, self.budget.rates)
         rounds = MIN_ROUNDS + WARMUP_ROUNDS
         sample = sample_seconds(self.run_s)
         need = build + len(self.feeds) * self.run_s + rounds * sample * (len(self._ok) + 2)
-        if self.stage == "final":  # and then a win's confirmation against the original, in a timing of its own
+        if self.stage in ("final", "precision"):  # and then a win's confirmation against the original, in a timing of its own
             need += CONFIRM_ROUNDS * sample * 2
             if not option.settings.is_default:  # a thread setting's, in bursts after idle too
                 need += burst_seconds(self.run_s)
@@ -220,22 +224,27 @@ class Trial:
             self.rejected.append(Measured(option, rejected=f"{backend} refused it: {e}"))
             return
         self.executors.append(ex)
-        worst: dict[str, OutputDiff] = {}
+        self._judged(option, ex, expected)
+
+    def _same(self, option: Candidate, expected: list[dict]) -> None:
+        """The reference's own graph as an option: it runs on the reference's executor, and holds
+        without a run where the judge trusts it (the exact judge)."""
+        if self.judge.trusts_identity:
+            self._ok.append((option, self.executors[0], Verdict()))
+        else:
+            self._judged(option, self.executors[0], expected)
+
+    def _judged(self, option: Candidate, ex, expected: list[dict]) -> None:
+        """``option`` (built into ``ex``) kept or rejected by the judge's verdict."""
         try:
-            for feeds, want in zip(self.feeds, expected):
-                res = compare(want, ex.run(feeds), self.tolerance, self.steps)
-                for d in res.outputs:  # per output, the worst over the input sets
-                    if worse(worst.get(d.name), d, by="norm_rel"):
-                        worst[d.name] = d
+            v = self.judge.verdict(ex.run, self.feeds, expected, self.steps, option.label)
         except GspoError as e:
             self.rejected.append(Measured(option, rejected=f"onnxruntime failed to run it: {e}"))
             return
-        diffs = tuple(worst.values())
-        bad = next((d for d in diffs if not d.ok), None)
-        if bad is not None:
-            self.rejected.append(Measured(option, rejected=f"output {bad.name} differs ({bad.reason})", diffs=diffs))
+        if v.rejected is not None:
+            self.rejected.append(Measured(option, rejected=v.rejected, diffs=v.diffs, accuracy=v.accuracy))
             return
-        self._ok.append((option, ex, diffs))
+        self._ok.append((option, ex, v))
 
     @property
     def equivalent(self) -> list[Candidate]:
@@ -325,7 +334,7 @@ class Trial:
             # timings run 30-40% past theirs)
             runs = max(MIN_ROUNDS, min(runs, int(seconds / max(one_round, 1e-6)) - warmup))
         timings = self.measure(calls, runs, warmup)
-        return [Measured(o, t, diffs=d) for (o, _, d), t in zip(chosen, timings)]
+        return [Measured(o, t, diffs=v.diffs, accuracy=v.accuracy) for (o, _, v), t in zip(chosen, timings)]
 
     def close(self) -> None:
         """Free every executor the trial opened."""

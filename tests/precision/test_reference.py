@@ -12,7 +12,7 @@ import gspo.precision.reference as reference_module
 from gspo.errors import GspoError
 from gspo.precision.reference import reference_outputs, session_estimate, weight_bytes
 from gspo.precision.samples import PrecisionData
-from gspo.search.deadline import Deadline
+from gspo.timing.deadline import Deadline
 from tests.helpers import branchy
 from tests.search.fakes import FakeClock
 

@@ -182,7 +182,7 @@ def test_a_folder_is_read_only_as_far_as_the_limits_allow_with_a_note(tmp_path, 
 def test_reading_stops_at_the_deadline(tmp_path, graph, monkeypatch):
     import gspo.precision.samples as samples_module
     from gspo.precision.samples import SampleLimits
-    from gspo.search.deadline import Deadline
+    from gspo.timing.deadline import Deadline
     from tests.search.fakes import FakeClock
 
     for i in range(5):

@@ -215,7 +215,7 @@ def test_the_source_session_the_budget_cannot_hold_skips_the_stage(model, monkey
     import gspo.precision.reference as reference_module
     from gspo.precision.samples import precision_data
     from gspo.precision.stage import _reference
-    from gspo.search.deadline import Deadline
+    from gspo.timing.deadline import Deadline
     from tests.search.fakes import FakeClock
 
     monkeypatch.setattr(reference_module, "SESSION_S_PER_BYTE", 1.0)  # a second a byte of weights
@@ -225,36 +225,14 @@ def test_the_source_session_the_budget_cannot_hold_skips_the_stage(model, monkey
     assert "60.0 s left" in why
 
 
-def test_a_timing_the_budget_cannot_hold_is_skipped_with_a_note():
+def test_the_first_timing_is_cut_to_the_rounds_the_budget_holds_or_skipped():
     from types import SimpleNamespace
 
-    from gspo.precision.search import Fitted
-    from gspo.precision.stage import _timed
-    from gspo.search.deadline import Deadline
-    from tests.search.fakes import FakeClock
+    from gspo.precision.stage import MIN_TIMING_RUNS, timing_runs, timing_seconds
 
-    ref = SimpleNamespace(session_s=1.0, sample_s=0.1, data=SimpleNamespace(validation=[{}]))
-    survivors = [Fitted(None, (0,)), Fitted(None, (1,))]
-    notes, skips = [], []
-    # 3 sessions and at the fewest 7 + 3 rounds of 3 runs: 3 + 3 s, more than the 5 s left
-    assert _timed(None, survivors, ref, 1, Deadline.after(5.0, FakeClock(now=0.0)), (notes, skips), print) == (None, {})
-    assert notes == ["the time budget ended before the reduced-precision models could be timed: kept fp32"]
-    assert skips[0].what == "timing the reduced-precision models" and "about 6.0 s in 7 rounds" in skips[0].why
-
-
-def test_a_timing_is_cut_to_the_rounds_the_budget_holds(monkeypatch):
-    from types import SimpleNamespace
-
-    import gspo.precision.stage as stage
-    from gspo.precision.search import Fitted
-    from gspo.search.deadline import Deadline
-    from tests.search.fakes import FakeClock
-
-    ref = SimpleNamespace(session_s=1.0, sample_s=0.1, data=SimpleNamespace(validation=[{"x": 1}]))
-    asked = []
-    monkeypatch.setattr(stage, "time_fitted", lambda fp32, fitted, feeds, runs: asked.append(runs) or (1.0, {}))
-    notes = []
-    # 3 sessions and (runs + 3) rounds of 3 runs in 8 s: at most 13 rounds
-    assert stage._timed(None, [Fitted(None, (0,)), Fitted(None, (1,))], ref, 1, Deadline.after(8.0, FakeClock(now=0.0)),
-                        (notes, []), lambda text: None) == (1.0, {})
-    assert asked == [13] and notes == ["timed in 13 interleaved rounds, not 20: the time budget held no more"]
+    ref = SimpleNamespace(session_s=1.0, sample_s=0.1)
+    # 3 runners: 3 sessions and (runs + 3) rounds of 3 runs
+    assert timing_seconds(3, 20, ref) == pytest.approx(3.0 + 23 * 0.3)
+    assert timing_runs(3, ref, 100.0) == 20  # all the rounds
+    assert timing_runs(3, ref, 8.0) == 13  # 3 + 16 * 0.3 = 7.8 s
+    assert timing_runs(3, ref, 5.99) is None and timing_runs(3, ref, 6.01) == MIN_TIMING_RUNS == 7  # 3 + 10 * 0.3

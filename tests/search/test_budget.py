@@ -71,6 +71,22 @@ def test_a_final_reserve_beyond_its_share_comes_out_of_the_search_and_the_stages
     assert unlimited.until_final().end.at is None and unlimited.search_share().end.at is None
 
 
+def test_with_a_reduced_precision_its_share_is_kept_at_the_end_of_the_one_budget():
+    clock = FakeClock()  # at 100
+    b = Budget(10.0, Shares(precision=0.5, final=0.2), clock=clock, reduced=True)
+    assert b.seconds == 5.0 and b.end.at == 105.0 and b.whole.at == 110.0  # the exact stages end at half
+    assert b.final_s == 1.0 and b.until_final().end.at == 104.0  # shared among them as a 5 s budget would be
+    assert b.share(0.5).whole.at == 110.0
+    clock.now += 6  # the exact stages ran over: what is left of the whole is the precision's
+    precision = b.precision_share()
+    assert b.expired() and precision.end.at == 110.0 and precision.remaining() == 4.0 and precision.final_s == 4.0
+    precision.skip("precision", "timing", "out of time")
+    assert b.log == [Skip("precision", "timing", "out of time")]  # one log for the run
+    assert Budget(10.0, clock=clock).end.at == Budget(10.0, clock=clock).whole.at  # without: one end
+    free = Budget(None, clock=clock, reduced=True)
+    assert not free.limited and not free.precision_share().limited
+
+
 def test_a_whole_model_on_another_backend_is_estimated_from_its_weights_until_a_session_was_built_there():
     rates = BuildRates()
     size = 350 * 2**20  # NASNet-A Large's weights, 1,242 ops
