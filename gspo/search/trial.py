@@ -290,7 +290,7 @@ class Trial:
         for the trial's own executor of that option. When one fails while timed, each comes back
         rejected with the reason."""
         own = {o.label: (ex, d) for o, ex, d in self._ok}
-        chosen = [(o, *(own[o.label] if ex is None else (ex, ()))) for o, ex in runners]
+        chosen = [(o, *(own[o.label] if ex is None else (ex, Verdict()))) for o, ex in runners]
         failed: dict[str, GspoError] = {}
         try:
             return self._timed(chosen, runs, None if until is None or not until.limited else until.remaining(),
