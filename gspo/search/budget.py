@@ -1,36 +1,41 @@
-"""The time budget of one ``optimize`` run (``--time-budget``): a deadline counted from the start
-(loading and the front end included; ``gspo optimize``'s imports too) and the shares of it each
-stage may use; what building a session costs is :mod:`gspo.search.build_costs`, and the work
-skipped to hold it goes to the run's log (the report's ``skipped``).
+"""The time of one ``optimize`` run (``--time-budget``): a :class:`Timebox`, the run's deadline
+counted from its start (loading and the front end included; ``gspo optimize``'s imports too) and
+the deadlines each stage may use, computed from the run's :class:`Plan` of shares; beside it the
+run's :class:`RunLog`, which records the work skipped to hold the deadline (the report's
+``skipped``) and learns what building a session costs (:class:`~gspo.search.build_costs.BuildRates`).
 
-Every stage asks its budget before it starts a piece of work it cannot interrupt (a search
-step, building or compiling a session, a timing) and skips the work that would run past its
-deadline, saying so with :meth:`Budget.skip`. A budget without a limit (``seconds=None``)
-allows everything and records nothing, so a run without one does exactly what it did before.
+Seconds become deadlines where they enter (:meth:`Timebox.of`); every share of the time is a
+:class:`Timebox` of its own, frozen, whose deadline is never later than its parent's, and all of
+them record into the one run's log. Every stage asks its timebox before it starts a piece of work
+it cannot interrupt (a search step, building or compiling a session, a timing) and skips the work
+that would run past its deadline, saying so with :meth:`Timebox.skip`. A timebox without a limit
+(``seconds=None``) allows everything and records nothing, so a run without one does exactly what
+it did before.
 
 Example:
     >>> clock = iter([0.0, 1.0, 1.0, 7.0]).__next__
-    >>> b = Budget(10.0, clock=clock)   # started at 0
-    >>> round(b.remaining(), 1)         # at 1.0
+    >>> b = Timebox.of(10.0, clock=clock)   # started at 0
+    >>> round(b.remaining(), 1)             # at 1.0
     9.0
-    >>> search = b.share(0.5)           # at 1.0: half of what is left
+    >>> search = b.share(0.5)               # at 1.0: half of what is left
     >>> search.end.at
     5.5
-    >>> search.expired()                # at 7.0
+    >>> search.expired()                    # at 7.0
     True
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gspo.records import Skip
 from gspo.search.build_costs import BuildRates
 from gspo.timing.deadline import Deadline
 
-__all__ = ["Budget", "MAX_FINAL", "Shares"]
+__all__ = ["MAX_FINAL", "Plan", "RunLog", "Shares", "Timebox"]
 
 
 @dataclass(frozen=True)
@@ -46,7 +51,7 @@ class Shares:
     of a 500 ms model take longer than the search (benchmarks/RESULTS.md). ``precision``: the
     fraction of the whole budget kept at its end, when ``--precision`` asks for a reduced one,
     for fitting the reduced-precision candidates to ``--max-error`` and confirming them against
-    the exact pick (:meth:`Budget.precision_share`); the stages before it share the rest as
+    the exact pick (:meth:`Timebox.precision_share`); the stages before it share the rest as
     they share a whole budget without it.
     """
 
@@ -63,40 +68,92 @@ class Shares:
 MAX_FINAL = 2 / 3
 
 
-class Budget:
-    """The time of one run from its start (a :class:`~gspo.search.deadline.Deadline`), and the
-    budgets of its stages (see the module docstring).
+@dataclass
+class RunLog:
+    """What one run learns and records as it keeps time, shared by every share of its time.
 
-    Args:
-        seconds: the whole budget (``None``: no limit).
-        shares: how it is divided among the stages.
-        clock: seconds, monotonic (:func:`time.perf_counter`; tests pass a fake one).
-        log: the run's record of the work skipped (the report's ``skipped``), which
-            :meth:`skip` appends to (a list of its own when not given).
-        started: when the run began on ``clock`` (``None``: now; never later than now), so that
-            what came before the budget was made counts (``gspo optimize``: its imports).
-        reduced: whether the run fits a reduced precision after the exact stages: then
-            :attr:`Shares.precision` of ``seconds`` is kept at the end for it
-            (:meth:`precision_share`), and :attr:`seconds` and :attr:`end` are the exact stages'.
+    Attributes:
+        skipped: the work skipped to hold the deadline (the report's ``skipped``), in order.
+        rates: what building a session costs in this run (:class:`~gspo.search.build_costs.BuildRates`).
     """
 
-    def __init__(self, seconds: float | None, shares: Shares = Shares(),
-                 clock: Callable[[], float] = time.perf_counter, log: list[Skip] | None = None,
-                 started: float | None = None, reduced: bool = False):
-        self.shares = shares
-        self.clock = clock
+    skipped: list[Skip] = field(default_factory=list)
+    rates: BuildRates = field(default_factory=BuildRates)
+
+    def skip(self, stage: str, what: str, why: str) -> None:
+        """Record work skipped to hold the deadline (for the report)."""
+        self.skipped.append(Skip(stage, what, why))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The run's plan of shares, fixed once its final comparison's reserve is known.
+
+    Attributes:
+        shares: how the time is divided among the stages.
+        started: when the run began on the clock.
+        seconds: the exact stages' seconds (``None``: no limit); less than the whole budget by
+            :attr:`Shares.precision` of it when the run fits a reduced precision after them.
+        whole: the end of the whole budget (the precision fit's, when the run has one).
+        final_s: seconds kept for the final comparison: its share of :attr:`seconds`, or more once
+            :meth:`Timebox.reserve_final` asked for more.
+    """
+
+    shares: Shares
+    started: float
+    seconds: float | None
+    whole: Deadline
+    final_s: float
+
+    def extra_final(self) -> float:
+        """Seconds kept for the final comparison beyond its share."""
+        return max(0.0, self.final_s - self.shares.final * self.seconds)
+
+
+@dataclass(frozen=True)
+class Timebox:
+    """The time one stage of a run may use: its deadline (:attr:`end`), the run's :class:`Plan` of
+    shares and the run's :class:`RunLog` (see the module docstring). Made by :meth:`of` where the
+    seconds enter; its shares are timeboxes of their own (:meth:`share`, :meth:`until_final`, ...)."""
+
+    end: Deadline
+    plan: Plan
+    run: RunLog = field(default_factory=RunLog, compare=False)
+
+    @classmethod
+    def of(cls, seconds: float | None, shares: Shares = Shares(), clock: Callable[[], float] = time.perf_counter,
+           log: list[Skip] | None = None, started: float | None = None, reduced: bool = False) -> Timebox:
+        """The run's time: ``seconds`` from its start (``None``: no limit).
+
+        Args:
+            seconds: the whole budget (``--time-budget``; ``None``: no limit).
+            shares: how it is divided among the stages.
+            clock: seconds, monotonic (:func:`time.perf_counter`; tests pass a fake one).
+            log: the run's record of the work skipped (the report's ``skipped``), which
+                :meth:`skip` appends to (a list of its own when not given).
+            started: when the run began on ``clock`` (``None``: now; never later than now), so that
+                what came before counts (``gspo optimize``: its imports).
+            reduced: whether the run fits a reduced precision after the exact stages: then
+                :attr:`Shares.precision` of ``seconds`` is kept at the end for it
+                (:meth:`precision_share`), and :attr:`seconds` and :attr:`end` are the exact stages'.
+        """
         now = clock()
-        self.started = now if started is None else min(started, now)
-        #: The end of the whole budget (the precision fit's, when the run has one).
-        self.whole = Deadline(None if seconds is None else self.started + seconds, clock)
-        self.seconds = None if seconds is None else seconds * (1 - shares.precision if reduced else 1.0)
-        self.end = Deadline(None if seconds is None else self.started + self.seconds, clock)
-        self.log: list[Skip] = [] if log is None else log
-        #: What building a session costs in this run (shared with every child budget).
-        self.rates = BuildRates()
-        #: Seconds kept for the final comparison: its share of the whole budget, or more once
-        #: :meth:`reserve_final` asked for more.
-        self.final_s = 0.0 if seconds is None else shares.final * self.seconds
+        began = now if started is None else min(started, now)
+        whole = Deadline(None if seconds is None else began + seconds, clock)
+        exact = None if seconds is None else seconds * (1 - shares.precision if reduced else 1.0)
+        plan = Plan(shares, began, exact, whole, 0.0 if exact is None else shares.final * exact)
+        return cls(Deadline(None if exact is None else began + exact, clock), plan,
+                   RunLog([] if log is None else log))
+
+    # The plan's and the run's parts, read where the stages read them.
+    clock = property(lambda self: self.end.clock, doc="The run's clock.")
+    started = property(lambda self: self.plan.started, doc="When the run began on :attr:`clock`.")
+    seconds = property(lambda self: self.plan.seconds, doc="The exact stages' seconds (``None``: no limit).")
+    shares = property(lambda self: self.plan.shares, doc="How the time is divided among the stages.")
+    whole = property(lambda self: self.plan.whole, doc="The end of the whole budget.")
+    final_s = property(lambda self: self.plan.final_s, doc="Seconds kept for the final comparison.")
+    log = property(lambda self: self.run.skipped, doc="The run's record of the work skipped.")
+    rates = property(lambda self: self.run.rates, doc="What building a session costs in this run.")
 
     @property
     def limited(self) -> bool:
@@ -115,53 +172,45 @@ class Budget:
         """Whether work expected to take ``seconds`` ends before the deadline."""
         return self.end.fits(seconds)
 
-    def _child(self, end: Deadline) -> Budget:
-        child = object.__new__(Budget)
-        child.seconds, child.shares, child.clock, child.started = self.seconds, self.shares, self.clock, self.started
-        child.end = self.end.earlier(end.at)
-        child.whole, child.log, child.rates, child.final_s = self.whole, self.log, self.rates, self.final_s
-        return child
+    def _within(self, end: Deadline) -> Timebox:
+        """The share of this time that ends at ``end`` or at this deadline, whichever comes first."""
+        return dataclasses.replace(self, end=self.end.earlier(end.at))
 
-    def precision_share(self) -> Budget:
-        """The reduced-precision fit's child budget: from now to the end of the whole budget
-        (at least :attr:`Shares.precision` of it, kept at its end), its final comparison's time
-        all of it."""
-        child = self._child(self.end)
-        child.end = self.whole
-        child.final_s = 0.0 if self.seconds is None else self.whole.remaining()
-        return child
+    def precision_share(self) -> Timebox:
+        """The reduced-precision fit's time: from now to the end of the whole budget (at least
+        :attr:`Shares.precision` of it, kept at its end), its final comparison's time all of it."""
+        final_s = 0.0 if self.seconds is None else self.whole.remaining()
+        return dataclasses.replace(self, end=self.whole, plan=dataclasses.replace(self.plan, final_s=final_s))
 
-    def share(self, fraction: float) -> Budget:
-        """A child budget of ``fraction`` of the seconds left now (no limit without one)."""
-        return self._child(self.end.share(fraction))
+    def share(self, fraction: float) -> Timebox:
+        """A share of ``fraction`` of the seconds left now (no limit without one)."""
+        return self._within(self.end.share(fraction))
 
-    def reserve_final(self, seconds: float) -> None:
-        """Keep ``seconds`` for the final comparison when that is more than its share of the
-        whole budget, but never more than :data:`MAX_FINAL` of what is left now; what is kept
-        beyond the share is taken from the stages before it (:meth:`search_share`,
+    def reserve_final(self, seconds: float) -> Timebox:
+        """This time with ``seconds`` kept for the final comparison when that is more than its
+        share of the whole budget, but never more than :data:`MAX_FINAL` of what is left now; what
+        is kept beyond the share is taken from the stages before it (:meth:`search_share`,
         :meth:`until_final`)."""
-        if self.limited:
-            self.final_s = max(self.shares.final * self.seconds, min(seconds, MAX_FINAL * self.remaining()))
-
-    def _extra_final(self) -> float:
-        """Seconds kept for the final comparison beyond its share."""
-        return max(0.0, self.final_s - self.shares.final * self.seconds)
-
-    def until_final(self) -> Budget:
-        """A child budget that ends when the final comparison's time (:attr:`Shares.final` of
-        the whole budget, or what :meth:`reserve_final` kept) must begin."""
         if not self.limited:
-            return self._child(self.end)
-        return self._child(Deadline(self.end.at - self.final_s, self.clock))
+            return self
+        final_s = max(self.shares.final * self.seconds, min(seconds, MAX_FINAL * self.remaining()))
+        return dataclasses.replace(self, plan=dataclasses.replace(self.plan, final_s=final_s))
 
-    def search_share(self) -> Budget:
-        """The search's child budget: :attr:`Shares.search` of what is left now, less what
+    def until_final(self) -> Timebox:
+        """The share that ends when the final comparison's time (:attr:`Shares.final` of the
+        whole budget, or what :meth:`reserve_final` kept) must begin."""
+        if not self.limited:
+            return self
+        return self._within(Deadline(self.end.at - self.final_s, self.clock))
+
+    def search_share(self) -> Timebox:
+        """The search's share: :attr:`Shares.search` of what is left now, less what
         :meth:`reserve_final` kept beyond the final comparison's share."""
         if not self.limited:
-            return self._child(self.end)
+            return self
         now = self.clock()
-        return self._child(Deadline(now + self.shares.search * max(0.0, self.end.at - now - self._extra_final()),
-                                    self.clock))
+        left = max(0.0, self.end.at - now - self.plan.extra_final())
+        return self._within(Deadline(now + self.shares.search * left, self.clock))
 
     def search_seconds(self, pieces: int, jobs: int) -> float | None:
         """Seconds of search each piece may take from its start: the search's share
@@ -169,7 +218,7 @@ class Budget:
         (``None``: no limit)."""
         if not self.limited:
             return None
-        left = max(0.0, self.remaining() - self._extra_final())
+        left = max(0.0, self.remaining() - self.plan.extra_final())
         return self.shares.search * left * max(1, jobs) / max(1, pieces)
 
     def timing(self, cap: float, fraction: float = 1.0) -> Deadline:
@@ -179,4 +228,4 @@ class Budget:
 
     def skip(self, stage: str, what: str, why: str) -> None:
         """Record in the run's log work skipped to hold the deadline (for the report)."""
-        self.log.append(Skip(stage, what, why))
+        self.run.skip(stage, what, why)

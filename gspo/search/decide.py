@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from gspo.errors import GspoError
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.build_costs import build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured, baseline_refusal, estimated_cost
 from gspo.search.config import OptimizeError
@@ -39,13 +39,13 @@ __all__ = ["CONTENDERS", "by_promise", "choose_final", "confirmed", "final_secon
 CONTENDERS = 3
 
 
-def original_seconds(prepared: Prepared, budget: Budget) -> float:
+def original_seconds(prepared: Prepared, budget: Timebox) -> float:
     """Seconds that building, checking and timing the original alone is expected to take."""
     build = budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
     return build + len(prepared.feeds) * prepared.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * sample_seconds(prepared.run_s)
 
 
-def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strategies, budget: Budget) -> FinalChoice:
+def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strategies, budget: Timebox) -> FinalChoice:
     """Verify the whole-model options against the original and pick one (by measurement, each
     contender confirmed by a timing of its own against the original; see :func:`confirmed`).
     Options that ``budget`` cannot hold are skipped (the original first of all, and then the
@@ -96,7 +96,7 @@ def _contenders(outcomes: list[Measured], margin: float) -> list[Measured]:
 
 
 def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None,
-               budget: Budget | None = None) -> FinalChoice:
+               budget: Timebox | None = None) -> FinalChoice:
     """The contender that a timing of its own against the original alone (the same sessions,
     twice the rounds in ``seconds``) finds fastest beyond the noise, else the original; a
     contender whose timing ``budget`` cannot hold is not confirmed (the budget says so).
@@ -145,7 +145,7 @@ def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None
 
 
 def _in_bursts(trial: Trial, option: Measured, original: Measured, cfg, alpha: float,
-               budget: Budget | None) -> Confirmation:
+               budget: Timebox | None) -> Confirmation:
     """A thread setting's second confirmation: the option against the original in bursts after
     idle (:meth:`Trial.time` with ``bursts``), as a served model is called. A setting that wins
     only back to back (its threads fast once awake, slow to wake) is not saved: it must be faster
@@ -177,7 +177,7 @@ def _beyond_noise(outcomes: Sequence[Measured], label: str, margin: float, alpha
     return speed_verdict(list(outcomes), chosen, margin, alpha)[2] == "faster"
 
 
-def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Budget) -> float:
+def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Timebox) -> float:
     """What the final comparison needs to measure the options most likely to win on a CPU: the
     original built on onnxruntime and whole on every other backend (at the build rates the
     budget knows), each checked on the input sets and timed in the first timing and in a

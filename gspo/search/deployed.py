@@ -31,7 +31,7 @@ from gspo.runtime import CpuExecutor
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.session import AS_INSTALLED
 from gspo.runtime.settings import RunSettings
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.build_costs import BuildRates, build_ops
 from gspo.search.candidate import Candidate, Measured
 from gspo.search.report import FinalChoice
@@ -64,7 +64,7 @@ def installed_seconds(rates: BuildRates, graph: Graph, run_s: float) -> float:
     return 2 * rates.estimate(DEFAULT_BACKEND, build_ops(graph)) + burst_seconds(run_s)
 
 
-def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: Budget | None = None) -> FinalChoice:
+def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: Timebox | None = None) -> FinalChoice:
     """``choice`` as it stands when its pick times faster than the input as installed beyond
     the noise (``margin`` by median and the spread, or the sign test, as
     :func:`~gspo.search.decide.confirmed` judges); else the input, the choice's confirmations

@@ -94,7 +94,7 @@ class Device(Protocol):
         """The stream cap when ``--max-streams`` is not given."""
 
     def final_reserve(self, estimate: Callable[[], float]) -> float:
-        """Seconds to keep for the final comparison (:meth:`~gspo.search.budget.Budget.reserve_final`;
+        """Seconds to keep for the final comparison (:meth:`~gspo.search.budget.Timebox.reserve_final`;
         0: its share of the budget); ``estimate()``: what measuring the options most likely to
         win on the CPU takes."""
 

@@ -16,7 +16,7 @@ models, and :func:`~gspo.search.decide.choose_final` compares them; with ``--pre
 :func:`~gspo.search.reduced.reduced_pick` adds the reduced-precision candidates fitted on the
 exact pick and decides them against it by the same confirmation; and
 :func:`~gspo.search.dynamic.keeps_dynamic` decides whether the output can keep the input's
-dynamic dimensions. One :class:`~gspo.search.budget.Budget` holds the time of them all; what the
+dynamic dimensions. One :class:`~gspo.search.budget.Timebox` holds the time of them all; what the
 stages use that a caller may replace (the cost model, the timing function, the clock, the
 device) is one :class:`~gspo.search.strategies.Strategies`; the run's records make the report
 (:func:`~gspo.search.report.build_report`).
@@ -46,7 +46,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.verify import check_finite_inputs
-from gspo.search.budget import Budget, Shares
+from gspo.search.budget import Shares, Timebox
 from gspo.search.build_costs import (
     partition_seconds,
     streams_seconds,
@@ -113,7 +113,7 @@ ON_STREAMS = "optimized+streams"
 
 def _final_options(prepared: Prepared, merged: Graph, chosen: Sequence[Candidate], rules: tuple[str, ...],
                    cfg: OptimizeConfig, tools: Strategies, allowed,
-                   budget: Budget) -> tuple[list[Candidate], StreamsSkipped | None]:
+                   budget: Timebox) -> tuple[list[Candidate], StreamsSkipped | None]:
     """The whole-model pool and its ablations: the original on one stream; the merged result
     (rules only, one stream); with streams, the merged result on Nimble's streams, the input on
     Nimble's streams (streams only), and the merged result on the streams its pieces chose (the
@@ -140,7 +140,7 @@ def _final_options(prepared: Prepared, merged: Graph, chosen: Sequence[Candidate
 
 
 def _on_streams(options: list[Candidate], base: Graph, rules: tuple[str, ...], label: str, what: str,
-                tools: Strategies, cfg: OptimizeConfig, budget: Budget) -> StreamsSkipped | None:
+                tools: Strategies, cfg: OptimizeConfig, budget: Timebox) -> StreamsSkipped | None:
     """``base`` on Nimble's streams appended to ``options`` as ``label`` (see :func:`_streams_option`),
     unless the time budget cannot hold assigning them (the budget says so: ``what``); why not."""
     if not budget.fits(streams_seconds(len(base.nodes))):
@@ -152,7 +152,7 @@ def _on_streams(options: list[Candidate], base: Graph, rules: tuple[str, ...], l
 
 
 def _greedy_option(prepared: Prepared, merged: Graph, cfg: OptimizeConfig, tools: Strategies, allowed,
-                   budget: Budget) -> list[Candidate]:
+                   budget: Timebox) -> list[Candidate]:
     """The whole model rewritten greedily, when something can be batched across pieces."""
     original, plain = prepared.original, prepared.plain
     batching = WHOLE_MODEL_RULES[0]
@@ -189,7 +189,7 @@ def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies, max_
 
 def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], verified: VerifiedPieces,
                      cfg: OptimizeConfig, tools: Strategies, backends: tuple[str, ...],
-                     budget: Budget) -> tuple[list[Candidate], PlacementReport]:
+                     budget: Timebox) -> tuple[list[Candidate], PlacementReport]:
     """The original and the optimized model each whole on every other backend, and the
     optimized model with each piece on its fastest backend when that is estimated to pay (see
     :mod:`gspo.search.placement`; not when ``budget`` cannot hold timing the pieces); and what
@@ -239,7 +239,7 @@ def resolved(cfg: OptimizeConfig, cores: int | None = None, device: Device | Non
 
 
 def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
-                 tools: Strategies, backends: tuple[str, ...], budget: Budget, progress=None) -> WholeModel:
+                 tools: Strategies, backends: tuple[str, ...], budget: Timebox, progress=None) -> WholeModel:
     """The whole-model stage: the exact candidates decided against the original
     (:func:`_exact_model`), then, with ``--precision``, the reduced-precision candidates fitted on
     the exact pick and decided against it (:func:`~gspo.search.reduced.reduced_pick`)."""
@@ -249,7 +249,7 @@ def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPi
 
 
 def _exact_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
-                 tools: Strategies, backends: tuple[str, ...], budget: Budget) -> WholeModel:
+                 tools: Strategies, backends: tuple[str, ...], budget: Timebox) -> WholeModel:
     """The pieces' choices merged, the whole-model candidates built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
@@ -276,7 +276,7 @@ def _exact_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPi
     return WholeModel(choose_final(prepared, options, cfg, tools, budget), skipped, placement_report)
 
 
-def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: Budget,
+def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: Timebox,
             progress) -> tuple[Partition | None, list]:
     """The model partitioned and each piece searched, in the search's share of ``budget``
     (``None`` and nothing when loading spent it all)."""
@@ -336,7 +336,7 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     tools = _on_device(strategies or Strategies(), given)
     cfg = resolved(given, device=tools.device)
     skipped: list[Skip] = []  # the report's log of the work skipped to hold the time budget
-    budget = Budget(cfg.timing.time_budget, SHARES, clock=tools.clock, log=skipped, started=started,
+    budget = Timebox.of(cfg.timing.time_budget, SHARES, clock=tools.clock, log=skipped, started=started,
                     reduced=reduced(cfg))
     profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
     tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
@@ -348,7 +348,7 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     if inputs is not None:
         check_finite_inputs(prepared.feeds[0], "--inputs")  # all NaN: every comparison would compare nothing
     backends = check_backends(cfg.device.backends if cfg.device.backends is not None else available_backends())
-    budget.reserve_final(tools.device.final_reserve(lambda: final_seconds(prepared, backends, budget)))
+    budget = budget.reserve_final(tools.device.final_reserve(lambda: final_seconds(prepared, backends, budget)))
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
     parts, searched = _search(prepared, cfg, tools, budget, show("search"))
     t_search = budget.clock() - budget.started
@@ -388,7 +388,7 @@ def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:
     return OptimizeResult(prepared.original, reduced_graph, None, report, False, None, pick.candidate.placement)
 
 
-def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Budget) -> tuple[bool, str]:
+def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Timebox) -> tuple[bool, str]:
     """:func:`~gspo.search.dynamic.keeps_dynamic`, when the budget holds the two sessions it builds."""
     changed = prepared.original.extras.defaulted and graph.key != prepared.original.key
     if changed and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes))):

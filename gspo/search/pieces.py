@@ -13,7 +13,7 @@ from gspo.partition import Partition
 from gspo.rules import GREEDY_RULES, apply_greedily
 from gspo.runtime import capture_values
 from gspo.runtime.backends import DEFAULT_BACKEND
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured, baseline_refusal, distinct, estimated_cost
 from gspo.search.config import OptimizeConfig
 from gspo.search.deadline import Deadline
@@ -118,7 +118,7 @@ def _piece_report(k, piece, searched: PieceSearch, chosen: Candidate, outcomes: 
     )
 
 
-def _boundary(prepared: Prepared, parts: Partition, budget: Budget) -> Boundary | None:
+def _boundary(prepared: Prepared, parts: Partition, budget: Timebox) -> Boundary | None:
     """The values that reach each piece (per input set); ``None`` when the budget cannot hold
     building a session of the whole model to capture them."""
     if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.plain.nodes))):
@@ -133,7 +133,7 @@ def _unmodified(piece, searched: PieceSearch) -> Candidate:
 
 
 def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg: OptimizeConfig,
-                     tools: Strategies, budget: Budget, progress) -> tuple[list[Candidate], list[PieceReport]]:
+                     tools: Strategies, budget: Timebox, progress) -> tuple[list[Candidate], list[PieceReport]]:
     """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
     least promising options are dropped when a piece's share cannot hold them all; the budget
     says how many)."""
@@ -170,7 +170,7 @@ def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg:
     return chosen, reports
 
 
-def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> None:
+def _skipped_pieces(budget: Timebox, pieces: int, dropped: int, untried: int) -> None:
     if dropped:
         budget.skip("verify", f"verifying {dropped} of the pieces' options",
                     "the time budget could not hold them (their least promising options)")
@@ -179,7 +179,7 @@ def _skipped_pieces(budget: Budget, pieces: int, dropped: int, untried: int) -> 
 
 
 def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, tools: Strategies,
-                  placing: bool, budget: Budget, progress) -> VerifiedPieces:
+                  placing: bool, budget: Timebox, progress) -> VerifiedPieces:
     """Each piece's verified choice and report, and the values that reach the pieces, in the
     time ``budget`` holds before the final comparison's share (less the placement's share when
     ``placing`` on other backends). ``cfg`` is resolved (:func:`~gspo.search.driver.resolved`:

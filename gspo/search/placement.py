@@ -30,7 +30,7 @@ from gspo.runtime import backends as runtime_backends
 from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import Tolerance, output_steps
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.candidate import compare
 from gspo.search.report_parts import MixedEstimate
 from gspo.search.strategies import Measure
@@ -69,7 +69,7 @@ def _signature(graph: Graph, backend: str, threads: int) -> str:
 
 
 def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], tolerance: Tolerance,
-             runs: int, budget: Budget, measure: Measure) -> PieceTimes:
+             runs: int, budget: Timebox, measure: Measure) -> PieceTimes:
     """Time ``graph`` on every backend with ``measure`` (checked against onnxruntime's outputs
     first); the budget's build rates learn what building each session took (on its clock)."""
     out = PieceTimes()
@@ -92,7 +92,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
 
 
 def _checked(graph: Graph, data, feeds, expected: list[dict], backends: Sequence[str], tolerance: Tolerance,
-             budget: Budget, out: PieceTimes) -> list[tuple]:
+             budget: Timebox, out: PieceTimes) -> list[tuple]:
     """The runner of each backend that computes ``expected`` (``data``: onnxruntime's, the
     reference), ``(backend, runner, output names)``; those refused are in ``out.refused``."""
     runners = []
@@ -127,13 +127,13 @@ def _bytes(graph: Graph) -> bytes:
 
 
 def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, np.ndarray]]], backends: Sequence[str],
-                db=None, tolerance: Tolerance = Tolerance(), runs: int = 10, budget: Budget | None = None,
+                db=None, tolerance: Tolerance = Tolerance(), runs: int = 10, budget: Timebox | None = None,
                 measure: Measure = interleaved) -> list[PieceTimes]:
     """Each piece's time on each backend (by ``measure``, :func:`gspo.runtime.interleaved`): from
     ``db`` when measured before, else measured (and stored). A piece whose measuring ``budget``
     cannot hold (the sessions it builds, and as long as the pieces measured before took per op)
     is left to onnxruntime, and the budget says so."""
-    budget = budget if budget is not None else Budget(None)
+    budget = budget if budget is not None else Timebox.of(None)
     config = _CONFIG
     results, left, spent, measured_ops = [], 0, 0.0, 0
     for graph, piece_feeds in zip(pieces, feeds):

@@ -32,7 +32,7 @@ from gspo.runtime.inputs import (
 )
 from gspo.runtime.session import load_refusal
 from gspo.runtime.types import complete_types
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.build_costs import frontend_seconds
 from gspo.search.candidate import Candidate
 from gspo.search.config import OptimizeConfig
@@ -60,7 +60,7 @@ def _original(model: str | os.PathLike | Graph, input_shapes) -> tuple[Graph, by
 
 
 def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None, where: dict, input_shapes,
-           cfg: OptimizeConfig, budget: Budget, read_s: float) -> Graph:
+           cfg: OptimizeConfig, budget: Timebox, read_s: float) -> Graph:
     """The model through the front end (``original`` itself without it, or when the budget
     cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
     reading the model took)."""
@@ -107,7 +107,7 @@ def touching_seconds(nbytes: int) -> float:
     return nbytes / TOUCH_RATE
 
 
-def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
+def _check_sizes(graph: Graph, runs: int, budget: Timebox) -> None:
     """Refuse, before anything of their size is allocated, random input sets (``runs`` of them,
     one when large) larger than :data:`~gspo.runtime.inputs.LARGE_INPUT_SET` in all when they
     and one run's outputs do not fit in the memory available, or when making them and one run
@@ -139,7 +139,7 @@ def _check_sizes(graph: Graph, runs: int, budget: Budget) -> None:
                         f"the {left:.1f} s left of --time-budget; raise --time-budget{', or ' + pin if pin else ''}")
 
 
-def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) -> Prepared:
+def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Timebox) -> Prepared:
     """Load, size the random inputs against the budget and the memory (:func:`_check_sizes`),
     draw them, and check the front end's graph against the model as given."""
     began = budget.clock()
@@ -187,7 +187,7 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Budget) ->
 MAKING_INPUTS = "making the random inputs"
 
 
-def _drawn(graph: Graph, cfg: OptimizeConfig, budget: Budget) -> list[dict]:
+def _drawn(graph: Graph, cfg: OptimizeConfig, budget: Timebox) -> list[dict]:
     """The random input sets of ``graph`` (:func:`~gspo.runtime.inputs.random_input_sets`), drawn
     until the budget's deadline; none when it passed first (the budget says so), and the driver
     then hands the input back unchanged: a Relu over [30000, 30000] drew its 3.6 GB for 36 s at
@@ -199,7 +199,7 @@ def _drawn(graph: Graph, cfg: OptimizeConfig, budget: Budget) -> list[dict]:
         return []
 
 
-def _run_seconds(graph: Graph, budget: Budget, sets: int = 1) -> float:
+def _run_seconds(graph: Graph, budget: Timebox, sets: int = 1) -> float:
     """Seconds that building a session of ``graph`` and running it on ``sets`` input sets is
     expected to take, at least: the build at the budget's rate, and each run moving its inputs
     and outputs (:data:`RUN_RATE`) into outputs of fresh memory (:func:`touching_seconds`), the
@@ -216,7 +216,7 @@ def _one_run_seconds(graph: Graph) -> float:
     return (input_bytes(graph) + 3 * out) / RUN_RATE + touching_seconds(out) if out > LARGE_INPUT_SET else 0.0
 
 
-def _require_runs(graph: Graph, feeds, budget: Budget, seed: int | None) -> float:
+def _require_runs(graph: Graph, feeds, budget: Timebox, seed: int | None) -> float:
     """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
     hold building and running it and then the least timing of it, :func:`_run_seconds`: then
     nothing is tried and the input is handed back); the seconds one run took, or, not run, the

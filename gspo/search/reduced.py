@@ -2,7 +2,7 @@
 
 After the exact candidates are decided (:func:`~gspo.search.decide.choose_final`), the precision
 fit (:func:`~gspo.precision.stage.fit_precision`) runs on the exact pick in its share of the run's
-one :class:`~gspo.search.budget.Budget` (:meth:`~gspo.search.budget.Budget.precision_share`,
+one :class:`~gspo.search.budget.Timebox` (:meth:`~gspo.search.budget.Timebox.precision_share`,
 :attr:`~gspo.search.budget.Shares.precision`), its judgments on the run's device. Each kind that
 holds ``--max-error`` becomes a :class:`~gspo.search.candidate.Candidate` that knows its
 :class:`~gspo.search.candidate.Precision`, at every thread count worth trying; one
@@ -34,7 +34,7 @@ from gspo.precision.stage import (
 )
 from gspo.precision.variants import plain, with_placement
 from gspo.runtime.settings import RunSettings, saved_settings, with_settings
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured, Precision
 from gspo.search.decide import confirmed
 from gspo.search.judge import WithinBudget
@@ -93,9 +93,9 @@ def _executor(tools: Strategies) -> Callable | None:
 
 
 def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies, backends: Sequence[str],
-                 budget: Budget, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
+                 budget: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
     """The reduced-precision candidates fitted on ``exact``'s pick and decided against it (see the
-    module docstring), in :meth:`~gspo.search.budget.Budget.precision_share` of ``budget``; the
+    module docstring), in :meth:`~gspo.search.budget.Timebox.precision_share` of ``budget``; the
     work skipped goes to its log. ``None`` when ``cfg`` asks for no reduced precision."""
     if not reduced(cfg):
         return None

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gspo.costmodel.profile import Profile
     from gspo.partition import Partition
     from gspo.precision.report import PrecisionReport
-    from gspo.search.budget import Budget
+    from gspo.search.budget import Timebox
     from gspo.search.pieces import VerifiedPieces
     from gspo.search.prepared import Prepared
     from gspo.search.strategies import Strategies
@@ -91,7 +91,7 @@ class Run:
     whole: WholeModel
     inputs_given: bool
     tools: Strategies
-    budget: Budget
+    budget: Timebox
     skipped: list[Skip]
 
 

@@ -32,7 +32,7 @@ from gspo.runtime.bench import burst_sample
 from gspo.runtime.settings import RunSettings
 from gspo.runtime.spill import Spill
 from gspo.runtime.verify import Tolerance, output_steps
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.build_costs import BuildRates, build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured
 from gspo.search.deadline import Deadline
@@ -131,7 +131,7 @@ class Trial:
     """
 
     def __init__(self, reference: Graph, options: Sequence[Candidate], feeds: Sequence[Mapping[str, np.ndarray]],
-                 judge: Judge | Tolerance = Tolerance(), budget: Budget | None = None, stage: str = "final",
+                 judge: Judge | Tolerance = Tolerance(), budget: Timebox | None = None, stage: str = "final",
                  executor: Callable | None = None, measure: Measure = interleaved):
         self.feeds = list(feeds)
         self.measure = measure

@@ -14,7 +14,7 @@ from gspo.costmodel import CostModel, load_profile
 from gspo.rules import GREEDY_RULES, apply_greedily
 from gspo.runtime.executor import saved_schedule
 from gspo.search import optimize
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.build_costs import streams_seconds
 from gspo.search.candidate import Candidate
 from gspo.search.config import OptimizeConfig
@@ -87,7 +87,7 @@ def test_the_input_on_streams_wins_as_given_with_its_schedule_saved_and_the_same
     assert ir.serialize(again.graph) == ir.serialize(r.graph) and again.schedule == r.schedule
 
 
-def _pool(original, merged, budget: Budget, chosen=()):
+def _pool(original, merged, budget: Timebox, chosen=()):
     """The final options of ``merged`` against ``original`` (as given and searched), and why the
     whole model on streams was not measured."""
     prepared = Prepared(original, original, [], [])
@@ -106,7 +106,7 @@ def _merged():
 
 def test_the_pool_holds_the_input_on_streams_beside_the_result_on_streams():
     g, merged = _merged()
-    options, skipped = _pool(g, merged, Budget(None))
+    options, skipped = _pool(g, merged, Timebox.of(None))
     by_label = {o.label: o for o in options}
     assert list(by_label)[:4] == ["original", "optimized", "optimized+streams", "streams only"] and skipped is None
     only, both = by_label["streams only"], by_label["optimized+streams"]
@@ -120,7 +120,7 @@ def test_the_pieces_schedule_is_kept_once_when_nimbles_is_the_same():
     as the result on Nimble's streams, kept once."""
     g, merged = _merged()
     nimble = assign_streams(merged, max_streams=2)
-    options, _ = _pool(g, merged, Budget(None), [Candidate(merged, nimble, label="candidate0")])
+    options, _ = _pool(g, merged, Timebox.of(None), [Candidate(merged, nimble, label="candidate0")])
     labels = [o.label for o in options]
     assert "optimized+streams" in labels and "optimized+joint" not in labels
     assert len({o.identity for o in options}) == len(options)
@@ -132,11 +132,11 @@ def test_each_ablation_on_streams_needs_the_time_to_assign_its_streams():
     g, merged = _merged()
     log = []
     between = (streams_seconds(len(merged.nodes)) + streams_seconds(len(g.nodes))) / 2
-    options, skipped = _pool(g, merged, Budget(between, clock=FakeClock(), log=log))
+    options, skipped = _pool(g, merged, Timebox.of(between, clock=FakeClock(), log=log))
     labels = [o.label for o in options]
     assert "optimized+streams" in labels and "streams only" not in labels
     assert [s.what for s in log] == ["the input on streams"] and skipped.reason == "the time budget was spent"
     log.clear()
-    options, _ = _pool(g, merged, Budget(streams_seconds(len(merged.nodes)) / 2, clock=FakeClock(), log=log))
+    options, _ = _pool(g, merged, Timebox.of(streams_seconds(len(merged.nodes)) / 2, clock=FakeClock(), log=log))
     assert [o.label for o in options][:2] == ["original", "optimized"] and len(options) == 2
     assert [s.what for s in log] == ["the whole model on streams", "the input on streams"]

@@ -1,4 +1,4 @@
-"""The time budget: the Budget object, and optimize holding its deadline against slow backends."""
+"""The time budget: the Timebox object, and optimize holding its deadline against slow backends."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from gspo.ir import Graph, save
 from gspo.ir.builder import GraphBuilder
 from gspo.runtime import make_session, random_inputs
 from gspo.search import optimize
-from gspo.search.budget import Budget, Shares
+from gspo.search.budget import Shares, Timebox
 from gspo.search.build_costs import BUILD_FLOOR, PRIOR_RATES, QUADRATIC, BuildRates
 from gspo.search.candidate import Candidate
 from gspo.search.deadline import Deadline
@@ -36,7 +36,7 @@ def test_the_module_example_runs():
 
 def test_a_budget_counts_from_its_start_and_its_children_share_its_deadline_and_record():
     clock = FakeClock()
-    b = Budget(10.0, Shares(search=0.5, final=0.2), clock=clock)
+    b = Timebox.of(10.0, Shares(search=0.5, final=0.2), clock=clock)
     assert b.limited and b.remaining() == 10.0 and not b.expired() and b.fits(10.0) and not b.fits(10.5)
     clock.now += 2
     search = b.share(0.5)
@@ -55,25 +55,25 @@ def test_a_budget_counts_from_its_start_and_its_children_share_its_deadline_and_
 
 def test_a_final_reserve_beyond_its_share_comes_out_of_the_search_and_the_stages_before_it():
     clock = FakeClock()
-    b = Budget(100.0, Shares(search=0.5, final=0.2), clock=clock)
+    b = Timebox.of(100.0, Shares(search=0.5, final=0.2), clock=clock)
     clock.now += 10  # loading took 10 s: 90 left
-    b.reserve_final(5.0)  # less than the share: the share stands
+    b = b.reserve_final(5.0)  # less than the share: the share stands
     assert b.final_s == 20.0 and b.until_final().end.at == 180.0 and b.search_share().end.at == 155.0
-    b.reserve_final(50.0)  # 30 s beyond the share, taken from the search's base
+    b = b.reserve_final(50.0)  # 30 s beyond the share, taken from the search's base
     assert b.final_s == 50.0 and b.until_final().end.at == 150.0
     assert b.search_share().end.at == 110.0 + 0.5 * (90.0 - 30.0)
     assert b.search_seconds(pieces=6, jobs=2) == pytest.approx(0.5 * 60.0 * 2 / 6)
-    b.reserve_final(1000.0)  # never more than MAX_FINAL of what is left
+    b = b.reserve_final(1000.0)  # never more than MAX_FINAL of what is left
     assert b.final_s == pytest.approx(budget_module.MAX_FINAL * 90.0)
     assert b.share(0.5).final_s == b.final_s  # children see the same reserve
-    unlimited = Budget(None, clock=FakeClock())
-    unlimited.reserve_final(50.0)
+    unlimited = Timebox.of(None, clock=FakeClock())
+    unlimited = unlimited.reserve_final(50.0)
     assert unlimited.until_final().end.at is None and unlimited.search_share().end.at is None
 
 
 def test_with_a_reduced_precision_its_share_is_kept_at_the_end_of_the_one_budget():
     clock = FakeClock()  # at 100
-    b = Budget(10.0, Shares(precision=0.5, final=0.2), clock=clock, reduced=True)
+    b = Timebox.of(10.0, Shares(precision=0.5, final=0.2), clock=clock, reduced=True)
     assert b.seconds == 5.0 and b.end.at == 105.0 and b.whole.at == 110.0  # the exact stages end at half
     assert b.final_s == 1.0 and b.until_final().end.at == 104.0  # shared among them as a 5 s budget would be
     assert b.share(0.5).whole.at == 110.0
@@ -82,8 +82,8 @@ def test_with_a_reduced_precision_its_share_is_kept_at_the_end_of_the_one_budget
     assert b.expired() and precision.end.at == 110.0 and precision.remaining() == 4.0 and precision.final_s == 4.0
     precision.skip("precision", "timing", "out of time")
     assert b.log == [Skip("precision", "timing", "out of time")]  # one log for the run
-    assert Budget(10.0, clock=clock).end.at == Budget(10.0, clock=clock).whole.at  # without: one end
-    free = Budget(None, clock=clock, reduced=True)
+    assert Timebox.of(10.0, clock=clock).end.at == Timebox.of(10.0, clock=clock).whole.at  # without: one end
+    free = Timebox.of(None, clock=clock, reduced=True)
     assert not free.limited and not free.precision_share().limited
 
 
@@ -101,7 +101,7 @@ def test_a_whole_model_on_another_backend_is_estimated_from_its_weights_until_a_
 
 
 def test_without_a_limit_everything_fits_and_every_share_is_unlimited():
-    b = Budget(None, clock=FakeClock())
+    b = Timebox.of(None, clock=FakeClock())
     assert not b.limited and b.remaining() == math.inf and not b.expired() and b.fits(1e9)
     assert b.share(0.1).end.at is None and b.until_final().end.at is None
     assert b.search_seconds(10, 2) is None and b.timing(8.0, 0.5).remaining() == 8.0
@@ -159,7 +159,7 @@ def _relus(n: int):
 def test_a_trial_skips_an_option_whose_build_its_budget_cannot_hold():
     g = _relus(8)
     clock = FakeClock()
-    budget = Budget(1.0, clock=clock)
+    budget = Timebox.of(1.0, clock=clock)
     budget.rates.record("openvino", len(g.nodes), 50.0 * len(g.nodes))  # 50 s per op on a model of its size
     options = [Candidate(g, label="original"), Candidate(g, placement=Placement.whole(g, "openvino"), label="original@openvino")]
     with Trial(g, options, [random_inputs(g, 0)], budget=budget, stage="final") as trial:
@@ -170,7 +170,7 @@ def test_a_trial_skips_an_option_whose_build_its_budget_cannot_hold():
 
 def test_pieces_the_placement_budget_cannot_hold_stay_on_onnxruntime_and_are_reported():
     g = _relus(4)
-    budget = Budget(0.5, clock=FakeClock())
+    budget = Timebox.of(0.5, clock=FakeClock())
     budget.rates.record("openvino", 1, 10.0)
     times = time_pieces([g, g], [[random_inputs(g, 0)]] * 2, ("ort", "openvino"), None, runs=3, budget=budget)
     assert [t.seconds for t in times] == [{}, {}] and [t.best() for t in times] == ["ort", "ort"]
@@ -263,7 +263,7 @@ def test_a_confirmation_the_budget_cannot_hold_is_skipped_and_the_input_kept():
     g = build("squeezenet", "tiny")
     first = [Measured(Candidate(g, label="original"), Timing("original", (1.0,) * 30)),
              Measured(Candidate(g, label="optimized"), Timing("optimized", (0.5,) * 30))]
-    budget = Budget(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
+    budget = Timebox.of(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
     choice = decide.confirmed(_NeverTimed(), first, OptimizeConfig(), 8.0, budget)
     assert choice.best.label == "original" and choice.confirmations == []
     assert budget.log == [Skip("final", "confirming optimized against the original",
@@ -321,5 +321,5 @@ def test_a_confirmation_takes_the_time_of_its_most_rounds_when_the_budget_has_it
     first = [Measured(Candidate(g, label="original"), Timing("original", (1.0,) * 30)),
              Measured(Candidate(g, label="optimized"), Timing("optimized", (0.5,) * 30))]
     trial = _Seconds(g)
-    choice = decide.confirmed(trial, first, OptimizeConfig(), 8.0, Budget(left, clock=FakeClock()))
+    choice = decide.confirmed(trial, first, OptimizeConfig(), 8.0, Timebox.of(left, clock=FakeClock()))
     assert trial.given == [pytest.approx(given)] and choice.best.label == "optimized"

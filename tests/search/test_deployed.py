@@ -12,7 +12,7 @@ from gspo.ir.metadata import metadata_value
 from gspo.runtime import CpuExecutor, Timing, random_inputs
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings
 from gspo.search import optimize
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured
 from gspo.search.deployed import (
     INSTALLED_LABEL,
@@ -95,7 +95,7 @@ def test_the_budget_that_cannot_hold_the_timing_hands_back_the_input_and_says_so
     g = branchy()
     pick = Candidate(g, settings=RunSettings(1), label=SETTING)
     clock = FakeClock()
-    budget = Budget(10.0, clock=clock)
+    budget = Timebox.of(10.0, clock=clock)
     seen: list = []
     with Trial(g, [Candidate(g, label="original"), pick], [random_inputs(g, 0)],
                measure=_measure(seen, {})) as trial:

@@ -19,7 +19,7 @@ from benchmarks.edges import matmuls
 from gspo.cli import cli
 from gspo.errors import GspoError
 from gspo.ir.onnx_io import from_model
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.config import OptimizeConfig
 from gspo.search.decide import original_seconds
 from gspo.search.driver import optimize
@@ -40,7 +40,7 @@ def test_the_front_ends_graph_shares_the_weights_of_the_model_as_given(tmp_path)
                          h.make_node("Add", ["t0", "c"], ["y0"])])
     path = tmp_path / "mm.onnx"
     path.write_bytes(m.SerializeToString())
-    prepared = prepare(str(path), None, None, OptimizeConfig(), Budget(None))
+    prepared = prepare(str(path), None, None, OptimizeConfig(), Timebox.of(None))
     assert prepared.plain is not prepared.original  # the front end's graph, checked and kept
     for k in range(4):
         assert prepared.plain.store.proto(f"w{k}") is prepared.original.store.proto(f"w{k}")
@@ -58,7 +58,7 @@ def test_making_large_inputs_counts_the_first_touch_of_their_memory(monkeypatch,
     touched = []
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: touched.append(n) or touching)
     graph = from_model(relu_model((10000, 10000)))  # 400 MB in, 400 MB out
-    budget = Budget(25.0, clock=FakeClock())
+    budget = Timebox.of(25.0, clock=FakeClock())
     if refused:
         with pytest.raises(GspoError, match=r"estimated at 30\.\d s here, more than the 25\.0 s left"):
             prepare_mod._check_sizes(graph, 2, budget)
@@ -72,7 +72,7 @@ def test_a_front_end_that_changed_nothing_is_not_checked_against_the_model(monke
     a Relu over [30000, 30000] at --time-budget 60 ended after 86.8 s."""
     monkeypatch.setattr(prepare_mod, "Trial", lambda *a, **k: pytest.fail("the front end's graph was checked"))
     graph = from_model(relu_model((4, 8)))
-    prepared = prepare(graph, None, None, OptimizeConfig(), Budget(None))
+    prepared = prepare(graph, None, None, OptimizeConfig(), Timebox.of(None))
     assert prepared.plain is prepared.original and prepared.run_s > 0
 
 
@@ -84,7 +84,7 @@ def test_a_run_whose_outputs_the_budget_cannot_hold_is_skipped_before_a_session_
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
     monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
     graph = from_model(relu_model((10000, 10000)))
-    budget = Budget(5.0, clock=FakeClock())
+    budget = Timebox.of(5.0, clock=FakeClock())
     assert prepare_mod._require_runs(graph, {}, budget, 0) == pytest.approx(1.6e9 / prepare_mod.RUN_RATE + 1.0)
     assert [s.what for s in budget.log] == ["running the model once with onnxruntime"]
 
@@ -96,7 +96,7 @@ def test_the_final_comparison_is_not_tried_when_the_run_at_load_was_not(monkeypa
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
     monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
     graph = from_model(relu_model((10000, 10000)))
-    budget = Budget(5.0, clock=FakeClock())
+    budget = Timebox.of(5.0, clock=FakeClock())
     prepared = Prepared(graph, graph, [{}], [], run_s=prepare_mod._require_runs(graph, {}, budget, 0))
     assert not budget.fits(original_seconds(prepared, budget))
 
@@ -104,9 +104,9 @@ def test_the_final_comparison_is_not_tried_when_the_run_at_load_was_not(monkeypa
 def test_the_budget_counts_from_when_the_run_began():
     """``gspo optimize``'s imports (0.5-0.7 s here) ran before the budget was made and were not
     counted: the budget counts from ``started`` (never later than now)."""
-    assert Budget(10.0, clock=FakeClock(100.0), started=97.0).remaining() == 7.0
-    assert Budget(10.0, clock=FakeClock(100.0), started=150.0).started == 100.0
-    assert Budget(10.0, clock=FakeClock(100.0)).remaining() == 10.0
+    assert Timebox.of(10.0, clock=FakeClock(100.0), started=97.0).remaining() == 7.0
+    assert Timebox.of(10.0, clock=FakeClock(100.0), started=150.0).started == 100.0
+    assert Timebox.of(10.0, clock=FakeClock(100.0)).remaining() == 10.0
 
 
 def test_optimize_counts_the_time_before_the_call_that_started_gives():

@@ -17,7 +17,7 @@ from gspo.precision.stage import PrecisionFit
 from gspo.precision.variants import Kind
 from gspo.runtime.inputs import random_inputs
 from gspo.search import optimize
-from gspo.search.budget import Budget
+from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured
 from gspo.search.device import CpuDevice
 from gspo.search.report import FinalChoice
@@ -100,7 +100,7 @@ def _pick(monkeypatch, script, budget, ref=None):
 
 def test_each_kind_is_timed_at_each_thread_count_and_the_confirmed_one_is_saved(monkeypatch):
     script = {"original": (1.0,) * ROUNDS, "fake": (0.9,) * ROUNDS, "fake[threads=1]": (0.5,) * ROUNDS}
-    pick, timings = _pick(monkeypatch, script, Budget(None))
+    pick, timings = _pick(monkeypatch, script, Timebox.of(None))
     first = timings.whole[0]
     assert first[:3] == ("original", "fake", "fake[threads=1]")  # every thread count worth trying
     assert pick.best.label == "fake[threads=1]" and pick.best.candidate.precision.pieces == (0, 1)
@@ -111,7 +111,7 @@ def test_each_kind_is_timed_at_each_thread_count_and_the_confirmed_one_is_saved(
 
 def test_a_time_budget_too_small_for_the_timing_skips_it_with_the_reason(monkeypatch):
     clock = FakeClock(now=0.0)
-    budget = Budget(10.0, clock=clock, reduced=True)
+    budget = Timebox.of(10.0, clock=clock, reduced=True)
     # each runner's session estimated at 5 s: at the fewest rounds, more than the 10 s left
     pick, timings = _pick(monkeypatch, {}, budget, ref={"session_s": 5.0})
     assert pick.best is None and pick.block.chosen == "fp32" and timings.whole == []

@@ -203,7 +203,7 @@ def test_a_timings_warm_up_rounds_come_out_of_its_budget(monkeypatch):
 def test_the_final_comparison_keeps_time_to_confirm_a_win_with_enough_rounds():
     """An option enters the final comparison only when a confirmation of CONFIRM_ROUNDS rounds
     (enough for a steady gain to pass the sign test) still fits after its first timing."""
-    from gspo.search.budget import Budget
+    from gspo.search.budget import Timebox
     from gspo.search.trial import CONFIRM_ROUNDS, MIN_ROUNDS, WARMUP_ROUNDS
 
     assert CONFIRM_ROUNDS > MIN_ROUNDS + WARMUP_ROUNDS
@@ -211,7 +211,7 @@ def test_the_final_comparison_keeps_time_to_confirm_a_win_with_enough_rounds():
     assert sign_test(CONFIRM_ROUNDS - WARMUP_ROUNDS - 1, CONFIRM_ROUNDS - WARMUP_ROUNDS) < PAIRED_ALPHA  # 10 of 11 is
     g = _relu(1)
     clock = [0.0]
-    budget = Budget(100.0, clock=lambda: clock[0])
+    budget = Timebox.of(100.0, clock=lambda: clock[0])
     with Trial(g, [], [random_inputs(g, 0)], budget=budget, stage="final") as trial:
         trial.run_s = 1.0
         option = Candidate(_relu(2), label="other")
