@@ -122,15 +122,15 @@ class Timebox:
 
     @classmethod
     def of(cls, seconds: float | None, shares: Shares = Shares(), clock: Callable[[], float] = time.perf_counter,
-           log: list[Skip] | None = None, started: float | None = None, reduced: bool = False) -> Timebox:
+           run: RunLog | None = None, started: float | None = None, reduced: bool = False) -> Timebox:
         """The run's time: ``seconds`` from its start (``None``: no limit).
 
         Args:
             seconds: the whole budget (``--time-budget``; ``None``: no limit).
             shares: how it is divided among the stages.
             clock: seconds, monotonic (:func:`time.perf_counter`; tests pass a fake one).
-            log: the run's record of the work skipped (the report's ``skipped``), which
-                :meth:`skip` appends to (a list of its own when not given).
+            run: the run's :class:`RunLog` (its work skipped, the report's ``skipped``, which
+                :meth:`skip` appends to, and its build rates; one of its own when not given).
             started: when the run began on ``clock`` (``None``: now; never later than now), so that
                 what came before counts (``gspo optimize``: its imports).
             reduced: whether the run fits a reduced precision after the exact stages: then
@@ -142,8 +142,7 @@ class Timebox:
         whole = Deadline(None if seconds is None else began + seconds, clock)
         exact = None if seconds is None else seconds * (1 - shares.precision if reduced else 1.0)
         plan = Plan(shares, began, exact, whole, 0.0 if exact is None else shares.final * exact)
-        return cls(Deadline(None if exact is None else began + exact, clock), plan,
-                   RunLog([] if log is None else log))
+        return cls(Deadline(None if exact is None else began + exact, clock), plan, RunLog() if run is None else run)
 
     # The plan's and the run's parts, read where the stages read them.
     clock = property(lambda self: self.end.clock, doc="The run's clock.")

@@ -46,7 +46,7 @@ from gspo.runtime.backends import (
     check_backends,
 )
 from gspo.runtime.verify import check_finite_inputs
-from gspo.search.budget import Shares, Timebox
+from gspo.search.budget import RunLog, Shares, Timebox
 from gspo.search.build_costs import (
     partition_seconds,
     streams_seconds,
@@ -84,7 +84,6 @@ from gspo.search.report_parts import (
     PiecesTimed,
     PlacementRefusal,
     PlacementReport,
-    Skip,
     StreamsSkipped,
 )
 from gspo.search.result import OptimizeResult
@@ -335,9 +334,9 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     check_model_and_inputs(model, inputs)
     tools = _on_device(strategies or Strategies(), given)
     cfg = resolved(given, device=tools.device)
-    skipped: list[Skip] = []  # the report's log of the work skipped to hold the time budget
-    budget = Timebox.of(cfg.timing.time_budget, SHARES, clock=tools.clock, log=skipped, started=started,
-                    reduced=reduced(cfg))
+    log = RunLog()  # the run's: the work skipped to hold its time (the report's ``skipped``), the build rates learned
+    budget = Timebox.of(cfg.timing.time_budget, SHARES, clock=tools.clock, run=log, started=started,
+                        reduced=reduced(cfg))
     profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
     tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
     try:
@@ -355,7 +354,7 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     placing = any(b != DEFAULT_BACKEND for b in backends)
     pieces = verify_pieces(prepared, parts, searched, cfg, tools, placing, budget, show("verify"))
     whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, budget, progress)
-    run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, skipped)
+    run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, log.skipped)
     return _result(run, cfg)
 
 

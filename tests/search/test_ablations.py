@@ -14,7 +14,7 @@ from gspo.costmodel import CostModel, load_profile
 from gspo.rules import GREEDY_RULES, apply_greedily
 from gspo.runtime.executor import saved_schedule
 from gspo.search import optimize
-from gspo.search.budget import Timebox
+from gspo.search.budget import RunLog, Timebox
 from gspo.search.build_costs import streams_seconds
 from gspo.search.candidate import Candidate
 from gspo.search.config import OptimizeConfig
@@ -132,11 +132,11 @@ def test_each_ablation_on_streams_needs_the_time_to_assign_its_streams():
     g, merged = _merged()
     log = []
     between = (streams_seconds(len(merged.nodes)) + streams_seconds(len(g.nodes))) / 2
-    options, skipped = _pool(g, merged, Timebox.of(between, clock=FakeClock(), log=log))
+    options, skipped = _pool(g, merged, Timebox.of(between, clock=FakeClock(), run=RunLog(log)))
     labels = [o.label for o in options]
     assert "optimized+streams" in labels and "streams only" not in labels
     assert [s.what for s in log] == ["the input on streams"] and skipped.reason == "the time budget was spent"
     log.clear()
-    options, _ = _pool(g, merged, Timebox.of(streams_seconds(len(merged.nodes)) / 2, clock=FakeClock(), log=log))
+    options, _ = _pool(g, merged, Timebox.of(streams_seconds(len(merged.nodes)) / 2, clock=FakeClock(), run=RunLog(log)))
     assert [o.label for o in options][:2] == ["original", "optimized"] and len(options) == 2
     assert [s.what for s in log] == ["the whole model on streams", "the input on streams"]

@@ -13,7 +13,7 @@ from gspo.partition import partition
 from gspo.rules.merge import MergeParallelMatMuls
 from gspo.search import SearchOptions, search
 from gspo.search.backtrack import COST_ERROR
-from gspo.search.budget import Timebox
+from gspo.search.budget import RunLog, Timebox
 from gspo.search.config import OptimizeConfig
 from gspo.search.device import CpuDevice
 from gspo.search.driver import resolved
@@ -84,7 +84,7 @@ def _pieces(pairs: int, rewrites, script, seconds: float | None = None, keep: in
     tools = Strategies(cost_model=cost, measure=timings, clock=clock, device=CpuDevice())
     rng = np.random.default_rng(0)
     boundary = Boundary([{v.name: rng.standard_normal(v.shape).astype(np.float32) for v in g.inputs}])
-    chosen, _ = _optimize_pieces(parts, searched, boundary, cfg, tools, Timebox.of(seconds, clock=clock, log=log), None)
+    chosen, _ = _optimize_pieces(parts, searched, boundary, cfg, tools, Timebox.of(seconds, clock=clock, run=RunLog(log)), None)
     assert len(timings.pieces) == 1  # one timing of the piece's options
     return chosen[0], timings.pieces[0], [s.what for s in log]
 
