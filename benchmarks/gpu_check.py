@@ -30,12 +30,17 @@ keeps what it measured):
                "reduce-overhead" and "max-autotune-no-cudagraphs" (replayed from a CUDA graph) of
                the same converted program (benchmarks/gpu/gpu_peers.py), each compile's seconds,
                against gspo's joint result: its time and ratio to the best torch.compile
+  precision    ``gspo optimize --device cuda --cuda-runtime torch --precision fp16,bf16,tf32
+               --max-error nmse=1e-3`` of ResNet-50, BERT and Inception-v3 (full size, 8+8
+               random-input samples): the fp32 median (CUDA graph), TF32's, the pick's, its
+               speedup over fp32 and over TF32, its error per output on the validation data, the
+               seconds the optimize took (benchmarks/gpu/gpu_precision.py)
   corpusN      real exports of benchmarks/realworld carried without weights (benchmarks/gpu/
                corpus/, filled from a seed): equivalence against onnxruntime's CPU provider, the
                ops that fell back to the CPU and why, eager / CUDA graph / torch.compile
                reduce-overhead / ``gspo optimize --device cuda``'s output, medians
 
-Each part (``--steps check``, the default; ``peers1``, ``peers2``, ``corpus1``, ...) is one GPU
+Each part (``--steps check``, the default; ``peers1``, ``peers2``, ``precision``, ``corpus1``, ...) is one GPU
 machine's run, estimated under 480 s on an H100; the environment step is run first in every
 one. A part's report is named after it (``gpu_check_peers1.md``; ``check`` keeps
 ``gpu_check.md``). A step stops at its estimated share (its deadline), writing what it has.
@@ -60,6 +65,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -71,7 +77,7 @@ TIME_BUDGET = 20.0  # seconds per gspo optimize (nine of them)
 RUNS = 30  # interleaved timed rounds
 #: Estimated seconds of each step on an H100 machine (16 cores), torch already imported.
 ESTIMATES = {"environment": 15, "convert": 50, "streams": 40, "calibrate": 50, "figure5": 200,
-             "cost_model": 20, "cpu16": 40, "cli": 40, "peers1": 450, "peers2": 450}
+             "cost_model": 20, "cpu16": 40, "cli": 40, "peers1": 450, "peers2": 450, "precision": 420}
 #: One GPU machine's run: its steps' estimates add up to less than this.
 PART_LIMIT_S = 480
 CHECK = ("convert", "streams", "calibrate", "figure5", "cost_model", "cpu16", "cli")
@@ -84,6 +90,7 @@ COMMITTED_PROFILE = HERE / "gpu" / "gpu_check_profile.json"
 sys.path.insert(0, str(HERE / "gpu"))
 import gpu_corpus  # noqa: E402  (benchmarks/gpu/)
 import gpu_peers  # noqa: E402
+import gpu_precision  # noqa: E402
 
 CORPUS_PARTS = gpu_corpus.parts(gpu_corpus.load_manifest())
 ESTIMATES.update({part: gpu_corpus.part_estimate_s(models) for part, models in CORPUS_PARTS.items()})
@@ -668,9 +675,19 @@ def step_corpus(ctx: Ctx, part: str = "corpus1") -> dict:
 STEPS = {"environment": step_environment, "convert": step_convert, "streams": step_streams,
          "calibrate": step_calibrate, "figure5": step_figure5, "cost_model": step_cost_model, "cpu16": step_cpu16, "cli": step_cli}
 STEPS.update({part: functools.partial(step_peers, part=part) for part in PEERS})
+
+
+def step_precision(ctx: Ctx) -> dict:
+    """Reduced precision on the GPU: fp16, bf16, TF32 within nmse=1e-3 against fp32 and TF32."""
+    check = types.SimpleNamespace(cpu_reference=cpu_reference, executor=executor, compare=compare,
+                                  interleave=interleave, timed=timed)
+    return gpu_precision.step_precision(ctx, check)
+
+
+STEPS["precision"] = step_precision
 STEPS.update({part: functools.partial(step_corpus, part=part) for part in CORPUS_PARTS})
 #: What one GPU machine runs (``--steps PART``): the environment step first, then these.
-PARTS = {"check": CHECK, **{part: (part,) for part in (*PEERS, *CORPUS_PARTS)}}
+PARTS = {"check": CHECK, **{part: (part,) for part in (*PEERS, "precision", *CORPUS_PARTS)}}
 
 
 # ------------------------------------------------------------------ report
@@ -810,6 +827,8 @@ def markdown(report: dict) -> str:
             lines += _peers_md(step)
         elif name.startswith("corpus") and step.get("models"):
             lines += _corpus_md(name, step)
+        elif name == "precision" and step.get("models"):
+            lines += gpu_precision.markdown(step)
     return "\n".join(lines) + "\n"
 
 
@@ -826,7 +845,8 @@ def dry_run(steps: list[str]) -> int:
     for name in steps:
         step = STEPS[name]
         doc = (step.func if isinstance(step, functools.partial) else step).__doc__ or _summary(name)
-        models = PEERS.get(name) or [m["name"] for m in CORPUS_PARTS.get(name, [])]
+        models = PEERS.get(name) or (gpu_precision.MODELS if name == "precision" else
+                                     [m["name"] for m in CORPUS_PARTS.get(name, [])])
         print(f"{name:<12} ~{ESTIMATES[name]:>4} s  {doc}" + (f" [{', '.join(models)}]" if models else ""))
     chosen = [(part, ESTIMATES["environment"] + sum(ESTIMATES[s] for s in members))
               for part, members in PARTS.items() if set(members) & set(steps)]

@@ -300,3 +300,35 @@ def test_a_program_reading_the_data_is_not_traced_one_that_does_not_is_one_graph
     assert why is None and isinstance(gm, torch.fx.GraphModule)
     got, want = peers.outputs(gm, args, program.outputs), program.run(random_inputs(g, seed=0))
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_the_precision_part_is_rehearsed_on_the_cpu_and_tabled(gpu_check, tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setattr(gpu_check.gpu_precision, "MODELS", ("resnet50",))
+    monkeypatch.setattr(gpu_check.gpu_precision, "REHEARSAL_BUDGET_S", 8.0)
+    assert gpu_check.selected("precision") == ["environment", "precision"]
+    assert gpu_check.default_name(gpu_check.selected("precision")) == "gpu_check_precision"
+    code = gpu_check.main(["--rehearse", "--steps", "precision", "-o", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rehearsal_gpu_check_precision.json",
+                                                         "rehearsal_gpu_check_precision.md"]
+    step = json.loads((tmp_path / "rehearsal_gpu_check_precision.json").read_text())["steps"]["precision"]
+    assert step["precision"] == "fp16,bf16,tf32" and step["max_error"] == "nmse=1e-3"
+    row = step["models"][0]
+    assert row["model"] == "resnet50" and set(row["median_ms"]) == {"fp32", "tf32", "pick"}, row
+    assert row["tf32_on"]["fp32"] is False and row["tf32_on"]["tf32"] is True  # the marked source runs with TF32
+    assert row["optimize"]["chosen"] is not None and row["optimize"]["samples"] == 2
+    assert row["speedup_over_fp32"] == row["median_ms"]["fp32"] / row["median_ms"]["pick"]
+    md = (tmp_path / "rehearsal_gpu_check_precision.md").read_text()
+    assert "REHEARSAL" in md and "## Reduced precision on the GPU: --precision fp16,bf16,tf32" in md
+    assert md.count("| resnet50 | ") == 1 and code == (0 if step["ok"] else 1)
+
+
+def test_the_precision_table_comes_from_the_report(gpu_check):
+    step = {"ok": True, "precision": "fp16,bf16,tf32", "max_error": "nmse=1e-3", "models": [
+        {"model": "resnet50", "median_ms": {"fp32": 2.0, "tf32": 1.5, "pick": 1.0}, "speedup_over_fp32": 2.0,
+         "speedup_over_tf32": 1.5, "optimize": {"chosen": "fp16 on torch", "seconds": 80.5, "notes": ["n1"],
+                                                 "error_per_output": {"logits": {"nmse": 2.5e-4}}}},
+        {"model": "bert", "ok": False, "skipped": "deadline: 20 s left"}]}
+    md = gpu_check.markdown({"steps": {"precision": step}})
+    assert "| resnet50 | 2.000 | 1.500 | 1.000 | fp16 on torch | 2.00x | 1.50x | logits nmse 2.50e-04 | 80.5 |" in md
+    assert "| bert | deadline: 20 s left |" in md and "- resnet50: n1" in md

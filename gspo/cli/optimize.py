@@ -77,7 +77,8 @@ def _precisions(ctx, param, value: str | None) -> tuple[str, ...]:
 @input_shape_option
 @click.option("--precision", metavar="LIST", default=None, callback=_precisions,
               help="Also search reduced precision, per piece: bf16 (OpenVINO), int8 (QDQ, dynamic), e.g. "
-                   "'bf16,int8'; needs --max-error [default: exact fp32 only].")
+                   "'bf16,int8'; on --device cuda --cuda-runtime torch: fp16, bf16, tf32; needs --max-error "
+                   "[default: exact fp32 only].")
 @click.option("--max-error", metavar="SPEC", default=None,
               help="Accuracy budget per output, measured on the validation data: nmse, rel_l2, maxrel, cosine, "
                    "topK, e.g. 'nmse=1e-3' or 'logits:top1=0.99,cosine=0.999'; an output whose name holds ',' or "

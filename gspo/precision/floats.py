@@ -33,7 +33,7 @@ reduced graph is scheduled anew.
 TF32 changes no node: :func:`with_tf32` marks the graph (:data:`TF32_KEY` in its metadata) and
 :func:`wants_tf32` reads the mark, for the executor to let matrix products round to TF32.
 :func:`torch_kinds` makes the three as kinds of the precision fit
-(:class:`~gspo.precision.variants.Kind`); the nodes the torch runtime leaves to onnxruntime stay
+(:class:`~gspo.precision.kind.Kind`); the nodes the torch runtime leaves to onnxruntime stay
 fp32 there (onnxruntime's Python API takes no bfloat16, and its CPU has few float16 kernels).
 
 Example:
@@ -61,7 +61,7 @@ from gspo.ir import Graph, Node, Value
 from gspo.ir.graph import Attr
 from gspo.ir.metadata import metadata_value, with_metadata
 from gspo.ir.weights import CastW, Weight
-from gspo.precision.variants import Kind
+from gspo.precision.kind import Kind
 
 __all__ = ["FLOAT_PRECISIONS", "KEPT_FP32", "KEPT_FP32_FOR_FP16", "TF32_KEY", "float_kernels", "raised_opset",
            "reduced_floats", "reducible", "torch_kinds", "torch_refused", "wants_tf32", "with_tf32"]

@@ -18,36 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
 
 from gspo.errors import GspoError
 from gspo.ir import Graph, serialize
 from gspo.precision import PRECISIONS
+from gspo.precision.kind import Kind
 from gspo.runtime.backends import backend_status
 from gspo.runtime.openvino import openvino_probe
 from gspo.streams import Placement, node_id
 
-__all__ = ["PRECISIONS", "Kind", "keeping_f32", "kinds", "plain", "with_placement"]
+__all__ = ["PRECISIONS", "TORCH", "Kind", "cpu_kinds", "keeping_f32", "kinds", "plain", "with_placement"]
 
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One way to reduce precision: its name, the precision, the backend it runs on, which pieces
-    it can touch (``touches(ops)``), how it builds a graph from the set of reduced pieces'
-    node ids (``build(reduced_node_ids)``), and the precision of the pieces it leaves
-    (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces), and
-    what one judgment of it is estimated to cost (``cost``, seconds)."""
-
-    name: str
-    precision: str
-    backend: str
-    touches: Callable[[Collection[str]], bool]
-    build: Callable[[frozenset[str]], Graph]
-    rest: str = "fp32"
-    #: Seconds one judgment of it (a build, its session, a run of the data) is estimated to
-    #: take: a fit starts no judgment its deadline cannot hold (0: only a passed deadline stops it).
-    cost: float = 0.0
+#: The backend name the kinds of the torch runtime run on (``--device cuda --cuda-runtime torch``).
+TORCH = "torch"
 
 
 def plain(graph: Graph) -> Graph:
@@ -183,7 +166,30 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
           ranges: Callable[[], Mapping[str, tuple[float, float]]],
           probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
     """The kinds ``precisions`` ask for that can run here with ``backends``, and a line for each
-    that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked;
+    that cannot (why). With :data:`TORCH` among ``backends`` (``--device cuda --cuda-runtime
+    torch``: the whole model runs there) the kinds are the torch runtime's fp16, bf16 and tf32
+    (:func:`~gspo.precision.floats.torch_kinds`) and int8 is noted; on the CPU, fp16 and tf32 are
+    noted (GPU kinds) and the CPU's kinds made (:func:`cpu_kinds`)."""
+    if TORCH in backends:
+        from gspo.precision.floats import torch_kinds
+
+        found, notes = torch_kinds(graph, precisions)
+        int8 = ["int8: static and dynamic QDQ run on the cpu device (onnxruntime, OpenVINO), not on the torch "
+                "runtime"] if "int8" in precisions else []
+        return found, int8 + notes
+    from gspo.precision import GPU_PRECISIONS
+
+    gpu = [f"{p}: a GPU kind (--device cuda --cuda-runtime torch); not on the cpu device"
+           for p in dict.fromkeys(precisions) if p in GPU_PRECISIONS]
+    found, notes = cpu_kinds(graph, precisions, backends, ranges, probe)
+    return found, gpu + notes
+
+
+def cpu_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
+              ranges: Callable[[], Mapping[str, tuple[float, float]]],
+              probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
+    """The CPU's kinds ``precisions`` ask for that can run here with ``backends``, and a line for
+    each that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked;
     ``None``: the time budget cannot hold it, and no static int8 kind is made);
     ``probe`` compiles a model on OpenVINO in a process of its own."""
     from gspo.runtime.quantize import dynamic_quantizable, int8_note, quantizable

@@ -239,4 +239,8 @@ def _check_precision(cfg: OptimizeConfig) -> None:
             raise GspoError(f"{given[0]} applies to reduced precision: give --precision bf16, int8 or both")
         return
     if cfg.device.name == "cuda":
-        raise GspoError("--precision runs on the cpu device (OpenVINO bf16, int8 QDQ); not with --device cuda")
+        from gspo.runtime.cuda.choice import requested_runtime
+
+        if requested_runtime(cfg.device.cuda_runtime) != "torch":  # auto could choose ort: say which runs it
+            raise GspoError("--precision with --device cuda runs on the torch runtime (fp16, bf16, tf32): give "
+                            "--cuda-runtime torch (onnxruntime's CUDA provider is not searched for reduced precision)")

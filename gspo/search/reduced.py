@@ -3,7 +3,8 @@
 After the exact candidates are decided (:func:`~gspo.search.decide.choose_final`), the precision
 fit (:func:`~gspo.precision.stage.fit_precision`) runs on the exact pick in its share of the run's
 one :class:`~gspo.search.budget.Timebox` (:meth:`~gspo.search.budget.Timebox.precision_share`,
-:attr:`~gspo.search.budget.Shares.precision`), its judgments on the run's device. Each kind that
+:attr:`~gspo.search.budget.Shares.precision`), its judgments on the run's device (on ``cuda``,
+the torch runtime's kinds: fp16, bf16, tf32). Each kind that
 holds ``--max-error`` becomes a :class:`~gspo.search.candidate.Candidate` that knows its
 :class:`~gspo.search.candidate.Precision`, at every thread count worth trying; one
 :class:`~gspo.search.trial.Trial` with the judge within the error budget
@@ -32,7 +33,7 @@ from gspo.precision.stage import (
     timing_runs,
     timing_seconds,
 )
-from gspo.precision.variants import plain, with_placement
+from gspo.precision.variants import TORCH, plain, with_placement
 from gspo.runtime.settings import RunSettings, saved_settings, with_settings
 from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured, Precision
@@ -64,14 +65,16 @@ def _label(kind: str, threads: int) -> str:
 
 def reduced_candidates(survivors: Sequence[Fitted]) -> list[Candidate]:
     """Each kind that holds the budget as candidates: its graph (the placement its kind built it
-    with, apart), at each thread count worth trying (:func:`~gspo.precision.search.thread_settings`)."""
+    with, apart), at each thread count worth trying (:func:`~gspo.precision.search.thread_settings`;
+    a kind of the torch runtime at its default only)."""
     out = []
     for f in survivors:
         placement = Placement.from_json(f.graph.extras.placement) if f.graph.extras.placement else None
         graph = with_placement(f.graph, None)
         precision = Precision(f.kind.name, f.kind.precision, f.kind.backend, tuple(f.reduced))
+        threads = (0,) if f.kind.backend == TORCH else thread_settings(f.graph)  # thread counts are the CPU's
         out += [Candidate(graph, None, (), None, placement, RunSettings(t), label=_label(f.kind.name, t), kind="reduced",
-                          precision=precision) for t in thread_settings(f.graph)]
+                          precision=precision) for t in threads]
     return out
 
 
@@ -92,6 +95,15 @@ def _executor(tools: Strategies) -> Callable | None:
     return build
 
 
+def _fit_backends(tools: Strategies, backends: Sequence[str]) -> tuple[str, ...]:
+    """What the fit's kinds may run on: on ``cuda`` the torch runtime (:data:`~gspo.precision.variants.TORCH`:
+    its fp16, bf16 and tf32 kinds, the whole model on the GPU), else ``backends``."""
+    device = tools.device
+    if device is not None and device.name == "cuda":
+        return (TORCH,) if device.chosen == TORCH else ()
+    return tuple(backends)
+
+
 def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies, backends: Sequence[str],
                  budget: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
     """The reduced-precision candidates fitted on ``exact``'s pick and decided against it (see the
@@ -101,7 +113,8 @@ def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies,
         return None
     share = budget.precision_share()
     best = exact.best.candidate
-    found = fit_precision(prepared.original, saved(best), cfg, backends, share.end, progress, _executor(tools))
+    found = fit_precision(prepared.original, saved(best), cfg, _fit_backends(tools, backends), share.end, progress,
+                          _executor(tools))
     share.log.extend(found.skips)
     if found.why is not None or not found.survivors:
         return ReducedPick(found.block())

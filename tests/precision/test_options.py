@@ -28,8 +28,9 @@ def model(tmp_path):
     ({"precision": ("bf16",), "max_error": None}, "--precision needs an accuracy budget"),
     ({"max_error": "nmse=1e-3"}, "--max-error applies to reduced precision"),
     ({"precision": "fp32", "calibration": "c.npz"}, "--calibration applies to reduced precision"),
-    ({"precision": "int4", "max_error": "nmse=1e-3"}, "--precision takes fp32, bf16, int8 (unknown: int4)"),
-    ({"precision": "int8", "max_error": "nmse=1e-3", "device": "cuda"}, "--precision runs on the cpu device"),
+    ({"precision": "int4", "max_error": "nmse=1e-3"}, "--precision takes fp32, bf16, int8, fp16, tf32 (unknown: int4)"),
+    ({"precision": "int8", "max_error": "nmse=1e-3", "device": "cuda", "cuda_runtime": "ort"},
+     "--precision with --device cuda runs on the torch runtime (fp16, bf16, tf32): give --cuda-runtime torch"),
 ])
 def test_the_precision_options_are_checked_together(options, message):
     with pytest.raises(GspoError, match=None) as e:

@@ -6,7 +6,8 @@ issued on its stream (cuda-python streams handed to torch, :mod:`.streams`); a c
 dependency is an event recorded after the producing segment and waited on before the consuming
 one, exactly where the schedule puts it. Values stay on the device between segments and are
 held until the run's streams have finished (no block freed on one stream is reused by another
-mid-run). TF32 is off unless asked for, so outputs stay fp32 and comparable with the CPU's; torch's
+mid-run). TF32 is off unless asked for (the config's ``tf32``, or a graph marked for it,
+:func:`marked_tf32`), so outputs stay fp32 and comparable with the CPU's; torch's
 process-wide switches (TF32, cuDNN's autotuner) are set for each run and put back after it
 (:func:`torch_flags`), so that an executor changes nothing for the rest of the process.
 
@@ -19,6 +20,7 @@ and :attr:`TorchExecutor.graph_refusal` says why it runs eagerly instead.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ import torch
 
 from gspo.errors import GspoError, first_line
 from gspo.ir import Graph
+from gspo.ir.metadata import metadata_value
 from gspo.runtime.bench import DeviceTime
 from gspo.runtime.cuda.common import CudaError
 from gspo.runtime.cuda.executor import PieceTime
@@ -36,7 +39,17 @@ from gspo.runtime.torchrt.convert import Fallback, Program, StepError, convert, 
 from gspo.runtime.torchrt.streams import CudaStreams, NullStreams
 from gspo.streams import Schedule
 
-__all__ = ["TorchConfig", "TorchExecutor", "torch_flags"]
+__all__ = ["TF32_MARK", "TorchConfig", "TorchExecutor", "marked_tf32", "torch_flags"]
+
+#: The metadata entry and value that mark a graph to run with TF32 matrix products (what
+#: :func:`gspo.precision.floats.with_tf32` writes; read here without importing the precision fit).
+TF32_MARK = ("gspo.precision", "tf32")
+
+
+def marked_tf32(graph: Graph) -> bool:
+    """Whether ``graph`` is marked to run with TF32 (:data:`TF32_MARK`): its executor lets matrix
+    products and convolutions round to TF32 around each of its runs (:func:`torch_flags`)."""
+    return metadata_value(graph, TF32_MARK[0]) == TF32_MARK[1]
 
 
 @dataclass(frozen=True)
@@ -82,6 +95,8 @@ class TorchExecutor:
 
     def __init__(self, graph: Graph, schedule: Schedule | None = None, config: TorchConfig = TorchConfig(),
                  one_stream: bool = False, streams=None):
+        if not config.tf32 and marked_tf32(graph):
+            config = dataclasses.replace(config, tf32=True)  # for this executor's runs only (torch_flags)
         self.graph, self.config = graph, config
         self.outputs = graph.output_names()
         self.plan = make_plan(graph, schedule or Schedule.single(graph))
