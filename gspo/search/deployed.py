@@ -7,7 +7,7 @@ the next one on a machine of few cores. But a user runs the input on onnxruntime
 models that is what wins: a CRNN's OpenVINO pick, 5% faster than the input without spinning,
 ran 1.22x slower than the input as installed (benchmarks/placement). So the confirmed pick is
 timed once more, against the input as installed (:func:`against_installed`), and written only
-when faster there beyond the noise; else the input is handed back unchanged.
+when faster there by the margin (by median); else the input is handed back unchanged.
 
 Like with like: each runs as it deploys. A pick on onnxruntime alone on one stream is a plain
 file, which onnxruntime (and ``gspo.InferenceSession``, at the thread count saved in it) runs
@@ -33,10 +33,10 @@ from gspo.runtime.session import AS_INSTALLED
 from gspo.runtime.settings import RunSettings
 from gspo.search.budget import Timebox
 from gspo.search.build_costs import BuildRates, build_ops
-from gspo.search.candidate import Candidate, Measured
+from gspo.search.candidate import Candidate
 from gspo.search.report import FinalChoice
 from gspo.search.report_parts import Confirmation
-from gspo.search.stats import rounds_faster, speed_verdict
+from gspo.search.stats import rounds_faster
 from gspo.search.threads import option_backend
 from gspo.search.trial import BURST_ROUNDS, Trial, burst_seconds
 
@@ -65,11 +65,17 @@ def installed_seconds(rates: BuildRates, graph: Graph, run_s: float) -> float:
 
 
 def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: Timebox | None = None) -> FinalChoice:
-    """``choice`` as it stands when its pick times faster than the input as installed beyond
-    the noise (``margin`` by median and the spread, or the sign test, as
-    :func:`~gspo.search.decide.confirmed` judges); else the input, the choice's confirmations
-    saying why (a timing ``budget`` cannot hold is skipped, and the budget says so). A choice
-    of the input itself stands as it is."""
+    """``choice`` as it stands when its pick times faster than the input as installed by
+    ``margin`` (by median); else the input, the choice's confirmations saying why (a timing
+    ``budget`` cannot hold is skipped, and the budget says so). A choice of the input itself
+    stands as it is.
+
+    The pick has already been confirmed faster than the input beyond the noise
+    (:func:`~gspo.search.decide.confirmed`); this check asks only that it is not slower than the
+    input as a user runs it, by median and the margin. Asking it to be faster beyond the noise
+    again, in this timing's few rounds of bursts, handed back a Llama-style decoder whose
+    OpenVINO pick was 13% faster than the input as installed (3.43 against 3.96 ms, 7 of 11
+    rounds) and 18% faster back to back (benchmarks/placement)."""
     pick = choice.best
     if pick.label == "original" or pick.timing is None:
         return choice
@@ -98,9 +104,8 @@ def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: 
             ex.close()
     if base.timing is None or mine.timing is None:
         return _input(choice, Confirmation(label, False, rejected=mine.rejected or base.rejected))
-    pair = [Measured(original.candidate, base.timing), mine]  # the input as installed, as "original"
     wins, rounds = rounds_faster(base.timing, mine.timing)
-    held = Confirmation(label, speed_verdict(pair, mine, margin)[2] == "faster", original_ms=base.median_s * 1e3,
+    held = Confirmation(label, mine.median_s < base.median_s * (1 - margin), original_ms=base.median_s * 1e3,
                         measured_ms=mine.median_s * 1e3, rounds_faster=[wins, rounds])
     if not held.confirmed:
         return _input(choice, held)
