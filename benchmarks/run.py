@@ -58,7 +58,7 @@ from gspo.runtime import (
 from gspo.search import optimize
 from gspo.search.backtrack import search
 from gspo.search.options import SearchOptions
-from gspo.search.deadline import Deadline
+from gspo.timing import Deadline
 from gspo.zoo import MODELS, build
 
 HERE = Path(__file__).resolve().parent

@@ -34,9 +34,9 @@ from gspo.ir import Graph, GraphError
 from gspo.ir.onnx_io import check_graph
 from gspo.rules import Rule, applicable
 from gspo.search.candidate import Candidate
-from gspo.search.deadline import Deadline
 from gspo.search.options import SearchOptions
 from gspo.streams import Schedule, assign_streams
+from gspo.timing import Deadline
 
 __all__ = ["Candidate", "SearchResult", "search", "joint_cost"]
 

@@ -13,7 +13,6 @@ from gspo.search.budget import Timebox
 from gspo.search.build_costs import build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured, baseline_refusal, estimated_cost
 from gspo.search.config import OptimizeError
-from gspo.search.deadline import Deadline
 from gspo.search.deployed import against_installed, installed_seconds
 from gspo.search.prepared import Prepared
 from gspo.search.report import FinalChoice
@@ -31,6 +30,7 @@ from gspo.search.trial import (
     burst_seconds,
     sample_seconds,
 )
+from gspo.timing import Deadline
 
 __all__ = ["CONTENDERS", "by_promise", "choose_final", "confirmed", "final_seconds", "original_seconds"]
 

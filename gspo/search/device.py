@@ -30,9 +30,9 @@ from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.runtime import runtime_version
 from gspo.search.candidate import Candidate, distinct
-from gspo.search.deadline import Deadline
 from gspo.search.report_parts import DeviceReport, Fallback, PlacementReport
 from gspo.search.threads import thread_options
+from gspo.timing import Deadline
 
 __all__ = ["CUDA_STREAMS", "CpuDevice", "CudaDevice", "Device", "Placer", "device_of", "newest_gpu_profile"]
 

@@ -16,7 +16,6 @@ from gspo.runtime.backends import DEFAULT_BACKEND
 from gspo.search.budget import Timebox
 from gspo.search.candidate import Candidate, Measured, baseline_refusal, distinct, estimated_cost
 from gspo.search.config import OptimizeConfig
-from gspo.search.deadline import Deadline
 from gspo.search.pool import PieceSearch
 from gspo.search.prepared import Prepared
 from gspo.search.report_parts import PieceCandidate, PieceReport
@@ -24,6 +23,7 @@ from gspo.search.stats import pick
 from gspo.search.strategies import Strategies
 from gspo.search.trial import ReferenceError_, Trial
 from gspo.streams import assign_streams
+from gspo.timing import Deadline
 
 __all__ = ["Boundary", "VerifiedPieces", "verify_pieces"]
 

@@ -14,9 +14,9 @@ from multiprocessing.connection import wait
 from gspo.ir import Graph
 from gspo.search.backtrack import joint_cost, search
 from gspo.search.candidate import Candidate
-from gspo.search.deadline import Deadline
 from gspo.search.options import SearchOptions
 from gspo.streams import Schedule
+from gspo.timing import Deadline
 
 __all__ = ["PieceSearch", "search_pieces", "GRACE_S"]
 

@@ -22,8 +22,8 @@ from gspo.runtime.settings import (
     with_settings,
 )
 from gspo.search.candidate import Candidate
-from gspo.search.deadline import Deadline
 from gspo.search.report_parts import SettingsReport
+from gspo.timing import Deadline
 
 __all__ = ["MAX_SESSION_BYTES", "THREADED_BACKENDS", "option_backend", "session_bytes", "settled", "settings_report",
            "thread_options"]

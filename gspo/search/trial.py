@@ -35,10 +35,10 @@ from gspo.runtime.verify import Tolerance, output_steps
 from gspo.search.budget import Timebox
 from gspo.search.build_costs import BuildRates, build_depth, build_ops, weight_bytes
 from gspo.search.candidate import Candidate, Measured
-from gspo.search.deadline import Deadline
 from gspo.search.judge import Judge, Verdict, judge_of
 from gspo.search.strategies import Measure
 from gspo.streams import Placement, Schedule
+from gspo.timing import Deadline
 
 __all__ = ["BURST_CALLS", "BURST_PAUSE_S", "BURST_ROUNDS", "CONFIRM_MAX_ROUNDS", "CONFIRM_ROUNDS", "MIN_ROUNDS",
            "ReferenceError_", "Trial", "WARMUP_ROUNDS", "build_seconds", "burst_seconds", "sample_seconds"]

@@ -21,12 +21,12 @@ from gspo.search import optimize
 from gspo.search.budget import Shares, Timebox
 from gspo.search.build_costs import BUILD_FLOOR, PRIOR_RATES, QUADRATIC, BuildRates
 from gspo.search.candidate import Candidate
-from gspo.search.deadline import Deadline
 from gspo.search.placement import time_pieces
 from gspo.search.report_parts import Skip
 from gspo.search.strategies import Strategies
 from gspo.search.trial import Trial
 from gspo.streams import Placement
+from gspo.timing import Deadline
 from tests.search.fakes import FakeClock, ScriptedTimings
 
 

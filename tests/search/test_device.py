@@ -308,8 +308,8 @@ def test_the_cpu_places_and_threads_the_whole_model_a_gpu_takes_it_as_it_is():
     on the other backends and adds each option at the thread counts worth trying, and keeps time
     for them; a GPU takes the pool as it is and keeps only the final comparison's share."""
     from gspo.runtime.settings import thread_counts
-    from gspo.search.deadline import Deadline
     from gspo.search.report_parts import PlacementReport
+    from gspo.timing import Deadline
 
     g = branchy()
     pool = [Candidate(g, label="original", kind="original")]

@@ -16,9 +16,9 @@ import gspo.search.prepare as prepare_mod
 from gspo.cli import cli
 from gspo.ir.onnx_io import from_model
 from gspo.runtime.inputs import InputsOutOfTime, random_input_sets, random_inputs
-from gspo.search.deadline import Deadline
 from gspo.search.driver import optimize
 from gspo.search.strategies import Strategies
+from gspo.timing import Deadline
 from tests.helpers import relu_model
 from tests.search.fakes import FakeClock, ScriptedTimings
 

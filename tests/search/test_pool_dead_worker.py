@@ -14,9 +14,9 @@ from gspo.costmodel import CostModel, load_profile
 from gspo.partition import partition
 from gspo.search.backtrack import search
 from gspo.search.config import OptimizeConfig
-from gspo.search.deadline import Deadline
 from gspo.search.driver import resolved
 from gspo.search.pool import search_pieces
+from gspo.timing import Deadline
 from gspo.zoo import build
 
 

@@ -14,8 +14,8 @@ from gspo.runtime import verify
 from gspo.runtime.verify import Tolerance
 from gspo.search import OptimizeError, SearchOptions, optimize, search
 from gspo.search.backtrack import COST_ERROR
-from gspo.search.deadline import Deadline
 from gspo.search.strategies import Strategies
+from gspo.timing import Deadline
 from gspo.zoo import build
 from tests.search.fakes import FakeClock
 

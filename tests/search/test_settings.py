@@ -14,7 +14,6 @@ from gspo.runtime import CpuExecutor, random_inputs
 from gspo.runtime.settings import SETTINGS_KEY, RunSettings, saved_settings, with_settings
 from gspo.search import optimize
 from gspo.search.candidate import Candidate
-from gspo.search.deadline import Deadline
 from gspo.search.strategies import Strategies
 from gspo.search.threads import (
     option_backend,
@@ -24,6 +23,7 @@ from gspo.search.threads import (
     thread_options,
 )
 from gspo.streams import Placement, Schedule, node_id
+from gspo.timing import Deadline
 from gspo.zoo import build
 from tests.helpers import branchy
 from tests.search.fakes import ScriptedTimings

@@ -11,9 +11,9 @@ from gspo import ir
 from gspo.ir import Attr
 from gspo.runtime import CpuExecutor, Timing, random_inputs
 from gspo.search.candidate import Candidate, Measured
-from gspo.search.deadline import Deadline
 from gspo.search.stats import PAIRED_ALPHA, pick, rounds_faster, sign_test
 from gspo.search.trial import ReferenceError_, Trial
+from gspo.timing import Deadline
 
 
 def _relu(times: int = 1):
