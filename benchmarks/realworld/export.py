@@ -121,11 +121,14 @@ def _token_inputs(vocab, batch=1, seq=SEQ):
     return ids, mask
 
 
-def hf_bert():
+def hf_bert(full=False):
+    """BERT (4 layers, hidden 256; ``full``: BERT-base as transformers configures it, 12 layers,
+    hidden 768, 30522 tokens, 110M parameters)."""
     from transformers import BertConfig, BertModel
 
-    cfg = BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                     intermediate_size=1024, max_position_embeddings=512, type_vocab_size=2)
+    cfg = BertConfig() if full else BertConfig(vocab_size=8000, hidden_size=256, num_hidden_layers=4,
+                                               num_attention_heads=4, intermediate_size=1024,
+                                               max_position_embeddings=512, type_vocab_size=2)
     m = BertModel(cfg).eval()
     ids, mask = _token_inputs(cfg.vocab_size)
     types = torch.zeros_like(ids)
@@ -183,13 +186,16 @@ def hf_gpt2():
     return _decoder(GPT2Model(cfg).eval(), cfg.vocab_size)
 
 
-def hf_gpt2_kv(layers=4, past=127):
+def hf_gpt2_kv(layers=4, past=127, full=False):
     """GPT-2 as a decoding step is exported: one new token, each layer's cached keys and values
-    in (``past`` earlier tokens), the hidden state and the grown cache out."""
+    in (``past`` earlier tokens), the hidden state and the grown cache out (``full``: GPT-2 small
+    as transformers configures it, 12 layers, hidden 768, 124M parameters)."""
     from transformers import DynamicCache, GPT2Config, GPT2Model
 
-    cfg = GPT2Config(vocab_size=8000, n_embd=256, n_layer=layers, n_head=4, n_positions=512, bos_token_id=0,
-                     eos_token_id=0)
+    if full:
+        layers = 12
+    cfg = GPT2Config() if full else GPT2Config(vocab_size=8000, n_embd=256, n_layer=layers, n_head=4,
+                                               n_positions=512, bos_token_id=0, eos_token_id=0)
     m = GPT2Model(cfg).eval()
     ids = _token_inputs(cfg.vocab_size, seq=1)[0]
     kv = tuple(torch.randn(1, cfg.n_head, past, cfg.n_embd // cfg.n_head) for _ in range(2 * layers))
@@ -212,6 +218,25 @@ def hf_gpt2_kv(layers=4, past=127):
     names = [f"past_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
     return Wrap().eval(), (ids, *kv), ["input_ids", *names], ["last_hidden_state", *[n.replace("past", "present")
                                                                                         for n in names]]
+
+
+def hf_vit():
+    """ViT-B/16 as transformers configures it (224 px, 12 layers, hidden 768, 86M parameters), the
+    last hidden state and the pooled output."""
+    from transformers import ViTConfig, ViTModel
+
+    m = ViTModel(ViTConfig()).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, pixel_values):
+            out = self.m(pixel_values=pixel_values)
+            return out.last_hidden_state, out.pooler_output
+
+    return Wrap().eval(), (_image(),), ["pixel_values"], ["last_hidden_state", "pooler_output"]
 
 
 def hf_llama():
@@ -397,6 +422,12 @@ CORPUS: list[Entry] = [
           timm_model("hrnet_w18_small")),
     Entry("t5_encoder", "transformers T5EncoderModel (4 layers, d_model 256)", "torchscript", hf_t5_encoder),
     Entry("whisper_encoder", "transformers WhisperEncoder (4 layers, d_model 256)", "torchscript", hf_whisper_encoder),
+    # full size, as the models people quantize are (the precision benchmark's large rows)
+    Entry("bert_base", "transformers BertModel, BERT-base (12 layers, hidden 768), sequence 128", "torchscript",
+          lambda: hf_bert(full=True)),
+    Entry("vit_b16", "transformers ViTModel, ViT-B/16 (12 layers, hidden 768), 224 px", "torchscript", hf_vit),
+    Entry("gpt2_kv_small", "transformers GPT2Model, GPT-2 small (12 layers, hidden 768), one decoding step with a "
+          "KV cache of 127 tokens", "torchscript", lambda: hf_gpt2_kv(full=True)),
     Entry("crnn", "CRNN text recognizer (conv + BiLSTM + CTC head)", "torchscript", crnn, {"image": {0: "batch"}}),
     Entry("vad_gru", "voice-activity detector (GRU)", "torchscript", vad_gru),
     # control flow, scripted: an If on an input's value, a Loop over a dynamic axis
