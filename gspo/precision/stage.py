@@ -134,8 +134,9 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
     base = plain(fp32)
     out.pieces = Pieces.of(base, cfg.search.threshold)
     say("calibrating")
-    found, out.notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, out.skips))
-    found = [dataclasses.replace(k, cost=_cost(k, base, ref)) for k in found]
+    found, out.notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, out.skips),
+                             calibration=data.calibration)
+    found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref)) for k in found]
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
     out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, out.errors),
                            fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
@@ -186,22 +187,41 @@ def _ranges(base: Graph, data, ref, deadline: Deadline | None, skips: list[Skip]
 
 
 def _cost(kind, base: Graph, ref) -> float:
-    """Seconds one judgment of ``kind`` is estimated to take: quantizing the model (int8:
-    :data:`~gspo.precision.reference.QUANTIZE_S_PER_BYTE` of its weights), its session (on
-    OpenVINO, :data:`~gspo.precision.reference.OPENVINO_SESSION_S` more), a run of the data."""
+    """Seconds one judgment of ``kind`` is estimated to take: building it (quantizing the model
+    again for dynamic int8: :data:`~gspo.precision.reference.QUANTIZE_S_PER_BYTE` of its weights;
+    the kinds quantized once only strip a copy of it, :attr:`~gspo.precision.kind.Kind.first`),
+    its session (on OpenVINO, :data:`~gspo.precision.reference.OPENVINO_SESSION_S` more), a run
+    of the data."""
     from gspo.precision.reference import OPENVINO_SESSION_S, QUANTIZE_S_PER_BYTE, weight_bytes
 
-    build = QUANTIZE_S_PER_BYTE * weight_bytes(base) if kind.precision == "int8" else 0.0
+    again = kind.precision == "int8" and not kind.first
+    build = QUANTIZE_S_PER_BYTE * weight_bytes(base) if again else 0.0
     return ref.judgment_s(build) + (OPENVINO_SESSION_S if kind.backend.startswith("openvino") else 0.0)
 
 
+def _once(kind, base: Graph, ref) -> float:
+    """Seconds of what the first build of ``kind`` does once (:attr:`~gspo.precision.kind.Kind.first`):
+    onnxruntime's static quantization of the model (as one of dynamic int8's judgments), NNCF's
+    (:func:`~gspo.precision.nncf_int8.nncf_seconds`), or nothing."""
+    from gspo.precision.reference import QUANTIZE_S_PER_BYTE, weight_bytes
+
+    if kind.first == "quantize":
+        return QUANTIZE_S_PER_BYTE * weight_bytes(base)
+    if kind.first == "nncf":
+        from gspo.precision.nncf_int8 import nncf_seconds
+
+        return nncf_seconds(weight_bytes(base), len(ref.data.calibration), ref)
+    return 0.0
+
+
 def _first_cost(kind) -> float:
-    """Seconds the first judgment of ``kind`` is estimated to take: with static int8 on OpenVINO,
-    its probe's compile in a process of its own (:data:`~gspo.precision.reference.PROBE_S`) too."""
+    """Seconds the first judgment of ``kind`` is estimated to take: its :attr:`~gspo.precision.kind.Kind.cost`,
+    the work done once (:attr:`~gspo.precision.kind.Kind.once`: the quantization) and, with int8
+    on OpenVINO, its probe's compile in a process of its own (:data:`~gspo.precision.reference.PROBE_S`)."""
     from gspo.precision.reference import PROBE_S
 
     probe = kind.precision == "int8" and kind.backend.startswith("openvino")
-    return kind.cost + (PROBE_S if probe else 0.0)
+    return kind.cost + kind.once + (PROBE_S if probe else 0.0)
 
 
 def _fp32_accuracy(fp32: Graph, source: Graph, ref, budget: ErrorBudget, deadline: Deadline | None,

@@ -6,8 +6,10 @@ others stay fp32) into a graph with, where needed, a placement:
 * ``bf16`` on ``openvino:bf16``: the graph as it is, its reduced pieces' ops placed on OpenVINO at
   bf16 inference precision and the others on OpenVINO at f32;
 * ``int8`` (static QDQ, ranges from the calibration data): a standard ONNX file, run on
-  onnxruntime or, placed whole, on OpenVINO in two forms (:data:`OPENVINO_FORMS`); the fastest
-  kind that holds the budget is found by timing;
+  onnxruntime or, placed whole, on OpenVINO in two forms (:data:`OPENVINO_FORMS`) and as NNCF
+  quantizes it (:mod:`gspo.precision.nncf_int8`); the fastest kind that holds the budget is found
+  by timing. Each is quantized once, at its first build, and each build puts the pieces left at
+  fp32 back in float (:func:`~gspo.precision.qdq.keep_float`), instead of quantizing again;
 * ``int8-dynamic`` (onnxruntime's dynamic quantization of MatMul/Gemm weights) on onnxruntime;
 * when both are asked, static int8 on OpenVINO with *the rest at bf16*: the QDQ model placed whole
   on OpenVINO at bf16 inference precision, so the pieces left unquantized run at bf16, not fp32
@@ -27,7 +29,8 @@ from gspo.runtime.backends import backend_status
 from gspo.runtime.openvino import openvino_probe
 from gspo.streams import Placement, node_id
 
-__all__ = ["PRECISIONS", "TORCH", "Kind", "cpu_kinds", "keeping_f32", "kinds", "plain", "with_placement"]
+__all__ = ["OPENVINO_FORMS", "PRECISIONS", "TORCH", "Kind", "cpu_kinds", "keeping_f32", "kinds", "openvino_quantized",
+           "openvino_static", "plain", "probed_build", "quantized_once", "with_placement"]
 
 #: The backend name the kinds of the torch runtime run on (``--device cuda --cuda-runtime torch``).
 TORCH = "torch"
@@ -60,17 +63,39 @@ def _bf16(graph: Graph) -> Kind:
     return Kind("bf16 on openvino", "bf16", "openvino:bf16", lambda ops: bool(ops), build)
 
 
+def quantized_once(make: Callable[[], Graph]) -> Callable[[], Graph]:
+    """``make()`` run at the first call only, its graph (or its :class:`GspoError`) given again at
+    every later one: the model is quantized once per kind, however many judgments build it."""
+    done: list = []
+
+    def once() -> Graph:
+        if not done:
+            try:
+                done.append(make())
+            except GspoError as e:
+                done.append(e)
+        if isinstance(done[0], GspoError):
+            raise GspoError(str(done[0]))
+        return done[0]
+
+    return once
+
+
 def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable: Collection[str]) -> Kind:
-    """Static int8 on onnxruntime: the QDQ form of onnxruntime's default op types."""
+    """Static int8 on onnxruntime: the QDQ form of onnxruntime's default op types, the model
+    quantized once (at the first build) and the pieces left fp32 put back in float by
+    :func:`~gspo.precision.qdq.keep_float` at each build."""
+    from gspo.precision.qdq import keep_float
     from gspo.runtime.quantize import quantize_static
 
     ids = [node_id(n) for n in graph.nodes]
+    full = quantized_once(lambda: quantize_static(graph, ranges))
 
     def build(reduced: frozenset[str]) -> Graph:
-        q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced])
-        return with_placement(q, None)
+        return with_placement(keep_float(full(), graph, [op for op in ids if op not in reduced]), None)
 
-    return Kind("int8 on onnxruntime", "int8", "ort", lambda ops: any(op in quantizable for op in ops), build)
+    return Kind("int8 on onnxruntime", "int8", "ort", lambda ops: any(op in quantizable for op in ops), build,
+                first="quantize")
 
 
 #: The QDQ forms static int8 on OpenVINO is built in: (kind name, op types, whether biases are
@@ -87,41 +112,59 @@ OPENVINO_FORMS = (("int8 on openvino", "default", True), ("int8 on openvino, Con
 
 
 def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], form: str = "default",
-                    probe: Callable[[bytes], str | None] = openvino_probe, rest: str = "fp32") -> Kind:
+                    probe: Callable[[bytes], str | None] = openvino_probe, rest: str = "fp32",
+                    quantized: Callable[[], Graph] | None = None) -> Kind:
     """Static int8 on OpenVINO in one of :data:`OPENVINO_FORMS`, the unquantized pieces at ``rest``
-    (fp32, or bf16: the model placed on OpenVINO at bf16 inference precision). Before the fit
-    builds anything, the model with every candidate quantized is compiled in a process of its own
-    (``probe``): a compile that crashes or refuses means the kind cannot be built, with OpenVINO's
-    reason."""
-    from gspo.runtime.quantize import (
-        STATIC_OP_TYPES,
-        WEIGHTED_OP_TYPES,
-        quantizable,
-        quantize_static,
-    )
+    (fp32, or bf16: the model placed on OpenVINO at bf16 inference precision). The model is
+    quantized once, at the first build (``quantized``: that quantization, shared by the kinds of
+    one form; default: the kind's own), and each build puts the pieces left unquantized back in
+    float (:func:`~gspo.precision.qdq.keep_float`). Before the first build, the model with every
+    candidate quantized is compiled in a process of its own (``probe``): a compile that crashes or
+    refuses means the kind cannot be built, with OpenVINO's reason."""
+    from gspo.runtime.quantize import STATIC_OP_TYPES, WEIGHTED_OP_TYPES, quantizable
 
-    name, _, bias = next(f for f in OPENVINO_FORMS if f[1] == form)
+    name, _, _ = next(f for f in OPENVINO_FORMS if f[1] == form)
+    nodes = set(quantizable(graph, STATIC_OP_TYPES if form == "default" else WEIGHTED_OP_TYPES, outputs=False))
+    backend = "openvino:bf16" if rest == "bf16" else "openvino"
+    name += ", the rest at bf16" if rest == "bf16" else ""
+    build = probed_build(graph, quantized or openvino_quantized(graph, ranges, form), probe, backend)
+    return Kind(name, "int8", backend, lambda ops: any(op in nodes for op in ops), build, rest, first="quantize")
+
+
+def openvino_quantized(graph: Graph, ranges: Mapping[str, tuple[float, float]], form: str) -> Callable[[], Graph]:
+    """The model quantized once in the QDQ form ``form`` of :data:`OPENVINO_FORMS` (at the first
+    call: :func:`quantized_once`)."""
+    from gspo.runtime.quantize import STATIC_OP_TYPES, WEIGHTED_OP_TYPES, quantize_static
+
+    _, _, bias = next(f for f in OPENVINO_FORMS if f[1] == form)
     op_types = STATIC_OP_TYPES if form == "default" else WEIGHTED_OP_TYPES
-    nodes = set(quantizable(graph, op_types, outputs=False))
+    return quantized_once(lambda: quantize_static(graph, ranges, op_types=op_types, quantize_bias=bias,
+                                                  quantize_outputs=False))
+
+
+def probed_build(graph: Graph, quantized: Callable[[], Graph], probe: Callable[[bytes], str | None],
+                 backend: str) -> Callable[[frozenset[str]], Graph]:
+    """``build(reduced)`` of an int8 kind placed whole on OpenVINO (``backend``): the QDQ model
+    ``quantized()`` (every candidate quantized) compiled once by ``probe`` before anything is
+    built (its refusal, or the quantization's error, raised at every build), then the nodes of
+    ``graph`` not in ``reduced`` put back in float (:func:`~gspo.precision.qdq.keep_float`)."""
+    from gspo.precision.qdq import keep_float
+
     ids = [node_id(n) for n in graph.nodes]
     refused: list[str | None] = []  # OpenVINO's reason, once probed (None: it compiles)
 
     def build(reduced: frozenset[str]) -> Graph:
         if not refused:
             try:
-                refused.append(probe(serialize(quantize_static(graph, ranges, op_types=op_types, quantize_bias=bias,
-                                                               quantize_outputs=False))))
+                refused.append(probe(serialize(quantized())))
             except GspoError as e:
                 refused.append(str(e))
         if refused[0]:
             raise GspoError(refused[0])
-        q = quantize_static(graph, ranges, exclude=[op for op in ids if op not in reduced], op_types=op_types,
-                            quantize_bias=bias, quantize_outputs=False)
+        q = keep_float(quantized(), graph, [op for op in ids if op not in reduced])
         return with_placement(q, Placement.whole(q, backend))
 
-    backend = "openvino:bf16" if rest == "bf16" else "openvino"
-    name += ", the rest at bf16" if rest == "bf16" else ""
-    return Kind(name, "int8", backend, lambda ops: any(op in nodes for op in ops), build, rest)
+    return build
 
 
 def keeping_f32(kind: Kind, ops: frozenset[str]) -> Kind:
@@ -134,6 +177,19 @@ def keeping_f32(kind: Kind, ops: frozenset[str]) -> Kind:
         return with_placement(graph, Placement.of(where))
 
     return dataclasses.replace(kind, build=build)
+
+
+def _nncf(graph: Graph, calibration: Sequence[Mapping], probe: Callable[[bytes], str | None],
+          notes: list[str]) -> list[Kind]:
+    """The NNCF kind where nncf is installed and there are calibration samples (else a note)."""
+    from gspo.precision import nncf_int8
+
+    if not calibration:
+        return []
+    if not nncf_int8.nncf_available():
+        notes.append(nncf_int8.MISSING)
+        return []
+    return [nncf_int8.nncf_kind(graph, calibration, probe)]
 
 
 def _probed_once(probe: Callable[[bytes], str | None]) -> Callable[[bytes], str | None]:
@@ -164,7 +220,8 @@ def _dynamic(graph: Graph, matmuls: Collection[str]) -> Kind:
 
 def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
           ranges: Callable[[], Mapping[str, tuple[float, float]]],
-          probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
+          probe: Callable[[bytes], str | None] = openvino_probe,
+          calibration: Sequence[Mapping] = ()) -> tuple[list[Kind], list[str]]:
     """The kinds ``precisions`` ask for that can run here with ``backends``, and a line for each
     that cannot (why). With :data:`TORCH` among ``backends`` (``--device cuda --cuda-runtime
     torch``: the whole model runs there) the kinds are the torch runtime's fp16, bf16 and tf32
@@ -181,17 +238,20 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
 
     gpu = [f"{p}: a GPU kind (--device cuda --cuda-runtime torch); not on the cpu device"
            for p in dict.fromkeys(precisions) if p in GPU_PRECISIONS]
-    found, notes = cpu_kinds(graph, precisions, backends, ranges, probe)
+    found, notes = cpu_kinds(graph, precisions, backends, ranges, probe, calibration)
     return found, gpu + notes
 
 
 def cpu_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
               ranges: Callable[[], Mapping[str, tuple[float, float]]],
-              probe: Callable[[bytes], str | None] = openvino_probe) -> tuple[list[Kind], list[str]]:
+              probe: Callable[[bytes], str | None] = openvino_probe,
+              calibration: Sequence[Mapping] = ()) -> tuple[list[Kind], list[str]]:
     """The CPU's kinds ``precisions`` ask for that can run here with ``backends``, and a line for
     each that cannot (why). ``ranges()`` computes the activation ranges (only when int8 is asked;
     ``None``: the time budget cannot hold it, and no static int8 kind is made);
-    ``probe`` compiles a model on OpenVINO in a process of its own."""
+    ``probe`` compiles a model on OpenVINO in a process of its own; ``calibration``: the
+    calibration samples NNCF quantizes with (:mod:`gspo.precision.nncf_int8`; none: no NNCF kind).
+    With OpenVINO, the NNCF kind comes first among the int8 kinds placed on it."""
     from gspo.runtime.quantize import dynamic_quantizable, int8_note, quantizable
 
     out: list[Kind] = []
@@ -218,8 +278,11 @@ def cpu_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
             out += [_static(graph, found, q)] if "ort" in backends else []
             rests = ("fp32", "bf16") if any(k.precision == "bf16" for k in out) else ("fp32",)
             probe = _probed_once(probe)
-            out += [openvino_static(graph, found, form, probe, rest) for rest in rests for _, form, _ in OPENVINO_FORMS
-                    if "openvino" in backends]
+            if "openvino" in backends:
+                out += _nncf(graph, calibration, probe, notes)
+                once = {form: openvino_quantized(graph, found, form) for _, form, _ in OPENVINO_FORMS}
+                out += [openvino_static(graph, found, form, probe, rest, once[form]) for rest in rests
+                        for _, form, _ in OPENVINO_FORMS]
         if matmuls:
             out.append(_dynamic(graph, matmuls))
         elif q:
