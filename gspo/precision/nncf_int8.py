@@ -12,7 +12,7 @@ against 7.00 ms at f32, nmse 6.5e-5 and 1.6e-4 on its two outputs.
 The kind is built as the static kinds are: the model quantized once, at the first build; each
 build puts the pieces left at fp32 back in float (:func:`~gspo.precision.qdq.keep_float`), and
 the model is placed whole on OpenVINO, probed in a process of its own once before anything is
-built (:func:`~gspo.precision.variants.probed_build`).
+built (:func:`~gspo.precision.qdq.probed_build`).
 
 Notes:
     Determinism: NNCF takes the first ``subset_size`` samples (all of them here) in order and
@@ -156,7 +156,7 @@ def nncf_kind(graph: Graph, samples: Sequence[Mapping[str, np.ndarray]],
     (:func:`nncf_quantize`) on the calibration ``samples`` at its first build, probed once on
     OpenVINO (``probe``), each build keeping the pieces left fp32 in float and placed whole on
     OpenVINO. It touches the pieces NNCF is expected to quantize (:func:`_touchable`)."""
-    from gspo.precision.variants import probed_build, quantized_once
+    from gspo.precision.qdq import probed_build, quantized_once
 
     transformer = has_attention(graph)
     nodes = _touchable(graph, transformer)

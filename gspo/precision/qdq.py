@@ -27,6 +27,11 @@ Notes:
     Cost: one pass over the nodes and the inputs of the kept ones (no weight is read); the
     weights the kept nodes need in float are the fp32 graph's, referenced, not copied.
 
+    A kind quantizes once (:func:`quantized_once`, at its first build) and strips at each build;
+    one placed whole on OpenVINO compiles the fully quantized model apart first
+    (:func:`probed_build`). The kind holds the fully quantized graph as long as it lives (its
+    int8 weights, a quarter of the fp32 ones, and their scales).
+
 Example:
     >>> from gspo.ir.builder import GraphBuilder
     >>> from gspo.runtime import random_inputs
@@ -46,14 +51,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from gspo.errors import GspoError
 from gspo.ir.graph import Graph, Node, fresh_name, toposort
 from gspo.ir.weights import Init, Weight, WeightStore
-from gspo.streams import node_id
+from gspo.streams import Placement, node_id
 
-__all__ = ["keep_float"]
+__all__ = ["keep_float", "probed_build", "quantized_once"]
 
 #: Activations a quantizer may remove, the quantized producer writing their output (clamped by
 #: the output's Q/DQ) in their place: onnxruntime's ``QDQRemovableActivation``.
@@ -259,3 +264,55 @@ def _store(own: WeightStore, base: WeightStore, added: Mapping[str, Weight], kep
             contents.setdefault(i.name, i.content)
         weights[name] = w
     return WeightStore(tensors, base.base_dir), weights
+
+
+def quantized_once(make: Callable[[], Graph]) -> Callable[[], Graph]:
+    """``make()`` run at the first call only, its graph (or its :class:`GspoError`) given again at
+    every later one: the model is quantized once per kind, however many judgments build it."""
+    done: list = []
+
+    def once() -> Graph:
+        if not done:
+            try:
+                done.append(make())
+            except GspoError as e:
+                done.append(e)
+        if isinstance(done[0], GspoError):
+            raise GspoError(str(done[0]))
+        return done[0]
+
+    return once
+
+
+def probed_build(graph: Graph, quantized: Callable[[], Graph], probe: Callable[[bytes], str | None],
+                 backend: str) -> Callable[[frozenset[str]], Graph]:
+    """``build(reduced)`` of an int8 kind placed whole on OpenVINO (``backend``): the QDQ model
+    ``quantized()`` (every candidate quantized) compiled once by ``probe`` before anything is
+    built (its refusal, or the quantization's error, raised at every build), then the nodes of
+    ``graph`` not in ``reduced`` put back in float (:func:`~gspo.precision.qdq.keep_float`)."""
+    from gspo.ir import serialize
+
+    ids = [node_id(n) for n in graph.nodes]
+    refused: list[str | None] = []  # OpenVINO's reason, once probed (None: it compiles)
+
+    def build(reduced: frozenset[str]) -> Graph:
+        if not refused:
+            try:
+                refused.append(probe(serialize(quantized())))
+            except GspoError as e:
+                refused.append(str(e))
+        if refused[0]:
+            raise GspoError(refused[0])
+        q = keep_float(quantized(), graph, [op for op in ids if op not in reduced])
+        return _placed_whole(q, backend)
+
+    return build
+
+
+def _placed_whole(graph: Graph, backend: str) -> Graph:
+    """``graph`` placed whole on ``backend``, the placement saved in it (as
+    :func:`~gspo.precision.variants.with_placement` saves one)."""
+    import json
+
+    text = json.dumps(Placement.whole(graph, backend).to_json(), sort_keys=True)
+    return dataclasses.replace(graph, extras=dataclasses.replace(graph.extras, placement=text))

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from gspo.errors import GspoError
-from gspo.ir import Graph, serialize
+from gspo.ir import Graph
 from gspo.precision import PRECISIONS
 from gspo.precision.kind import Kind
 from gspo.runtime.backends import backend_status
@@ -30,7 +30,7 @@ from gspo.runtime.openvino import openvino_probe
 from gspo.streams import Placement, node_id
 
 __all__ = ["OPENVINO_FORMS", "PRECISIONS", "TORCH", "Kind", "cpu_kinds", "keeping_f32", "kinds", "openvino_quantized",
-           "openvino_static", "plain", "probed_build", "quantized_once", "with_placement"]
+           "openvino_static", "plain", "with_placement"]
 
 #: The backend name the kinds of the torch runtime run on (``--device cuda --cuda-runtime torch``).
 TORCH = "torch"
@@ -63,29 +63,11 @@ def _bf16(graph: Graph) -> Kind:
     return Kind("bf16 on openvino", "bf16", "openvino:bf16", lambda ops: bool(ops), build)
 
 
-def quantized_once(make: Callable[[], Graph]) -> Callable[[], Graph]:
-    """``make()`` run at the first call only, its graph (or its :class:`GspoError`) given again at
-    every later one: the model is quantized once per kind, however many judgments build it."""
-    done: list = []
-
-    def once() -> Graph:
-        if not done:
-            try:
-                done.append(make())
-            except GspoError as e:
-                done.append(e)
-        if isinstance(done[0], GspoError):
-            raise GspoError(str(done[0]))
-        return done[0]
-
-    return once
-
-
 def _static(graph: Graph, ranges: Mapping[str, tuple[float, float]], quantizable: Collection[str]) -> Kind:
     """Static int8 on onnxruntime: the QDQ form of onnxruntime's default op types, the model
     quantized once (at the first build) and the pieces left fp32 put back in float by
     :func:`~gspo.precision.qdq.keep_float` at each build."""
-    from gspo.precision.qdq import keep_float
+    from gspo.precision.qdq import keep_float, quantized_once
     from gspo.runtime.quantize import quantize_static
 
     ids = [node_id(n) for n in graph.nodes]
@@ -121,6 +103,7 @@ def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], for
     float (:func:`~gspo.precision.qdq.keep_float`). Before the first build, the model with every
     candidate quantized is compiled in a process of its own (``probe``): a compile that crashes or
     refuses means the kind cannot be built, with OpenVINO's reason."""
+    from gspo.precision.qdq import probed_build
     from gspo.runtime.quantize import STATIC_OP_TYPES, WEIGHTED_OP_TYPES, quantizable
 
     name, _, _ = next(f for f in OPENVINO_FORMS if f[1] == form)
@@ -133,38 +116,14 @@ def openvino_static(graph: Graph, ranges: Mapping[str, tuple[float, float]], for
 
 def openvino_quantized(graph: Graph, ranges: Mapping[str, tuple[float, float]], form: str) -> Callable[[], Graph]:
     """The model quantized once in the QDQ form ``form`` of :data:`OPENVINO_FORMS` (at the first
-    call: :func:`quantized_once`)."""
+    call: :func:`~gspo.precision.qdq.quantized_once`)."""
+    from gspo.precision.qdq import quantized_once
     from gspo.runtime.quantize import STATIC_OP_TYPES, WEIGHTED_OP_TYPES, quantize_static
 
     _, _, bias = next(f for f in OPENVINO_FORMS if f[1] == form)
     op_types = STATIC_OP_TYPES if form == "default" else WEIGHTED_OP_TYPES
     return quantized_once(lambda: quantize_static(graph, ranges, op_types=op_types, quantize_bias=bias,
                                                   quantize_outputs=False))
-
-
-def probed_build(graph: Graph, quantized: Callable[[], Graph], probe: Callable[[bytes], str | None],
-                 backend: str) -> Callable[[frozenset[str]], Graph]:
-    """``build(reduced)`` of an int8 kind placed whole on OpenVINO (``backend``): the QDQ model
-    ``quantized()`` (every candidate quantized) compiled once by ``probe`` before anything is
-    built (its refusal, or the quantization's error, raised at every build), then the nodes of
-    ``graph`` not in ``reduced`` put back in float (:func:`~gspo.precision.qdq.keep_float`)."""
-    from gspo.precision.qdq import keep_float
-
-    ids = [node_id(n) for n in graph.nodes]
-    refused: list[str | None] = []  # OpenVINO's reason, once probed (None: it compiles)
-
-    def build(reduced: frozenset[str]) -> Graph:
-        if not refused:
-            try:
-                refused.append(probe(serialize(quantized())))
-            except GspoError as e:
-                refused.append(str(e))
-        if refused[0]:
-            raise GspoError(refused[0])
-        q = keep_float(quantized(), graph, [op for op in ids if op not in reduced])
-        return with_placement(q, Placement.whole(q, backend))
-
-    return build
 
 
 def keeping_f32(kind: Kind, ops: frozenset[str]) -> Kind:

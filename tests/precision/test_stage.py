@@ -236,3 +236,30 @@ def test_the_first_timing_is_cut_to_the_rounds_the_budget_holds_or_skipped():
     assert timing_runs(3, ref, 100.0) == 20  # all the rounds
     assert timing_runs(3, ref, 8.0) == 13  # 3 + 16 * 0.3 = 7.8 s
     assert timing_runs(3, ref, 5.99) is None and timing_runs(3, ref, 6.01) == MIN_TIMING_RUNS == 7  # 3 + 10 * 0.3
+
+
+def test_a_kind_quantized_once_pays_the_quantization_in_its_first_judgment_only():
+    """Static int8 (quantized once) and NNCF: the quantization in the first judgment's cost, not in
+    every judgment's; dynamic int8 quantizes at every build."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from gspo.precision.kind import Kind
+    from gspo.precision.nncf_int8 import NNCF_S
+    from gspo.precision.reference import PROBE_S, QUANTIZE_S_PER_BYTE, Reference, weight_bytes
+    from gspo.precision.stage import _cost, _first_cost, _once
+
+    g = branchy(channels=8, size=8)
+    data = SimpleNamespace(calibration=[{}] * 8, validation=[{}] * 8)
+    ref = Reference(data, {}, session_s=0.5, sample_s=0.1)
+    quantize = QUANTIZE_S_PER_BYTE * weight_bytes(g)
+
+    def costed(backend="ort", first=""):
+        k = Kind("k", "int8", backend, lambda ops: True, lambda r: g, first=first)
+        return dataclasses.replace(k, cost=_cost(k, g, ref), once=_once(k, g, ref))
+
+    static, dynamic, nncf = costed(first="quantize"), costed(), costed("openvino", "nncf")
+    assert static.cost == pytest.approx(ref.judgment_s(0.0)) and static.once == pytest.approx(quantize)
+    assert _first_cost(static) == pytest.approx(ref.judgment_s(quantize))
+    assert dynamic.cost == pytest.approx(ref.judgment_s(quantize)) and _first_cost(dynamic) == dynamic.cost
+    assert nncf.once >= NNCF_S + 2 * 8 * ref.sample_s and _first_cost(nncf) == pytest.approx(nncf.cost + nncf.once + PROBE_S)

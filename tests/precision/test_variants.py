@@ -147,3 +147,57 @@ def test_int8_says_once_when_the_cpu_lacks_vnni(monkeypatch, flags, says):
     vnni = [n for n in notes if "VNNI" in n]
     assert len(vnni) == (1 if says else 0), notes
     assert all(n.startswith("int8: this CPU has no VNNI") and "7 bits (reduce_range)" in n for n in vnni)
+
+
+def _counting(monkeypatch):
+    """onnxruntime's static quantization, its calls counted."""
+    from gspo.runtime import quantize
+
+    calls = []
+    real = quantize.quantize_static
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("exclude", ()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quantize, "quantize_static", counted)
+    return calls
+
+
+def test_the_static_kinds_quantize_once_and_strip_at_each_build(monkeypatch):
+    """Three judgments of each static kind (the kinds of one OpenVINO form sharing theirs): one
+    quantization each, the whole model, and the pieces left fp32 in float in the builds."""
+    calls = _counting(monkeypatch)
+    g = _mlp()
+    probe = _Probe()
+    found, _ = kinds(g, ["int8"], ["ort", "openvino"], lambda: _ranges(g), probe=probe)
+    static = [k for k in found if k.first == "quantize"]
+    assert len(static) == 1 + len(OPENVINO_FORMS)
+    matmuls = _ids(g, "MatMul")
+    for k in static:
+        for reduced in (_all(g), frozenset(matmuls[:1]), frozenset(matmuls[1:])):
+            built = k.build(reduced)
+            for n in built.nodes:
+                if n.op_type == "MatMul":  # quantized where reduced, float where not
+                    assert (node_id(n).removesuffix("_QuantizeLinear_Input") in reduced) == bool(set(n.inputs) & _dequantized(built)), (k.name, reduced)
+    assert calls == [()] * len(static)  # never with an exclusion
+    assert len(probe.seen) == len(OPENVINO_FORMS)
+
+
+def test_a_static_kind_whose_quantization_fails_says_so_at_every_build_without_quantizing_again(monkeypatch):
+    from gspo.runtime import quantize
+
+    calls = []
+
+    def fails(*args, **kwargs):
+        calls.append(1)
+        raise GspoError("onnxruntime cannot quantize the model: broken")
+
+    monkeypatch.setattr(quantize, "quantize_static", fails)
+    g = _mlp()
+    found, _ = kinds(g, ["int8"], ["ort"], lambda: _ranges(g))
+    static = next(k for k in found if k.first == "quantize")
+    for _ in range(2):
+        with pytest.raises(GspoError, match="broken"):
+            static.build(_all(g))
+    assert calls == [1]
