@@ -184,7 +184,8 @@ def _ceiling(path: Path, calibration: list[dict]) -> tuple[dict, dict]:
 
     base = plain(load(path))
     every = frozenset(node_id(n) for n in base.nodes)
-    found, _ = kinds(base, ["bf16", "int8"], ["ort", "openvino"], lambda: activation_ranges(base, calibration))
+    found, _ = kinds(base, ["bf16", "int8"], ["ort", "openvino"], lambda: activation_ranges(base, calibration),
+                     calibration=calibration)
     runners, failed = {}, {}
     for kind in found:
         try:
