@@ -155,7 +155,10 @@ def accuracy_control(path: Path, calibration, validation, references, budget: Er
     child.join(timeout)
     if child.is_alive():
         child.terminate()
-        child.join()
+        child.join(10)
+        if child.is_alive():  # SIGTERM not heeded (inside a native call): SIGKILL
+            child.kill()
+            child.join()
         return {"stopped_after_s": round(time.perf_counter() - began, 1)}
     done = Path(out, "ac.json")
     if not done.exists():

@@ -325,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"default: {' '.join(DEFAULT_MODELS)}; also the full-size {' '.join(FULL_SIZE)}")
     parser.add_argument("--time-budget", type=float, default=120.0)
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--budget", default="nmse=1e-3")
+    parser.add_argument("--budget", "--max-error", dest="budget", default="nmse=1e-3", help="gspo's --max-error")
     parser.add_argument("--precision", default=None,
                         help=f"gspo's --precision (default {PRECISION}; "
                              + ", ".join(f"{m}: {p}" for m, p in MODEL_PRECISION.items()) + ")")
