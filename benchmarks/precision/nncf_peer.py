@@ -145,8 +145,10 @@ def _accuracy_control_child(path: str, calibration, validation, references, budg
 def accuracy_control(path: Path, calibration, validation, references, budget: ErrorBudget, transformer: bool,
                      timeout: float, out: Path) -> dict:
     """``nncf.quantize_with_accuracy_control`` in a fresh process of its own, stopped after
-    ``timeout`` seconds. Returns ``{"seconds": its own wall time, "model": the path of the
-    quantized model}``, or ``{"stopped_after_s": N}`` (capped), or ``{"failed": why}``."""
+    ``timeout`` seconds (counted from the process's start: its imports and reading the model
+    count against it). Returns ``{"seconds": the wall time of the call itself, "model": the path
+    of the quantized model}``, or ``{"stopped_after_s": N}`` (capped: when it was stopped), or
+    ``{"failed": why}``."""
     began = time.perf_counter()
     child = multiprocessing.get_context("spawn").Process(
         target=_accuracy_control_child,
