@@ -76,7 +76,8 @@ def _precisions(ctx, param, value: str | None) -> tuple[str, ...]:
 @click.option("--force", is_flag=True, help="Overwrite OUTPUT and REPORT if they exist.")
 @input_shape_option
 @click.option("--precision", metavar="LIST", default=None, callback=_precisions,
-              help="Also search reduced precision, per piece: bf16 (OpenVINO), int8 (QDQ, dynamic), e.g. "
+              help="Also search reduced precision, per piece: bf16 (OpenVINO), int8 (QDQ, dynamic, weight-only), "
+                   "int4 (weight-only: MatMul weights, for weight-bound models), e.g. "
                    "'bf16,int8'; on --device cuda --cuda-runtime torch: fp16, bf16, tf32; needs --max-error "
                    "[default: exact fp32 only].")
 @click.option("--max-error", metavar="SPEC", default=None,

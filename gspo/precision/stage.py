@@ -107,13 +107,16 @@ class PrecisionFit:
 
 
 def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], deadline: Deadline | None,
-                  say: Callable[[str], None] | None = None, executor: Callable | None = None) -> PrecisionFit:
+                  say: Callable[[str], None] | None = None, executor: Callable | None = None,
+                  measure: Callable | None = None) -> PrecisionFit:
     """Every kind ``cfg.precision.precisions`` asks for fitted to ``cfg.precision.max_error`` on
     the exact pick ``fp32`` (as saved: its schedule and placement in the graph), against the
     source ``original``'s outputs on the calibration and validation data; every step counted
     against ``deadline`` (one estimated to run past it is skipped, and the fit's ``skips`` say
     which and why). The judgments run on ``executor(graph)`` (default: the CPU,
-    :func:`~gspo.precision.search.cpu_executor`)."""
+    :func:`~gspo.precision.search.cpu_executor`). The kinds are put in the order this CPU runs
+    them fastest and, with the run's ``measure`` (``None``: not), those not faster than fp32 with
+    every piece reduced are dropped before fitting (:mod:`gspo.precision.screen`)."""
     from gspo.precision.samples import SampleLimits, precision_data
 
     say = say or (lambda text: None)
@@ -137,13 +140,29 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
     found, out.notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, out.skips),
                              calibration=data.calibration)
     found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref)) for k in found]
+    found, dropped = _ordered_and_screened(found, out, fp32, (measure, executor), deadline)
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
     out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, out.errors),
                            fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
-                           lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor)
+                           lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor) + dropped
     out.skips += [Skip("precision", f"fitting {f.kind.name}", f.note) for f in out.fitted if f.note.startswith(NOT_FITTED)]
     out.fp32 = _fp32_accuracy(fp32, source, ref, out.errors, deadline, out.skips, executor)
     return out
+
+
+def _ordered_and_screened(found, out: PrecisionFit, fp32: Graph, timing, deadline: Deadline | None):
+    """``found`` in the order this CPU runs them fastest, less the kinds the screen drops (with
+    ``timing``'s measure; none without one), and those dropped; the notes said on ``out``."""
+    from gspo.precision.screen import order, screen
+    from gspo.runtime.cpu_features import cpu_flags
+
+    found, notes = order(found, cpu_flags())
+    out.notes += notes
+    if timing[0] is None:
+        return found, []
+    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline)
+    out.notes += notes
+    return found, dropped
 
 
 def _reference(source: Graph, data, deadline: Deadline | None, skips: list[Skip]):

@@ -192,6 +192,8 @@ def kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
         found, notes = torch_kinds(graph, precisions)
         int8 = ["int8: static and dynamic QDQ run on the cpu device (onnxruntime, OpenVINO), not on the torch "
                 "runtime"] if "int8" in precisions else []
+        int8 += ["int4: weight-only MatMuls run on the cpu device (onnxruntime, OpenVINO), not on the torch runtime"
+                 ] if "int4" in precisions else []
         return found, int8 + notes
     from gspo.precision import GPU_PRECISIONS
 
@@ -246,4 +248,18 @@ def cpu_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],
             out.append(_dynamic(graph, matmuls))
         elif q:
             notes.append("int8-dynamic: no MatMul or Gemm with constant weights")
-    return out, notes
+    from gspo.precision.weights import weight_kinds
+
+    weighted, why = weight_kinds(graph, precisions, backends, probe)
+    return out + weighted, notes + why + _no_bf16_rest(precisions, backends, out)
+
+
+def _no_bf16_rest(precisions: Sequence[str], backends: Sequence[str], made: Sequence[Kind]) -> list[str]:
+    """The line for the static int8 kinds with the rest at bf16 where bf16 and int8 are asked but
+    this CPU (or ``backends``) runs no bf16 kind: they are not made (one line, why)."""
+    if "bf16" not in precisions or "int8" not in precisions or "openvino" not in backends:
+        return []
+    if any(k.precision == "bf16" for k in made) or not any(k.backend == "openvino" for k in made):
+        return []
+    ok, why = backend_status("openvino:bf16")
+    return [f"int8 on openvino, the rest at bf16: not made: {why if not ok else 'no bf16 kind'}"]

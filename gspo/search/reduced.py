@@ -114,7 +114,7 @@ def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies,
     share = budget.precision_share()
     best = exact.best.candidate
     found = fit_precision(prepared.original, saved(best), cfg, _fit_backends(tools, backends), share.end, progress,
-                          _executor(tools))
+                          _executor(tools), tools.measure)
     share.log.extend(found.skips)
     if found.why is not None or not found.survivors:
         return ReducedPick(found.block())

@@ -11,7 +11,14 @@ from gspo.cli import cli
 from tests.helpers import branchy
 
 
-def test_optimize_prints_the_precision_outcome_and_reports_it(tmp_path):
+def test_optimize_prints_the_precision_outcome_and_reports_it(tmp_path, monkeypatch):
+    import gspo.search.driver as driver_mod
+    from gspo.search.strategies import Strategies
+    from tests.precision.test_stage import SCREENED
+    from tests.search.fakes import ScriptedTimings
+
+    # scripted timings: int8 with every piece reduced faster than fp32, so that the screen lets it be fitted
+    monkeypatch.setattr(driver_mod, "Strategies", lambda: Strategies(measure=ScriptedTimings(SCREENED)))
     model = ir.save(branchy(channels=8, size=8), tmp_path / "m.onnx")
     out, report = tmp_path / "o.onnx", tmp_path / "r.json"
     result = CliRunner().invoke(cli, ["optimize", str(model), "-o", str(out), "--precision", "int8", "--max-error",

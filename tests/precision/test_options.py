@@ -28,7 +28,8 @@ def model(tmp_path):
     ({"precision": ("bf16",), "max_error": None}, "--precision needs an accuracy budget"),
     ({"max_error": "nmse=1e-3"}, "--max-error applies to reduced precision"),
     ({"precision": "fp32", "calibration": "c.npz"}, "--calibration applies to reduced precision"),
-    ({"precision": "int4", "max_error": "nmse=1e-3"}, "--precision takes fp32, bf16, int8, fp16, tf32 (unknown: int4)"),
+    ({"precision": "int2", "max_error": "nmse=1e-3"},
+         "--precision takes fp32, bf16, int8, int4, fp16, tf32 (unknown: int2)"),
     ({"precision": "int8", "max_error": "nmse=1e-3", "device": "cuda", "cuda_runtime": "ort"},
      "--precision with --device cuda runs on the torch runtime (fp16, bf16, tf32): give --cuda-runtime torch"),
 ])

@@ -71,8 +71,8 @@ def files(tmp_path):
 # ------------------------------------------------------------------ the set's fields
 @pytest.mark.parametrize("fields, says", [
     ({"precision": "bf16,int8"}, 'model \'mm\': precision needs an accuracy budget: give "max_error"'),
-    ({"precision": "int4", "max_error": BUDGET},
-         "model 'mm': unknown precision 'int4' (known: fp32, bf16, int8, fp16, tf32)"),
+    ({"precision": "int2", "max_error": BUDGET},
+         "model 'mm': unknown precision 'int2' (known: fp32, bf16, int8, int4, fp16, tf32)"),
     ({"precision": ["int8", 8], "max_error": BUDGET}, "precision must be a list or a comma-separated string"),
     ({"precision": "fp32", "max_error": BUDGET}, "precision names no reduced precision"),
     ({"precision": "int8", "max_error": "nmse=abc"}, "model 'mm': max_error: 'nmse=abc': 'abc' is not a finite number"),
@@ -117,8 +117,8 @@ def test_fields_are_read_relative_to_the_set_and_the_sets_defaults_apply(files):
     assert (b.precision, b.max_error.spec, b.data()) == (("int8",), "cosine=0.99", {})
     assert (c.precision, c.max_error) == ((), None)  # opted out of the set's precision
     assert d.precision == ("bf16", "int8")
-    with pytest.raises(GspoError, match="the set: unknown precision 'int4'"):
-        load_modelset(write(files, [entry()], precision="int4", max_error=BUDGET))
+    with pytest.raises(GspoError, match="the set: unknown precision 'int2'"):
+        load_modelset(write(files, [entry()], precision="int2", max_error=BUDGET))
     with pytest.raises(GspoError, match="unknown key"):
         load_modelset(write(files, [entry()], validation="val"))  # data follow a model's inputs
 

@@ -12,6 +12,7 @@ import pytest
 import gspo.search.reduced as reduced_mod
 from gspo.ir import load_bytes
 from gspo.precision.accuracy import ErrorBudget, measure
+from gspo.precision.screen import screen_label
 from gspo.precision.search import Fitted
 from gspo.precision.stage import PrecisionFit
 from gspo.precision.variants import Kind
@@ -38,7 +39,7 @@ def model():
 
 def _run(model, tmp_path, script):
     cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
-    timings = ScriptedTimings(script)
+    timings = ScriptedTimings({screen_label(INT8): (0.5,), **script})  # the screen lets int8's fit run
     result = optimize(model, precision="int8", max_error="nmse=1e-2", calibration=cal, validation=val,
                       time_budget=None, backends=("ort",), jobs=1, strategies=Strategies(measure=timings))
     return result, timings

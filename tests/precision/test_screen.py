@@ -1,0 +1,168 @@
+"""The kinds in the CPU's order (flags injected), and the screen that drops, before any fit, a
+kind not faster than fp32 with every piece reduced (a scripted measure, a fake clock)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from gspo.errors import GspoError
+from gspo.ir import Graph
+from gspo.ir.builder import GraphBuilder
+from gspo.precision.kind import Kind
+from gspo.precision.screen import (
+    FP32_LABEL,
+    SCREEN_ROUNDS,
+    SCREEN_SHARE,
+    SCREEN_WARMUP,
+    order,
+    screen,
+    screen_label,
+    screen_seconds,
+)
+from gspo.precision.search import Pieces
+from gspo.runtime import Timing, random_inputs
+from gspo.timing.deadline import Deadline
+from tests.search.fakes import FakeClock
+
+AVX2 = frozenset({"sse4_2", "avx2", "fma"})
+VNNI = AVX2 | {"avx512f", "avx512_vnni"}
+
+
+def _kind(name: str, precision: str = "int8", backend: str = "ort", build=None, rest: str = "fp32") -> Kind:
+    return Kind(name, precision, backend, lambda ops: bool(ops), build or (lambda reduced: _model()), rest)
+
+
+KINDS = [_kind("bf16 on openvino", "bf16", "openvino:bf16"), _kind("int8 on onnxruntime"),
+         _kind("int8 on openvino", backend="openvino"), _kind("int8-dynamic on onnxruntime"),
+         _kind("int8 weights on onnxruntime"), _kind("int8 (NNCF) on openvino", backend="openvino"),
+         _kind("int8 on openvino, the rest at bf16", backend="openvino:bf16", rest="bf16")]
+
+
+def _names(kinds) -> list[str]:
+    return [k.name for k in kinds]
+
+
+def test_with_vnni_static_int8_on_openvino_comes_first_nncf_first_of_them():
+    found, notes = order(KINDS, VNNI)
+    assert _names(found) == ["bf16 on openvino", "int8 (NNCF) on openvino", "int8 on openvino",
+                             "int8 on openvino, the rest at bf16", "int8 on onnxruntime", "int8-dynamic on onnxruntime",
+                             "int8 weights on onnxruntime"]
+    assert len(notes) == 1 and "it has VNNI (avx512_vnni)" in notes[0]
+
+
+def test_without_vnni_dynamic_and_weight_only_come_first_static_after():
+    found, notes = order(KINDS, AVX2)
+    assert _names(found) == ["bf16 on openvino", "int8-dynamic on onnxruntime", "int8 weights on onnxruntime",
+                             "int8 (NNCF) on openvino", "int8 on openvino", "int8 on openvino, the rest at bf16",
+                             "int8 on onnxruntime"]
+    assert len(notes) == 1 and "it has no VNNI" in notes[0] and "saturate" in notes[0]
+
+
+def test_one_family_needs_no_order_note():
+    assert order([_kind("bf16 on openvino", "bf16", "openvino:bf16"), _kind("int8 on onnxruntime")], AVX2)[1] == []
+
+
+def _model() -> Graph:
+    b = GraphBuilder("mm", seed=2)
+    x = b.input("x", (1, 8))
+    return b.output(b.op("Relu", [b.op("MatMul", [x, b.weight("w", (8, 8))])], out="y")).build()
+
+
+class _Measure:
+    """A scripted timing function: each label's seconds per round (fp32: 0.2 s), what it was asked."""
+
+    def __init__(self, seconds: dict[str, float]):
+        self.seconds, self.calls = seconds, []
+
+    def __call__(self, calls, runs: int, warmup: int = 3) -> list[Timing]:
+        self.calls.append(([label for label, _ in calls], runs, warmup))
+        for _, fn in calls:
+            fn()  # the executors run, as the real timing's would
+        return [Timing(label, (self.seconds.get(label, 0.2),) * runs) for label, _ in calls]
+
+
+def _ref(session_s: float = 0.01, sample_s: float = 0.001):
+    g = _model()
+    data = SimpleNamespace(calibration=[random_inputs(g, seed=0)], validation=[random_inputs(g, seed=1)])
+    return SimpleNamespace(data=data, session_s=session_s, sample_s=sample_s)
+
+
+def _screen(kinds, measure, deadline=None, ref=None):
+    g = _model()
+    return screen(kinds, Pieces.of(g, 8), g, ref or _ref(), (measure, None), deadline)
+
+
+def test_the_slower_kind_is_dropped_with_its_timing_and_the_faster_kept():
+    fast, slow = _kind("int8 weights on onnxruntime"), _kind("int8-dynamic on onnxruntime")
+    measure = _Measure({screen_label(fast.name): 0.1, screen_label(slow.name): 0.231, FP32_LABEL: 0.214})
+    kept, dropped, notes = _screen([fast, slow], measure)
+    assert _names(kept) == [fast.name] and notes == []
+    assert [(f.kind.name, f.reduced) for f in dropped] == [(slow.name, None)]
+    assert dropped[0].note == "not fitted: with every piece reduced it ran 231 ms against 214 ms for fp32 (not faster)"
+    assert measure.calls == [([FP32_LABEL, screen_label(k.name)], SCREEN_ROUNDS, SCREEN_WARMUP) for k in (fast, slow)]
+
+
+def test_a_kind_as_fast_as_fp32_is_not_faster():
+    same = _kind("int8 on onnxruntime")
+    kept, dropped, _ = _screen([same], _Measure({screen_label(same.name): 0.199, FP32_LABEL: 0.2}))
+    assert kept == [] and dropped[0].note.endswith("ran 199 ms against 200 ms for fp32 (not faster)")
+
+
+def test_a_kind_that_cannot_be_built_is_dropped_with_the_reason():
+    def refuse(reduced):
+        raise GspoError("OpenVINO cannot compile the model: no")
+
+    bad = _kind("int8 weights on openvino", backend="openvino", build=refuse)
+    kept, dropped, _ = _screen([bad], _Measure({}))
+    assert kept == [] and dropped[0].note == ("not fitted: with every piece reduced it cannot be built here: "
+                                              "OpenVINO cannot compile the model: no")
+
+
+def test_every_touched_piece_is_reduced_in_the_screened_build():
+    seen = []
+    kind = _kind("int8 on onnxruntime", build=lambda reduced: seen.append(reduced) or _model())
+    _screen([kind], _Measure({screen_label(kind.name): 0.1}))
+    g = _model()
+    assert seen == [Pieces.of(g, 8).union(range(len(Pieces.of(g, 8).ops)))]
+
+
+def test_no_kind_is_screened_when_its_share_of_the_time_cannot_hold_it():
+    kinds = [_kind("int8 on onnxruntime"), _kind("int8-dynamic on onnxruntime")]
+    ref = _ref(session_s=1.0, sample_s=0.1)
+    need = screen_seconds(kinds, ref)
+    assert need == pytest.approx(1.0 + 2 * (1.0 + 2 * (SCREEN_ROUNDS + SCREEN_WARMUP) * 0.1))
+    clock = FakeClock()
+    measure = _Measure({})
+    kept, dropped, notes = _screen(kinds, measure, Deadline.after(need / SCREEN_SHARE - 1, clock), ref)
+    assert kept == kinds and dropped == [] and measure.calls == []
+    assert len(notes) == 1 and notes[0].startswith(f"kinds not screened: timing each with every piece reduced beside "
+                                                   f"fp32 would take about {need:.1f} s")
+    kept, dropped, notes = _screen(kinds, measure, Deadline.after(need / SCREEN_SHARE + 1, clock), ref)
+    assert len(measure.calls) == 2 and notes == [] and kept == []  # screened: both as slow as fp32
+    assert [f.kind.name for f in dropped] == _names(kinds)
+
+
+def test_the_torch_runtimes_kinds_are_not_screened():
+    kinds = [_kind("fp16 on torch", "fp16", "torch")]
+    measure = _Measure({})
+    assert _screen(kinds, measure) == (kinds, [], []) and measure.calls == []
+
+
+def test_optimize_reports_the_kind_the_screen_dropped_and_fits_the_other(tmp_path):
+    from gspo.search import optimize
+    from gspo.search.strategies import Strategies
+    from tests.helpers import branchy
+    from tests.precision.test_stage import folder
+    from tests.search.fakes import ScriptedTimings
+
+    model = branchy(channels=8, size=8)
+    cal, val = folder(tmp_path / "cal", model, range(4)), folder(tmp_path / "val", model, range(10, 14))
+    script = {screen_label("int8 on onnxruntime"): (2.0,), FP32_LABEL: (1.0,)}
+    result = optimize(model, precision="int8", max_error="nmse=1e-2", calibration=cal, validation=val,
+                      time_budget=None, backends=("ort",), jobs=1, strategies=Strategies(measure=ScriptedTimings(script)))
+    block = result.report["precision"]
+    static = next(k for k in block["kinds"] if k["kind"] == "int8 on onnxruntime")
+    assert static["dropped"] == "not fitted: with every piece reduced it ran 2000 ms against 1000 ms for fp32 (not faster)"
+    assert static["pieces_reduced"] == [] and block["chosen"] == "fp32"
