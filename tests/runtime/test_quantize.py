@@ -168,13 +168,20 @@ def test_ranges_cover_the_inputs_and_outputs_of_quantizable_ops_only():
     assert not names & set(g.weights)
 
 
-def test_a_tensor_of_unknown_size_is_a_group_of_its_own():
+def test_a_tensor_of_unknown_size_counts_as_the_largest_known_one():
     g = _mlp()
     unknown = g.with_values({"relu": Value("relu", TensorProto.FLOAT, None)})
     names = [n for n in qz.calibrated_tensors(g) if n != "x"]
     assert qz._groups(g, names, 1 << 30) == [names]
-    at = names.index("relu")
-    assert qz._groups(unknown, names, 1 << 30) == [names[:at], ["relu"], names[at + 1:]]
+    assert qz._groups(unknown, names, 1 << 30) == [names]  # not a session of its own
+    largest = max(qz.nbytes(g.values[n]) for n in names)
+    pairs = qz._groups(unknown, names, 2 * largest)  # two of the largest size fit a group
+    assert ["relu"] not in pairs and [n for group in pairs for n in group] == names
+    counted = [sum(largest if n == "relu" else qz.nbytes(g.values[n]) for n in group) for group in pairs]
+    assert max(counted) <= 2 * largest and len(pairs) > 1
+    everything_unknown = g.with_values({n: Value(n, TensorProto.FLOAT, None) for n in names})
+    per = qz.UNKNOWN_PER_GROUP  # no size known: that many to a group
+    assert qz._groups(everything_unknown, names, 1 << 20) == [names[i:i + per] for i in range(0, len(names), per)]
     samples = _samples(g, 2)
     np.testing.assert_allclose(list(activation_ranges(unknown, samples).values()),
                                list(activation_ranges(g, samples).values()), rtol=1e-6, atol=1e-6)
