@@ -17,7 +17,8 @@ class Kind:
     it can touch (``touches(ops)``), how it builds a graph from the set of reduced pieces'
     node ids (``build(reduced_node_ids)``), and the precision of the pieces it leaves
     (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces), and
-    what one judgment of it is estimated to cost (``cost``, seconds)."""
+    what one judgment of it is estimated to cost (``cost``, seconds; ``sample_s`` of them one
+    sample's run)."""
 
     name: str
     precision: str
@@ -28,3 +29,6 @@ class Kind:
     #: Seconds one judgment of it (a build, its session, a run of the data) is estimated to
     #: take: a fit starts no judgment its deadline cannot hold (0: only a passed deadline stops it).
     cost: float = 0.0
+    #: Seconds of ``cost`` one sample's run takes (a judgment on fewer samples costs less; 0:
+    #: unknown, every judgment costs ``cost``).
+    sample_s: float = 0.0
