@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from gspo.errors import GspoError
 from gspo.ir import load_bytes
-from gspo.precision.accuracy import ErrorBudget
+from gspo.precision.accuracy import ErrorBudget, measure
 from gspo.precision.search import (
     OUT_OF_TIME,
     Pieces,
@@ -126,9 +126,11 @@ def test_the_one_run_ranking_blames_the_piece_that_adds_the_error_not_the_later_
     from gspo.precision.sensitivity import harm
 
     eps, d = (1e-1, 1e-3, 1e-3), data()
-    measured = harm(load_bytes(chain(eps)), BASE, PIECES.ops, d.calibration, cpu_executor)
-    assert measured.errors["y"] > measured.errors["r1"] > measured.errors["r0"]  # the error grows down the chain
-    assert measured.added[0] > 10 * max(measured.added[1], measured.added[2])
+    reduced = load_bytes(chain(eps))
+    carried = measure(reference(d)["calibration"], outputs_of(reduced, d.calibration), ErrorBudget.parse("nmse=1"))
+    measured = harm(reduced, BASE, PIECES.ops, d.calibration, cpu_executor)
+    assert carried.outputs["y"]["nmse"] > measured.errors["r0"]  # the output carries the most error
+    assert measured.added[0] > 10 * max(measured.added[1], measured.added[2])  # piece 0 made it
     fitted = fit(scaled(eps, []), PIECES, d, reference(d), ErrorBudget.parse("nmse=1e-4"), None)
     assert fitted.reduced == (1, 2) and "ranked 1 of 3 by the error it adds" in fitted.pieces[0]
 
@@ -359,6 +361,7 @@ def test_a_fit_the_deadline_stopped_goes_on_from_where_it_stopped_losing_no_judg
         resume(fitted, pieces, d, ref, budget, Deadline.after(15.0, clock), executor=runs)
     assert stops >= 2 and fitted.note == "" and fitted.reduced == whole.reduced
     assert built == whole_built and runs.log == whole_runs.log  # the same builds and runs as in one go
+    assert fitted.progress.judged.keys() == whole.progress.judged.keys()  # each judgment made once, recorded
     assert fitted.pieces == whole.pieces
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from gspo.ir import load_bytes
 from gspo.precision import sensitivity
+from gspo.precision.accuracy import ErrorBudget
 from gspo.precision.search import cpu_executor
 from gspo.precision.sensitivity import boundaries, exposed, harm, read_as
 from tests.precision.test_search import BASE, PIECES, chain, data
@@ -88,3 +89,46 @@ def test_a_piece_whose_outputs_the_reduced_build_lacks_has_no_harm():
     assert measured.added[1] is None and "r1" not in measured.errors
     assert measured.added[0] == pytest.approx(measured.errors["r0"])  # nothing before it
     assert measured.added[2] == pytest.approx(max(0.0, measured.errors["y"]))  # its input not measured: from 0
+
+
+def normed(eps=(0.0, 0.0, 0.0)) -> bytes:
+    """x[1, 16] -> MatMul(w0) -> a -> MatMul(w1) -> LayerNormalization -> c -> MatMul(w2) -> y: w0
+    scaled by 1 + eps[0] (an error the LayerNormalization takes out), w1 and w2 moved by eps[i]
+    times a random matrix (errors it cannot)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = [(rng.standard_normal((16, 16)) / 4).astype(np.float32) for _ in range(3)]
+    noise = [(rng.standard_normal((16, 16)) / 4).astype(np.float32) for _ in range(3)]
+    w = [w[0] * np.float32(1 + eps[0])] + [w[i] + np.float32(eps[i]) * noise[i] for i in (1, 2)]
+    inits = [numpy_helper.from_array(a, f"w{i}") for i, a in enumerate(w)]
+    inits += [numpy_helper.from_array(np.ones(16, np.float32), "g"), numpy_helper.from_array(np.zeros(16, np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["a"]), helper.make_node("MatMul", ["a", "w1"], ["m1"]),
+             helper.make_node("LayerNormalization", ["m1", "g", "b"], ["c"]), helper.make_node("MatMul", ["c", "w2"], ["y"])]
+    g = helper.make_graph(nodes, "normed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+
+def test_a_piece_after_one_whose_error_a_normalization_takes_out_is_still_blamed_for_its_own():
+    """The error its outputs carry less the largest on its inputs would call piece 1 harmless: its
+    input carries piece 0's scale error (nmse 0.25), which its LayerNormalization takes out, and
+    its output only its own (1e-4). Fed the rest's inputs, it is measured at that."""
+    from gspo.precision.search import Pieces, fit, outputs_of
+    from gspo.precision.variants import Kind
+
+    base = load_bytes(normed())
+    pieces = Pieces((frozenset({"a"}), frozenset({"m1", "c"}), frozenset({"y"})), base)
+    eps = (0.5, 0.03, 1e-4)
+    measured = harm(load_bytes(normed(eps)), base, pieces.ops, data().calibration, cpu_executor)
+    assert measured.errors["a"] == pytest.approx(0.25, rel=1e-3)
+    assert 1e-5 < measured.added[1] < 1e-2 and measured.added[2] < measured.added[1] < measured.added[0]
+
+    def build(reduced):
+        return load_bytes(normed(tuple(e if pieces.ops[i] <= reduced else 0.0 for i, e in enumerate(eps))))
+
+    d = data()
+    ref = {which: outputs_of(base, getattr(d, which)) for which in ("calibration", "validation")}
+    fitted = fit(Kind("normed", "int8", "ort", lambda ops: True, build), pieces, d, ref,
+                 ErrorBudget.parse("nmse=1e-5"), None)
+    assert fitted.reduced == (2,) and fitted.validation.holds  # pieces 0 and 1 back, not every piece
