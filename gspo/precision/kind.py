@@ -17,8 +17,8 @@ class Kind:
     it can touch (``touches(ops)``), how it builds a graph from the set of reduced pieces'
     node ids (``build(reduced_node_ids)``), and the precision of the pieces it leaves
     (``rest``: fp32, or bf16 where the whole model runs at bf16 under the reduced pieces), and
-    what one judgment of it is estimated to cost (``cost``, seconds), with what its first build
-    does once (``first``, ``once``)."""
+    what one judgment of it is estimated to cost (``cost``, seconds; ``sample_s`` of them one
+    sample's run), with what its first build does once (``first``, ``once``)."""
 
     name: str
     precision: str
@@ -34,3 +34,6 @@ class Kind:
     first: str = ""
     #: Seconds that work is estimated to take, on top of the first judgment's :attr:`cost`.
     once: float = 0.0
+    #: Seconds of ``cost`` one sample's run takes (a judgment on fewer samples costs less; 0:
+    #: unknown, every judgment costs ``cost``).
+    sample_s: float = 0.0

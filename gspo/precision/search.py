@@ -1,17 +1,21 @@
 """Precision searched per piece, within the user's accuracy budget (``gspo optimize --precision``).
 
 After the exact search has found the best fp32 model, each reduced-precision kind
-(:mod:`gspo.precision.variants`) is tried with every piece it can touch reduced. Its error is
-measured against the source model, first on the calibration data; when a limit breaks, the
-pieces go back to fp32 one at a time, the one whose error alone is the largest first (its
-contribution measured on the calibration data, as NNCF's accuracy control ranks layers; a model
-of more than :data:`MAX_RANKED` pieces is ranked and sent back in as many runs of neighbouring
-pieces, each of these pieces then reduced again on its own where the budget still holds). The
-pieces are finer than the rewrite search's (:data:`PIECE_OPS`). A combination that holds on the
-calibration data is then judged on the validation data, which nothing is tuned on; if it breaks
-there, reverting goes on. A kind with every piece back at fp32 is dropped. (A kind whose other
-pieces run at bf16, :attr:`~gspo.precision.variants.Kind.rest`, sends its pieces back to bf16.)
-On OpenVINO, the pieces back at fp32 run in the same compiled model as the bf16 ones
+(:mod:`gspo.precision.variants`) is judged with every piece it can touch reduced, on all the
+calibration data, then on the validation data, which nothing is tuned on. Where the budget
+breaks, the pieces are ranked by the error each adds, from one run of the kind with every piece
+reduced and with none against each other (:mod:`gspo.precision.sensitivity`; where that cannot
+run, by judging at most :data:`MAX_RANKED` runs of neighbouring pieces alone), and the fewest of
+the most harmful that must go back to fp32 are found by bisection over the ranked list, each
+judgment on a subset of the calibration samples (:mod:`gspo.precision.plan`). The answer is then
+judged on all the calibration samples and on the validation data; a break there moves the lower
+bound and the bisection goes on, on the data that broke. The cost is about ``log2(pieces) + 5``
+judgments, stated before the fit begins (:func:`prepare`). With time left,
+:func:`reduce_again` tries each piece sent back reduced again on its own, the least harmful
+first. The pieces are finer than the rewrite search's (:data:`PIECE_OPS`). A kind with every
+piece back at fp32 is dropped. (A kind whose other pieces run at bf16,
+:attr:`~gspo.precision.variants.Kind.rest`, sends its pieces back to bf16.) On OpenVINO, the
+pieces back at fp32 run in the same compiled model as the bf16 ones
 (:func:`~gspo.streams.placement.split_runs`). The survivors are the reduced-precision candidates
 of ``optimize``'s whole-model stage (:mod:`gspo.search.reduced`), each at the thread counts worth
 trying (:func:`thread_settings`): timed there with the run's ``measure`` and confirmed against the
@@ -23,21 +27,26 @@ device; :func:`cpu_executor` by default, the graph's saved placement followed).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from gspo.errors import GspoError
+from gspo.errors import GspoError, first_line
 from gspo.ir import Graph
 from gspo.precision.accuracy import Accuracy, ErrorBudget, measure
+from gspo.precision.plan import Plan, plan
 from gspo.precision.variants import Kind
 from gspo.runtime.executor import make_executor
 from gspo.streams import node_id
 from gspo.timing.deadline import Deadline
 
-__all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "cpu_executor", "evaluate", "fit", "outputs_of",
-           "reduce_again", "resume", "thread_settings"]
+__all__ = ["LEVELS", "MAX_RANKED", "OUT_OF_TIME", "Fitted", "Pieces", "Progress", "cpu_executor", "evaluate", "fit",
+           "outputs_of", "prepare", "reduce_again", "resume", "thread_settings"]
+
+log = logging.getLogger(__name__)
 
 #: The largest piece precision is chosen for (ops; the search's ``--threshold`` when smaller):
 #: finer than the rewrite search's pieces (64), so that what goes back to fp32 is no more of the
@@ -47,13 +56,21 @@ __all__ = ["OUT_OF_TIME", "Fitted", "Pieces", "Progress", "cpu_executor", "evalu
 PIECE_OPS = 8
 #: Rounds of the reduced-precision candidates' first interleaved timing.
 TIMING_RUNS = 20
+#: The data a judgment runs on: a subset of the calibration samples (the bisection's), all of
+#: them, the validation samples. An answer holds on the last two.
+LEVELS = ("subset", "calibration", "validation")
+#: Where the one-run ranking cannot run, at most this many runs of neighbouring pieces are
+#: ranked by judging each alone (fewer where the time left holds fewer judgments).
+MAX_RANKED = 8
 
 
 @dataclass(frozen=True)
 class Pieces:
-    """The fp32 graph's pieces as sets of node ids (the unit precision is chosen for)."""
+    """The fp32 graph's pieces as sets of node ids (the unit precision is chosen for), and the
+    graph (``None``: not given; the one-run ranking measures a kind whose rest is fp32 against it)."""
 
     ops: tuple[frozenset[str], ...]
+    graph: Graph | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of(cls, graph: Graph, threshold: int) -> Pieces:
@@ -61,11 +78,28 @@ class Pieces:
         from gspo.partition import partition
 
         parts = partition(graph, min(threshold, PIECE_OPS))
-        return cls(tuple(frozenset(node_id(graph.nodes[i]) for i in p.ops) for p in parts.pieces))
+        return cls(tuple(frozenset(node_id(graph.nodes[i]) for i in p.ops) for p in parts.pieces), graph)
 
     def union(self, chosen) -> frozenset[str]:
         """The node ids of the pieces ``chosen``."""
         return frozenset(op for i in chosen for op in self.ops[i])
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a fit stands, every judgment it made in it, so that one the deadline stopped goes on
+    from there (:func:`resume`) and :func:`reduce_again` repeats none: the pieces it can send
+    back, its :class:`~gspo.precision.plan.Plan` (the subset), the order they go back in once
+    ranked (runs of pieces, the most harmful first) with what each run's rank rests on, each
+    judgment's accuracy by the pieces back and the data (:data:`LEVELS`), and the last graph
+    built with the pieces it has back (the next judgment of those pieces runs it again)."""
+
+    touched: tuple[int, ...]
+    plan: Plan
+    order: tuple[tuple[int, ...], ...] | None = None
+    ranked: Mapping[tuple[int, ...], str] = field(default_factory=dict)
+    judged: Mapping[tuple[frozenset[int], str], Accuracy] = field(default_factory=dict)
+    built: tuple[frozenset[int], Graph] | None = None
 
 
 @dataclass
@@ -83,17 +117,22 @@ class Fitted:
     note: str = ""
     median_s: float | None = None
     threads: int = 0
-    #: The runs of pieces sent back, in turn (:func:`reduce_again` tries each piece of a run
-    #: again), and the pieces with nothing the kind reduces.
+    #: The runs of pieces sent back, the most harmful first, the pieces sent back that
+    #: :func:`reduce_again` has tried reduced again, and the pieces with nothing the kind reduces.
     sent: tuple[tuple[int, ...], ...] = ()
+    refined: tuple[int, ...] = ()
     idle: tuple[int, ...] = ()
-    #: Where the fit stands while the deadline has stopped it (:func:`resume`).
+    #: The fit's judgments and where it stands (:func:`resume`); its expected cost, the line the
+    #: notes say (:meth:`~gspo.precision.plan.Plan.line`).
     progress: Progress | None = None
+    plan: str = ""
 
     @property
-    def runs_sent_back(self) -> bool:
-        """Whether the fit holds with pieces sent back in runs (:func:`reduce_again` has work)."""
-        return self.reduced is not None and any(len(unit) > 1 for unit in self.sent)
+    def to_refine(self) -> tuple[int, ...]:
+        """The pieces sent back that :func:`reduce_again` has yet to try, the least harmful first."""
+        if self.reduced is None:
+            return ()
+        return tuple(i for unit in reversed(self.sent) for i in reversed(unit) if i not in self.refined)
 
 
 def cpu_executor(graph: Graph):
@@ -123,32 +162,30 @@ class _Out(Exception):
     """The deadline came before the fit ended."""
 
 
-@dataclass
-class Progress:
-    """Where a fit stands, so that one the deadline stopped goes on from there
-    (:func:`resume`): the pieces still reduced, the order the rest go back in once ranked (the
-    units' errors alone found so far), the runs sent back, and the current pieces' judgment on the
-    calibration data once made."""
-
-    current: list[int]
-    order: list[tuple[int, ...]] | None = None
-    excess: dict[tuple[int, ...], float] = field(default_factory=dict)
-    sent: list[tuple[int, ...]] = field(default_factory=list)
-    calibration: tuple[Graph, Accuracy] | None = None
-
-
 #: A fit's note when its time ran out before anything held the budget.
 OUT_OF_TIME = "the time budget ended before the error was within the budget"
 
 
 def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
         deadline: Deadline | None, pinned: Mapping[int, str] | None = None, executor: Callable | None = None) -> Fitted:
-    """Fit ``kind`` to the budget (see the module docstring; the pieces sent back together are
-    tried again by :func:`reduce_again`). ``reference`` holds the source model's outputs on
-    ``data.calibration`` and ``data.validation`` under those keys; the fit ends at ``deadline``
-    (``None``: it does not; where it ends it, :func:`resume` goes on). The pieces ``pinned``
-    names are left as the kind builds them unreduced, each with the reason given. Each judgment
-    runs on ``executor(graph)`` (:func:`outputs_of`)."""
+    """Fit ``kind`` to the budget (see the module docstring): :func:`prepare`, then :func:`resume`.
+    ``reference`` holds the source model's outputs on ``data.calibration`` and
+    ``data.validation`` under those keys; the fit ends at ``deadline`` (``None``: it does not;
+    where it ends it, :func:`resume` goes on). The pieces ``pinned`` names are left as the kind
+    builds them unreduced, each with the reason given. Each judgment runs on ``executor(graph)``
+    (:func:`outputs_of`)."""
+    fitted = prepare(kind, pieces, data, deadline, pinned)
+    if fitted.progress is None:
+        return fitted
+    return resume(fitted, pieces, data, reference, budget, deadline, executor)
+
+
+def prepare(kind: Kind, pieces: Pieces, data, deadline: Deadline | None,
+            pinned: Mapping[int, str] | None = None) -> Fitted:
+    """``kind``'s fit before its first judgment: the pieces it touches (none: dropped, with the
+    note), the ones it leaves, and its expected cost until ``deadline``
+    (:func:`~gspo.precision.plan.plan`; :attr:`Fitted.plan` says it), for :func:`resume` to go
+    on from."""
     pinned = dict(pinned or {})
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
     fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
@@ -156,137 +193,263 @@ def fit(kind: Kind, pieces: Pieces, data, reference: Mapping[str, list], budget:
     if not touched:
         fitted.note = "nothing in the model this kind reduces"
         return fitted
+    runs = max(len(data.calibration), len(data.validation))
+    cost = plan(kind, len(touched), len(data.calibration), runs, deadline)
+    fitted.plan = cost.line()
     fitted.idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
-    fitted.progress = Progress(touched)
-    return resume(fitted, pieces, data, reference, budget, deadline, executor)
+    fitted.progress = Progress(tuple(touched), cost)
+    return fitted
 
 
 def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
            deadline: Deadline | None, executor: Callable | None = None) -> Fitted:
     """Go on with a fit from its :class:`Progress` until ``deadline``: a fit the deadline stopped
-    (its note :data:`OUT_OF_TIME`) loses none of the judgments it made."""
+    (its note :data:`OUT_OF_TIME`) loses none of the judgments it made (each is looked up, not
+    made again)."""
     fitted.note = ""
     try:
-        judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle, executor)
-        _revert(fitted, fitted.progress, judge)
+        _bisect(_Judge(fitted, pieces, (data, reference, budget), deadline, executor))
     except _Out:
         fitted.note = OUT_OF_TIME
     except GspoError as e:
         fitted.note = f"could not be built or run: {e}"
     if fitted.note != OUT_OF_TIME:
-        fitted.progress = None
+        fitted.progress = dataclasses.replace(fitted.progress, built=None)
     return fitted
 
 
 def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
                  deadline: Deadline | None, executor: Callable | None = None) -> Fitted:
-    """A fitted kind's pieces sent back in runs of neighbours reduced again one at a time
-    (:func:`_reduce_again`), until ``deadline``."""
-    if not fitted.runs_sent_back:
+    """With time left until ``deadline``: each piece a fitted kind sent back tried reduced again on
+    its own (:attr:`Fitted.to_refine`, the least harmful first), kept reduced where the budget
+    still holds on all the calibration data and the validation data. Stops, keeping what holds,
+    at the deadline; a judgment made before is looked up, not made again."""
+    if not fitted.to_refine or fitted.progress is None:
         return fitted
-    judge = _judge(fitted.kind, pieces, (data, reference, budget), deadline, fitted.idle, executor)
-    return _reduce_again(fitted, list(fitted.sent), judge)
-
-
-def _judge(kind: Kind, pieces: Pieces, judged, deadline: Deadline | None, idle: Sequence[int],
-           executor: Callable | None = None):
-    """``judge(chosen, which)``: ``kind`` built with the pieces ``chosen`` reduced, and its accuracy
-    on the ``which`` data (``judged``: the data, the reference outputs, the budget). The pieces
-    ``idle`` (nothing in them the kind reduces) are built as reduced all along: their ops (a Concat
-    or a MaxPool between quantized Convs) are left to the kind, as with the whole model reduced,
-    not kept as fp32 ops that cut it. No judgment starts that ``deadline`` cannot hold
-    (:attr:`~gspo.precision.variants.Kind.cost`)."""
-    data, reference, budget = judged
-
-    def judge(chosen, which: str) -> tuple[Graph, Accuracy]:
-        if deadline is not None and (deadline.expired() or not deadline.fits(kind.cost)):
-            raise _Out
-        graph = kind.build(pieces.union(list(chosen) + list(idle)))
-        return graph, evaluate(graph, getattr(data, which), reference[which], budget, executor)
-
-    return judge
-
-
-#: At most this many units are ranked: with more pieces, neighbouring pieces are ranked and sent
-#: back together, so the ranking costs at most this many judgments however many pieces there are.
-MAX_RANKED = 8
-
-
-def _revert(fitted: Fitted, state: Progress, judge) -> Fitted:
-    """Pieces back to the kind's rest (fp32, or bf16), largest error first, until calibration and
-    validation both hold; the runs of pieces sent back are kept in ``fitted.sent``."""
-    current = state.current
-    while True:
-        if state.calibration is None:
-            state.calibration = judge(current, "calibration")
-        graph, cal = state.calibration
-        if cal.holds:
-            _, val = judge(current, "validation")
-            if val.holds:
-                _holds(fitted, current, graph, cal, val)
-                fitted.sent = tuple(state.sent)
-                return fitted
-            why = "the validation data broke the budget (" + "; ".join(val.broken) + ")"
-        else:
-            why = "the calibration data broke the budget (" + "; ".join(cal.broken) + ")"
-        if state.order is None:
-            units = _units(current, MAX_RANKED) if len(current) > 1 else [tuple(current)]
-            state.order = _ranked(units, judge, state.excess) if len(units) > 1 else units
-        worst = state.order.pop(0)
-        state.sent.append(worst)
-        rank = len(state.sent)
-        alone = "its error alone" if len(worst) == 1 else f"the error of pieces {worst[0]}-{worst[-1]} alone"
-        for i in worst:
-            current.remove(i)
-            fitted.pieces[i] = f"back to {fitted.kind.rest}: {why}; {alone} ranked {rank}"
-        state.calibration = None
-        if not current:
-            fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
-            return fitted
-
-
-def _holds(fitted: Fitted, current, graph: Graph, cal: Accuracy, val: Accuracy) -> None:
-    """Record ``current``, which holds the budget on both data sets, as the fit."""
-    fitted.reduced, fitted.graph, fitted.calibration, fitted.validation = tuple(sorted(current)), graph, cal, val
-    for i in current:
-        fitted.pieces[i] = "reduced"
-
-
-def _reduce_again(fitted: Fitted, sent: list[tuple[int, ...]], judge) -> Fitted:
-    """Each piece sent back in a run of neighbours (:data:`MAX_RANKED`) reduced again on its own,
-    the last run sent back first, where the budget still holds on both data sets: the run's error
-    alone broke it, which says little of each piece's. Stops, keeping what holds, at the
-    deadline."""
-    current = list(fitted.reduced)
+    judge = _Judge(fitted, pieces, (data, reference, budget), deadline, executor)
     try:
-        for unit in reversed(sent):
-            for i in unit if len(unit) > 1 else ():
-                graph, cal = judge(current + [i], "calibration")
-                which, acc = ("validation", judge(current + [i], "validation")[1]) if cal.holds else ("calibration", cal)
-                if acc.holds:
-                    current.append(i)
-                    _holds(fitted, current, graph, cal, acc)
-                else:
-                    fitted.pieces[i] += f"; reduced again on its own, the {which} data broke the budget (" + \
-                        "; ".join(acc.broken) + ")"
+        for i in fitted.to_refine:
+            back = judge.back_now() - {i}
+            broke = judge.verify(back)
+            fitted.refined += (i,)
+            if broke is None:
+                _holds(fitted, judge, back)
+            else:
+                fitted.pieces[i] += f"; reduced again on its own, {_broke(judge, back, broke)}"
     except (_Out, GspoError):
         pass
+    fitted.progress = dataclasses.replace(fitted.progress, built=None)
     return fitted
 
 
-def _units(current: list[int], limit: int) -> list[tuple[int, ...]]:
-    """``current`` in at most ``limit`` runs of neighbouring pieces, as even as can be."""
-    n, k = len(current), min(limit, len(current))
-    return [tuple(current[j * n // k:(j + 1) * n // k]) for j in range(k)]
+class _Judge:
+    """The judgments of one fit: ``judge(back, level)`` is the accuracy of the kind with the
+    touched pieces ``back`` at its rest (the others and the idle ones reduced) on the ``level``
+    data (:data:`LEVELS`), looked up in the fit's :class:`Progress` or made and recorded there.
+    The idle pieces (nothing in them the kind reduces) are built as reduced all along: their ops
+    (a Concat or a MaxPool between quantized Convs) are left to the kind, as with the whole model
+    reduced, not kept as fp32 ops that cut it. No judgment starts that the deadline cannot hold
+    (:attr:`~gspo.precision.variants.Kind.cost`; on the subset, less the runs it leaves out)."""
+
+    def __init__(self, fitted: Fitted, pieces: Pieces, judged, deadline: Deadline | None,
+                 executor: Callable | None) -> None:
+        self.fitted, self.pieces, self.deadline = fitted, pieces, deadline
+        self.data, self.reference, self.budget = judged
+        self.executor = executor or cpu_executor
+
+    @property
+    def state(self) -> Progress:
+        return self.fitted.progress
+
+    def check(self, seconds: float) -> None:
+        """Raise :class:`_Out` unless the deadline holds work of ``seconds``."""
+        if self.deadline is not None and (self.deadline.expired() or not self.deadline.fits(seconds)):
+            raise _Out
+
+    def build(self, back: frozenset[int]) -> Graph:
+        """The kind with the pieces ``back`` at its rest (the last graph again where it is that)."""
+        state = self.state
+        if state.built is not None and state.built[0] == back:
+            return state.built[1]
+        graph = self.fitted.kind.build(self.pieces.union([i for i in state.touched if i not in back] + list(self.fitted.idle)))
+        self.fitted.progress = dataclasses.replace(self.state, built=(back, graph))
+        return graph
+
+    def samples(self, level: str):
+        """The samples of the ``level`` data and the reference outputs on them."""
+        if level == "subset":
+            m = self.state.plan.subset
+            return self.data.calibration[:m], self.reference["calibration"][:m]
+        return getattr(self.data, level), self.reference[level]
+
+    def __call__(self, back: frozenset[int], level: str) -> Accuracy:
+        key = (back, "calibration" if level == "subset" and self.full_subset else level)
+        if key not in self.state.judged:
+            cost = self.state.plan
+            self.check(cost.subset_s if key[1] == "subset" else cost.full_s)
+            graph = self.build(back)
+            acc = evaluate(graph, *self.samples(key[1]), self.budget, self.executor)
+            self.fitted.progress = dataclasses.replace(self.state, judged={**self.state.judged, key: acc})
+        return self.state.judged[key]
+
+    @property
+    def full_subset(self) -> bool:
+        """Whether the subset is all the calibration samples."""
+        return self.state.plan.subset >= len(self.data.calibration)
+
+    def holds_known(self, back: frozenset[int], level: str) -> bool:
+        """Whether a judgment made holds on the ``level`` data (on the subset: or on all the
+        calibration data) with the pieces ``back``."""
+        judged = self.state.judged
+        levels = ("subset", "calibration") if level == "subset" else (level,)
+        return any((back, lv) in judged and judged[(back, lv)].holds for lv in levels)
+
+    def verify(self, back: frozenset[int]) -> str | None:
+        """The data set, of all the calibration and the validation data, that breaks the budget
+        with the pieces ``back`` (``None``: both hold)."""
+        return next((lv for lv in LEVELS[1:] if not self(back, lv).holds), None)
+
+    def back_now(self) -> frozenset[int]:
+        """The touched pieces the fit has at the rest."""
+        return frozenset(self.state.touched) - frozenset(self.fitted.reduced or ())
 
 
-def _ranked(units: list[tuple[int, ...]], judge, excess: dict) -> list[tuple[int, ...]]:
-    """The units by their error alone on the calibration data, the largest first (``excess``:
-    those judged so far, filled in as they are)."""
-    for u in units:
-        if u not in excess:
-            excess[u] = judge(list(u), "calibration")[1].excess
-    return sorted(units, key=lambda u: (-excess[u], u))
+def _bisect(judge: _Judge) -> None:
+    """The fit (see the module docstring): every piece reduced, judged on all the calibration and
+    the validation data; where that breaks, the pieces ranked (:func:`_rank`) and the fewest of
+    the most harmful sent back found by bisection on the data the last break was on (first the
+    subset), each answer judged on all the data and the search moved on where it breaks."""
+    fitted = judge.fitted
+    broke = judge.verify(frozenset())
+    if broke is None:
+        return _holds(fitted, judge, frozenset())
+    _rank(judge)
+    order = judge.state.order
+    n = len(order)
+    backs = [frozenset(i for unit in order[:k] for i in unit) for k in range(n + 1)]
+    lo, level = 0, "subset" if broke == "calibration" else broke
+    while True:
+        hi = next((k for k in range(lo + 1, n) if judge.holds_known(backs[k], level)), n)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if judge(backs[mid], level).holds else (mid, hi)
+        broke = judge.verify(backs[hi]) if hi < n else None
+        if broke is None:
+            break
+        lo, level = hi, max(level, broke, key=LEVELS.index)
+    fitted.sent = tuple(order[:hi])
+    why = _broke(judge, backs[lo], _first_broken(judge, backs[lo])) + " " + _with_back(lo, n)
+    for r, unit in enumerate(order[:hi], 1):
+        for i in unit:
+            fitted.pieces[i] = f"back to {fitted.kind.rest}: {why}; ranked {r} of {n} {judge.state.ranked[unit]}"
+    if hi == n:
+        fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
+    else:
+        _holds(fitted, judge, backs[hi])
+
+
+def _first_broken(judge: _Judge, back: frozenset[int]) -> str:
+    """The data, of those judged with the pieces ``back``, that broke the budget (the last of them)."""
+    return next(lv for lv in reversed(LEVELS) if (back, lv) in judge.state.judged and not judge.state.judged[(back, lv)].holds)
+
+
+def _broke(judge: _Judge, back: frozenset[int], level: str) -> str:
+    """How the ``level`` data broke the budget with the pieces ``back`` (``the calibration data
+    broke the budget (y: nmse 2e-3 > 1e-3)``)."""
+    acc = judge.state.judged[(back, "calibration" if level == "subset" and judge.full_subset else level)]
+    data = f"the first {judge.state.plan.subset} calibration samples" if level == "subset" and not judge.full_subset \
+        else f"the {level} data"
+    return f"{data} broke the budget (" + "; ".join(acc.broken) + ")"
+
+
+def _with_back(lo: int, n: int) -> str:
+    """With how many of the ranked ``n`` back the budget broke."""
+    if lo == 0:
+        return "with every piece reduced"
+    return "with the most harmful back" if lo == 1 else f"with the {lo} most harmful back"
+
+
+def _holds(fitted: Fitted, judge: _Judge, back: frozenset[int]) -> None:
+    """Record the kind with the pieces ``back`` at its rest, which holds the budget on both data
+    sets, as the fit."""
+    state = judge.state
+    reduced = tuple(i for i in state.touched if i not in back)
+    fitted.reduced, fitted.graph = reduced, judge.build(back)
+    fitted.calibration, fitted.validation = state.judged[(back, "calibration")], state.judged[(back, "validation")]
+    for i in reduced:
+        fitted.pieces[i] = "reduced"
+
+
+def _rank(judge: _Judge) -> None:
+    """The touched pieces in the order they go back in, the most harmful first, recorded in the
+    fit's :class:`Progress`: by the error each adds, from one run
+    (:func:`~gspo.precision.sensitivity.harm`); where that cannot run, by the error of runs of
+    neighbouring pieces alone (judged on the subset)."""
+    state = judge.state
+    if state.order is not None:
+        return
+    if len(state.touched) == 1:
+        unit = (state.touched[0],)
+        order, ranked = (unit,), {unit: "(the only piece this kind reduces)"}
+    else:
+        judge.check(2 * state.plan.subset_s)
+        try:
+            order, ranked = _by_harm(judge)
+        except _Out:
+            raise
+        except Exception as e:  # the exposed-output build did not run: rank by judgments
+            log.info("ranking %s by judgments: %s", judge.fitted.kind.name, first_line(e))
+            order, ranked = _by_judgments(judge, first_line(e))
+    judge.fitted.progress = dataclasses.replace(judge.state, order=order, ranked=ranked)
+
+
+def _rest(judge: _Judge) -> Graph:
+    """The kind with nothing reduced, the one-run ranking's reference: the fp32 graph of the pieces
+    (:attr:`Pieces.graph`) for a kind whose rest is fp32, else the kind's own build (its rest at
+    bf16), else the fp32 graph."""
+    kind, base = judge.fitted.kind, judge.pieces.graph
+    if kind.rest == "fp32" and base is not None:
+        return base
+    try:
+        return kind.build(frozenset())
+    except GspoError:
+        if base is None:
+            raise
+        return base
+
+
+def _by_harm(judge: _Judge):
+    """The order and its reasons from :func:`~gspo.precision.sensitivity.harm` on the subset: the
+    pieces whose added error was measured by it, the largest first, then those with none of
+    their tensors in the reduced build, in model order, last."""
+    from gspo.precision.sensitivity import harm
+
+    state, m = judge.state, judge.state.plan.subset
+    measured = harm(judge.build(frozenset()), _rest(judge), judge.pieces.ops, judge.data.calibration[:m], judge.executor)
+    added = {i: measured.added.get(i) for i in state.touched}
+    order = sorted(state.touched, key=lambda i: (added[i] is None, -(added[i] or 0.0), i))
+    ranked = {(i,): (f"by the error it adds (its outputs' nmse {added[i]:.2g} above its inputs', on {m} calibration "
+                     f"samples)"
+                     if added[i] is not None else "last: none of its outputs could be measured in the reduced build")
+              for i in order}
+    return tuple((i,) for i in order), ranked
+
+
+def _by_judgments(judge: _Judge, why: str):
+    """The order and its reasons where the one-run ranking failed (``why``): at most
+    :data:`MAX_RANKED` runs of neighbouring pieces (fewer where half the time left holds fewer
+    judgments on the subset), each judged alone on the subset, the largest error first."""
+    state = judge.state
+    limit = min(MAX_RANKED, len(state.touched))
+    if judge.deadline is not None and judge.deadline.limited and state.plan.subset_s > 0:
+        limit = max(2, min(limit, int(0.5 * judge.deadline.remaining() / state.plan.subset_s)))
+    n, k = len(state.touched), limit
+    units = [tuple(state.touched[j * n // k:(j + 1) * n // k]) for j in range(k)]
+    everything = frozenset(state.touched)
+    excess = {u: judge(everything - frozenset(u), "subset").excess for u in units}
+    order = sorted(units, key=lambda u: (-excess[u], u))
+    alone = {u: "by its error alone" if len(u) == 1 else f"by the error of pieces {u[0]}-{u[-1]} alone" for u in units}
+    return tuple(order), {u: f"{alone[u]} (the one-run ranking could not run: {why})" for u in units}
 
 
 def thread_settings(graph: Graph, cores: int | None = None) -> tuple[int, ...]:

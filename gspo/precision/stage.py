@@ -34,7 +34,8 @@ from gspo.precision.search import (
     Fitted,
     Pieces,
     evaluate,
-    fit,
+    prepare,
+    resume,
     thread_settings,
 )
 from gspo.precision.variants import kinds, plain
@@ -139,12 +140,14 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
     say("calibrating")
     found, out.notes = kinds(base, cfg.precision.precisions, backends, _ranges(base, data, ref, deadline, out.skips),
                              calibration=data.calibration)
-    found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref)) for k in found]
+    found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref), sample_s=ref.sample_s)
+             for k in found]
     found, dropped = _ordered_and_screened(found, out, fp32, (measure, executor), deadline)
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
     out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, out.errors),
                            fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
                            lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor) + dropped
+    out.notes += [f.plan for f in out.fitted if f.plan]
     out.skips += [Skip("precision", f"fitting {f.kind.name}", f.note) for f in out.fitted if f.note.startswith(NOT_FITTED)]
     out.fp32 = _fp32_accuracy(fp32, source, ref, out.errors, deadline, out.skips, executor)
     return out
@@ -327,14 +330,16 @@ def fits_deadline(deadline: Deadline | None, n_timed: int, sample_s: float,
 def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
               again: Callable[[int], Deadline | None] | None = None, executor: Callable | None = None) -> list[Fitted]:
     """Every kind fitted in turn, each until an equal share of the time left for the kinds not yet
-    fitted (one kind cannot take the others' time); ``judged``: the data, the source's outputs on
-    it and the budget. A kind whose rest runs at bf16 starts from the bf16 kind's fit
-    (:func:`on_bf16_fit`). Then, until ``again(n)`` (the deadline that leaves time to time ``n``
-    kinds; ``deadline`` without it), a second round, the kinds whose rest runs at bf16 first,
-    each in an equal share again: a kind whose share ran out goes on from where it stopped
-    (:func:`~gspo.precision.search.resume`), and a survivor's pieces sent back together are tried
-    again one at a time (:func:`~gspo.precision.search.reduce_again`). Every judgment runs on
-    ``executor(graph)`` (:func:`~gspo.precision.search.outputs_of`)."""
+    fitted (one kind cannot take the others' time), its expected cost said first
+    (:func:`~gspo.precision.search.prepare`, kept in :attr:`Fitted.plan` for the notes);
+    ``judged``: the data, the source's outputs on it and the budget. A kind whose rest runs at bf16
+    starts from the bf16 kind's fit (:func:`on_bf16_fit`). Then, until ``again(n)`` (the deadline
+    that leaves time to time ``n`` kinds; ``deadline`` without it), a second round, the kinds
+    whose rest runs at bf16 first, each in an equal share again: a kind whose share ran out goes
+    on from where it stopped (:func:`~gspo.precision.search.resume`, no judgment made again), and
+    a survivor's pieces sent back are tried reduced again one at a time, the least harmful first
+    (:func:`~gspo.precision.search.reduce_again`). Every judgment runs on ``executor(graph)``
+    (:func:`~gspo.precision.search.outputs_of`)."""
     from gspo.precision.search import OUT_OF_TIME, reduce_again, resume
 
     data, reference, budget = judged
@@ -342,8 +347,8 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
     for i, k in enumerate(found):
         say(f"fitting {k.name}")
         mine = deadline.share(1 / (len(found) - i)) if deadline is not None else None
-        fitted.append(_fit_one(k, pieces, judged, mine, fitted, executor))
-    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or f.runs_sent_back),
+        fitted.append(_fit_one(k, pieces, judged, mine, fitted, executor, say))
+    second = sorted((j for j, f in enumerate(fitted) if f.note == OUT_OF_TIME or f.to_refine),
                     key=lambda j: (fitted[j].kind.rest != "bf16", j))
     later = again(sum(f.reduced is not None or f.note == OUT_OF_TIME for f in fitted)) if again else deadline
     for n, j in enumerate(second):
@@ -352,16 +357,17 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         if f.note == OUT_OF_TIME:
             say(f"fitting {f.kind.name}, on from where its share ended")
             resume(f, pieces, data, reference, budget, mine, executor)
-        if f.runs_sent_back:
+        if f.to_refine:
             say(f"fitting {f.kind.name} piece by piece")
             reduce_again(f, pieces, data, reference, budget, mine, executor)
     return fitted
 
 
 def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: list[Fitted],
-             executor: Callable | None = None) -> Fitted:
+             executor: Callable | None = None, say: Callable[[str], None] | None = None) -> Fitted:
     """``kind`` fitted until ``deadline``, after the kinds ``before`` it (the bf16 kind's fit among
-    them); not at all when ``deadline`` cannot hold one judgment of it (:data:`NOT_FITTED`)."""
+    them), its expected cost said (``say``) first; not at all when ``deadline`` cannot hold one
+    judgment of it (:data:`NOT_FITTED`)."""
     skip = skipped_for_bf16(kind, before)
     if skip:
         return Fitted(kind, None, note=skip)
@@ -369,7 +375,11 @@ def _fit_one(kind, pieces: Pieces, judged, deadline: Deadline | None, before: li
         return Fitted(kind, None, note=f"{NOT_FITTED} (about {_s(_first_cost(kind))}: building it, its session and a run "
                                        f"of the data; its share of the time left: {_s(deadline.remaining())})")
     kind, pinned = on_bf16_fit(kind, pieces, before)
-    return fit(kind, pieces, *judged, deadline, pinned, executor)
+    fitted = prepare(kind, pieces, judged[0], deadline, pinned)
+    if fitted.progress is None:
+        return fitted
+    (say or (lambda text: None))(fitted.plan)
+    return resume(fitted, pieces, *judged, deadline, executor)
 
 
 def _bf16_fit(fitted: list[Fitted]) -> Fitted | None:

@@ -4,6 +4,7 @@ report says which pieces went back and why."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -90,6 +91,9 @@ def test_whatever_a_loose_budget_picks_holds_it_on_the_validation_data(model, tm
     saved = ir.load(out)
     accuracy = measure(outputs_of(plain(model), samples), outputs_of(saved, samples), ErrorBudget.parse(budget))
     assert accuracy.holds  # measured again here, on the saved file, as users will run it
+    # each kind's expected cost, stated before its fit: judgments x seconds each, in its share
+    stated = [n for n in block["notes"] if n.startswith("int8 on onnxruntime: about ")]
+    assert len(stated) == 1 and " judgments " in stated[0] and re.search(r"in its [0-9.]+ m?s share", stated[0])
     for k in block["kinds"]:
         assert (k["dropped"] is None) == bool(k["pieces_reduced"])
         if k["validation"] is not None:
