@@ -92,6 +92,9 @@ class OpenVinoRunner:
         self._request = compiled.create_infer_request()
         #: each output name's port and its position among the model's outputs
         self._outputs = {name: (i, port) for i, port in enumerate(compiled.outputs) for name in port.get_names()}
+        #: the inputs the compiled model reads: one OpenVINO dropped (nothing it computes reads it, as
+        #: an input the precision fit's one-run ranking adds beside a weight-only MatMul) is not fed
+        self._inputs = {name for port in compiled.inputs for name in port.get_names()}
         self._large = {}
         for i, port in enumerate(compiled.outputs):
             shape = port.get_partial_shape()
@@ -114,7 +117,7 @@ class OpenVinoRunner:
     def run(self, names: Sequence[str], feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         held = self._bind() if self._large else {}
         try:
-            result = self._request.infer({k: _contiguous(v) for k, v in feeds.items()}, share_inputs=True,
+            result = self._request.infer({k: _contiguous(v) for k, v in feeds.items() if k in self._inputs}, share_inputs=True,
                                          share_outputs=True)
         except Exception as e:
             raise BackendError(f"OpenVINO failed to run the model: {_reason(e)}") from None
