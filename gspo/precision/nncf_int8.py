@@ -171,10 +171,10 @@ def nncf_seconds(weight_bytes: int, samples: int, ref) -> float:
     """Seconds an NNCF quantization of a model of ``weight_bytes`` on ``samples`` samples is
     estimated to take (``ref``: the source's :class:`~gspo.precision.reference.Reference`):
     :data:`NNCF_S`, two passes over the samples (SmoothQuant's statistics, then the quantizers'
-    and the bias correction's) with a session each, and twice a quantization's
+    and the bias correction's) with a session each, and four times a quantization's
     :data:`~gspo.precision.reference.QUANTIZE_S_PER_BYTE` (it copies and transforms the model
     several times). On the shared 2-core EPYC: 7.7 s for the small corpus BERT (21 MB, 8
-    samples), 78 s for BERT-base at sequence 128 (437 MB, 8 samples)."""
+    samples), 78 s for BERT-base at sequence 128 (437 MB, 8 samples) at load 4, 47 s at load 2."""
     from gspo.precision.reference import QUANTIZE_S_PER_BYTE
 
-    return NNCF_S + 2 * (ref.session_s + 2 * samples * ref.sample_s) + 2 * QUANTIZE_S_PER_BYTE * weight_bytes
+    return NNCF_S + 2 * (ref.session_s + 2 * samples * ref.sample_s) + 4 * QUANTIZE_S_PER_BYTE * weight_bytes

@@ -37,8 +37,11 @@ _KINDS = ("calibration", "validation")
 #: Seconds per byte of weights of building an onnxruntime session of a model, and of quantizing
 #: it (onnxruntime's QDQ or dynamic quantizer): a 400 MB MatMul took 10.5 s and 29-31 s on the
 #: shared 2-core EPYC (load 10); a tenth of that on an idle one, so both over-estimate there.
+#: BERT-base (437 MB of weights) on the 2-core EPYC at load 2: static QDQ 6.8 s, dynamic 4.8 s,
+#: so the quantization's rate is 2.5e-8 (the 7.5e-8 of the 400 MB MatMul at load 10 made every
+#: int8 kind of BERT-base look 35 s a judgment, and none was fitted in a 300 s budget).
 SESSION_S_PER_BYTE = 2.6e-8
-QUANTIZE_S_PER_BYTE = 7.5e-8
+QUANTIZE_S_PER_BYTE = 2.5e-8
 #: Seconds of what OpenVINO adds whatever the model's size: the probe of a static int8 kind (a
 #: process of its own compiling the model: 1.7-2.0 s for a 16x16 MatMul on the shared EPYC), and
 #: a compile (0.17-0.74 s, where onnxruntime took 0.02-0.04 s).

@@ -12,18 +12,22 @@ from the bf16 kind's fit (:func:`~gspo.precision.stage.on_bf16_fit`). The fit gi
 equal share of the time the kinds not yet fitted have left, so a kind that ends early leaves its
 time to the ones after it.
 
-Screen: each of the CPU's kinds is built with every piece it touches reduced and timed beside the
-exact pick (on the fit's executor, as its judgments run) with the run's ``measure`` in
-:data:`SCREEN_ROUNDS` interleaved rounds after :data:`SCREEN_WARMUP`, on one sample; a kind whose
-median is not below fp32's by :data:`SCREEN_MARGIN` is dropped before fitting, with a note, and
-so is one that cannot be built or run (its fit would fail the same way). The screen takes at
-most :data:`SCREEN_SHARE` of the time left, estimated from the source's timings and each kind's
-:attr:`~gspo.precision.kind.Kind.cost`; where that cannot hold it, no kind is screened (a note
-says so). The torch runtime's kinds (the GPU's) are not screened.
+Screen: each of the CPU's kinds, in that order, is built with every piece it touches reduced and
+timed beside the exact pick (on the fit's executor, as its judgments run) with the run's
+``measure`` in :data:`SCREEN_ROUNDS` interleaved rounds after :data:`SCREEN_WARMUP`, on one
+sample; a kind whose median is not below fp32's by :data:`SCREEN_MARGIN` is dropped before
+fitting, with a note, and so is one that cannot be built or run (its fit would fail the same way).
+What its build does once (a quantization, NNCF's) is kept for its fit. The kinds that pass are
+fitted fastest first, at most :data:`MAX_FITTED` of them. A kind is screened only where the fits'
+time can hold its screen and a few judgments of its fit, and, once a kind has passed, only within
+:data:`SCREEN_SHARE` of that time: on BERT-base (440 MB of weights, 8+8 samples, a 300 s budget)
+NNCF's quantization alone takes about 40 s, and a screen of every kind would leave nothing to fit
+them (issue 52). The torch runtime's kinds (the GPU's) are not screened.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Sequence
 
 from gspo.errors import GspoError, first_line
@@ -33,14 +37,19 @@ from gspo.precision.search import Fitted, Pieces, cpu_executor
 from gspo.runtime.cpu_features import VNNI_FLAGS, has_vnni
 from gspo.timing.deadline import Deadline
 
-__all__ = ["FP32_LABEL", "SCREEN_MARGIN", "SCREEN_ROUNDS", "SCREEN_SHARE", "SCREEN_WARMUP", "order", "screen",
+__all__ = ["FIT_JUDGMENTS", "FP32_LABEL", "MAX_FITTED", "SCREEN_MARGIN", "SCREEN_ROUNDS", "SCREEN_SHARE", "SCREEN_WARMUP", "order", "screen",
            "screen_label", "screen_seconds"]
 
 #: Interleaved rounds of a kind's screen beside fp32, and the rounds before them, not counted.
 SCREEN_ROUNDS = 5
 SCREEN_WARMUP = 1
-#: The most of the precision time left the screen may take.
-SCREEN_SHARE = 0.1
+#: The most of the fits' time the screen may take once a kind has passed it (:func:`_holds`).
+SCREEN_SHARE = 0.5
+#: The judgments of a fit a kind's screen must leave time for (its first, the ranking's, one more).
+FIT_JUDGMENTS = 3
+#: The most kinds fitted: the fastest with every piece reduced (a kind slower than three others
+#: that hold the budget would rarely win, and each kind fitted takes a share of the time).
+MAX_FITTED = 3
 #: How much below fp32's median a kind's fully reduced median must be to be fitted.
 SCREEN_MARGIN = 0.02
 #: The exact pick's label in the screen's timings (a kind's: :func:`screen_label`).
@@ -95,20 +104,25 @@ def order(kinds: Sequence[Kind], flags: Collection[str]) -> tuple[list[Kind], li
 
 def _build_s(kind: Kind, ref) -> float:
     """Seconds building ``kind`` and its session is estimated to take (its cost less a run of the
-    data; on OpenVINO its probe's compile too)."""
+    data, what its first build does once, :attr:`~gspo.precision.kind.Kind.once`; on OpenVINO its
+    probe's compile too)."""
     from gspo.precision.reference import PROBE_S
 
     runs = max(len(ref.data.calibration), len(ref.data.validation))
     probe = PROBE_S if kind.backend.startswith("openvino") and kind.precision in ("int8", "int4") else 0.0
-    return max(kind.cost - runs * ref.sample_s, ref.session_s) + probe
+    return max(kind.cost - runs * ref.sample_s, ref.session_s) + kind.once + probe
+
+
+def _one_s(kind: Kind, ref) -> float:
+    """Seconds the screen of ``kind`` alone is estimated to take: its build and session, the rounds."""
+    return _build_s(kind, ref) + 2 * (SCREEN_ROUNDS + SCREEN_WARMUP) * ref.sample_s
 
 
 def screen_seconds(kinds: Sequence[Kind], ref) -> float:
     """Seconds the screen of ``kinds`` is estimated to take (``ref``: the source's
     :class:`~gspo.precision.reference.Reference`): the exact pick's session, each kind's build
     and session, and the rounds of both."""
-    rounds = 2 * (SCREEN_ROUNDS + SCREEN_WARMUP) * ref.sample_s
-    return ref.session_s + sum(_build_s(k, ref) + rounds for k in kinds)
+    return ref.session_s + sum(_one_s(k, ref) for k in kinds)
 
 
 def _ms(seconds: float) -> str:
@@ -118,55 +132,91 @@ def _ms(seconds: float) -> str:
 
 def screen(kinds: Sequence[Kind], pieces: Pieces, fp32: Graph, ref, timing,
            deadline: Deadline | None = None) -> tuple[list[Kind], list[Fitted], list[str]]:
-    """The kinds of ``kinds`` worth fitting, those dropped (each a :class:`Fitted` with nothing
-    reduced and the note that says why) and the notes (see the module docstring). ``fp32``: the
-    exact pick as saved; ``ref``: the source's reference (its data, its timings); ``timing``:
-    ``(measure, executor)``, the run's timing function (:data:`~gspo.search.strategies.Measure`)
-    and the fit's executor (``None``: :func:`~gspo.precision.search.cpu_executor`)."""
+    """The kinds of ``kinds`` worth fitting, fastest first, those dropped (each a :class:`Fitted`
+    with nothing reduced and the note that says why) and the notes (see the module docstring).
+    ``fp32``: the exact pick as saved; ``ref``: the source's reference (its data, its timings);
+    ``timing``: ``(measure, executor)``, the run's timing function
+    (:data:`~gspo.search.strategies.Measure`) and the fit's executor (``None``:
+    :func:`~gspo.precision.search.cpu_executor`); ``deadline``: the fits' (:func:`_holds`)."""
     measure, executor = timing
     screened = [k for k in kinds if k.backend != _TORCH]
     if not screened:
         return list(kinds), [], []
-    need = screen_seconds(screened, ref)
-    if deadline is not None and deadline.limited and need > SCREEN_SHARE * deadline.remaining():
-        return list(kinds), [], [f"kinds not screened: timing each with every piece reduced beside fp32 would take "
-                                 f"about {need:.1f} s, more than {SCREEN_SHARE:.0%} of the time left "
-                                 f"({deadline.remaining():.1f} s): each is fitted"]
     sample = (ref.data.calibration or ref.data.validation)[0]
     make = executor or cpu_executor
     try:
         base = make(fp32)
     except GspoError as e:
         return list(kinds), [], [f"kinds not screened: the exact pick cannot be run: {e}"]
+    share = deadline.share(SCREEN_SHARE) if deadline is not None and deadline.limited else None
     dropped: dict[str, Fitted] = {}
+    medians: dict[str, float] = {}
     try:
         for kind in screened:
-            why = _screened(kind, pieces, (base, sample, make, measure))
+            passed = any(name not in dropped for name in medians)
+            held = _holds(kind, ref, deadline, share if passed else None)
+            if held is not None:
+                dropped[kind.name] = Fitted(kind, None, note=held)
+                continue
+            why, medians[kind.name] = _screened(kind, pieces, (base, sample, make, measure))
             if why is not None:
                 dropped[kind.name] = Fitted(kind, None, note=why)
     finally:
         base.close()
-    return [k for k in kinds if k.name not in dropped], list(dropped.values()), []
+    kept = _fastest(kinds, medians, dropped)
+    return kept, [dropped[k.name] for k in kinds if k.name in dropped], []
 
 
-def _screened(kind: Kind, pieces: Pieces, run) -> str | None:
+def _holds(kind: Kind, ref, deadline: Deadline | None, share: Deadline | None) -> str | None:
+    """Why the time cannot hold screening ``kind`` (``None``: it can): its screen and a fit of
+    :data:`FIT_JUDGMENTS` judgments must end by ``deadline``, and, once a kind has passed the
+    screen, its screen within ``share`` (:data:`SCREEN_SHARE` of the fits' time): the kinds first
+    in the CPU's order may take what they need while none has passed, the later ones not."""
+    need = _one_s(kind, ref)
+    if deadline is not None and deadline.limited and not deadline.fits(need + FIT_JUDGMENTS * kind.cost):
+        return (f"not fitted: the time budget cannot hold timing it with every piece reduced and fitting it (about "
+                f"{need + FIT_JUDGMENTS * kind.cost:.1f} s; {deadline.remaining():.1f} s left)")
+    if share is not None and not share.fits(need):
+        return (f"not fitted: a faster kind passed the screen, and the screen's share cannot hold timing this one "
+                f"with every piece reduced (about {need:.1f} s; {share.remaining():.1f} s left of it)")
+    return None
+
+
+def _fastest(kinds: Sequence[Kind], medians: dict[str, float], dropped: dict[str, Fitted]) -> list[Kind]:
+    """The kinds that passed the screen, fastest first (a bf16 kind before the kinds whose rest
+    runs at bf16, which start from its fit), at most :data:`MAX_FITTED` of them (the others
+    dropped, said in ``dropped``); the kinds not screened (the torch runtime's) after them."""
+    passed = sorted((k for k in kinds if k.name in medians and k.name not in dropped), key=lambda k: medians[k.name])
+    bf16 = [k for k in passed if k.precision == "bf16"][:1]
+    if bf16 and any(k.rest == "bf16" for k in passed):
+        passed = bf16 + [k for k in passed if k is not bf16[0]]
+    for k in passed[MAX_FITTED:]:
+        faster = ", ".join(f.name for f in passed[:MAX_FITTED])
+        dropped[k.name] = Fitted(k, None, note=f"not fitted: {MAX_FITTED} kinds ran faster with every piece reduced "
+                                               f"({faster}), and the fit's time goes to them")
+    return passed[:MAX_FITTED] + [k for k in kinds if k.name not in medians and k.name not in dropped]
+
+
+def _screened(kind: Kind, pieces: Pieces, run) -> tuple[str | None, float]:
     """Why ``kind`` is dropped, once built with every piece it touches reduced and timed beside the
-    exact pick (``run``: its executor, the sample, how to make an executor, the timing function);
-    ``None``: fit it."""
+    exact pick (``run``: its executor, the sample, how to make an executor, the timing function;
+    ``None``: fit it), and its median over fp32's (``inf`` where it could not be timed)."""
     base, sample, make, measure = run
     reduced = pieces.union(i for i, ops in enumerate(pieces.ops) if kind.touches(ops))
     try:
         built = make(kind.build(reduced))
     except Exception as e:  # noqa: BLE001 - a build or session the runtime refuses: the fit's would fail too
-        return f"not fitted: with every piece reduced it cannot be built here: {first_line(e)}"
+        return f"not fitted: with every piece reduced it cannot be built here: {first_line(e)}", math.inf
     try:
         fp32, mine = measure([(FP32_LABEL, lambda: base.run(sample)), (screen_label(kind.name),
                                                                      lambda: built.run(sample))],
                              SCREEN_ROUNDS, SCREEN_WARMUP)
     except Exception as e:  # noqa: BLE001 - a run the runtime refuses
-        return f"not fitted: with every piece reduced it cannot run here: {first_line(e)}"
+        return f"not fitted: with every piece reduced it cannot run here: {first_line(e)}", math.inf
     finally:
         built.close()
+    ratio = mine.median / fp32.median if fp32.median > 0 else math.inf
     if mine.median < (1 - SCREEN_MARGIN) * fp32.median:
-        return None
-    return f"not fitted: with every piece reduced it ran {_ms(mine.median)} against {_ms(fp32.median)} for fp32 (not faster)"
+        return None, ratio
+    return (f"not fitted: with every piece reduced it ran {_ms(mine.median)} against {_ms(fp32.median)} for fp32 "
+            f"(not faster)"), ratio

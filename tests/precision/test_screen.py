@@ -3,23 +3,23 @@ kind not faster than fp32 with every piece reduced (a scripted measure, a fake c
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
-
-import pytest
 
 from gspo.errors import GspoError
 from gspo.ir import Graph
 from gspo.ir.builder import GraphBuilder
+from gspo.precision import screen as screen_module
 from gspo.precision.kind import Kind
 from gspo.precision.screen import (
     FP32_LABEL,
+    MAX_FITTED,
     SCREEN_ROUNDS,
     SCREEN_SHARE,
     SCREEN_WARMUP,
     order,
     screen,
     screen_label,
-    screen_seconds,
 )
 from gspo.precision.search import Pieces
 from gspo.runtime import Timing, random_inputs
@@ -128,20 +128,57 @@ def test_every_touched_piece_is_reduced_in_the_screened_build():
     assert seen == [Pieces.of(g, 8).union(range(len(Pieces.of(g, 8).ops)))]
 
 
-def test_no_kind_is_screened_when_its_share_of_the_time_cannot_hold_it():
-    kinds = [_kind("int8 on onnxruntime"), _kind("int8-dynamic on onnxruntime")]
+def test_kinds_are_screened_in_order_while_none_passed_then_only_within_the_screens_share():
+    kinds = [_kind("int8 on onnxruntime"), _kind("int8-dynamic on onnxruntime"), _kind("int8 weights on onnxruntime")]
     ref = _ref(session_s=1.0, sample_s=0.1)
-    need = screen_seconds(kinds, ref)
-    assert need == pytest.approx(1.0 + 2 * (1.0 + 2 * (SCREEN_ROUNDS + SCREEN_WARMUP) * 0.1))
+    need = [screen_module._one_s(k, ref) for k in kinds]
+    limit = 1.05 * max(need)  # holds any one screen; its share (the clock does not move) no other
+    assert SCREEN_SHARE * limit < min(need)
+    # the first kinds are screened all the same while none has passed (the first two are as slow
+    # as fp32), then the third is
+    slow = {FP32_LABEL: 0.2, screen_label(kinds[2].name): 0.1}
     clock = FakeClock()
-    measure = _Measure({})
-    kept, dropped, notes = _screen(kinds, measure, Deadline.after(need / SCREEN_SHARE - 1, clock), ref)
-    assert kept == kinds and dropped == [] and measure.calls == []
-    assert len(notes) == 1 and notes[0].startswith(f"kinds not screened: timing each with every piece reduced beside "
-                                                   f"fp32 would take about {need:.1f} s")
-    kept, dropped, notes = _screen(kinds, measure, Deadline.after(need / SCREEN_SHARE + 1, clock), ref)
-    assert len(measure.calls) == 2 and notes == [] and kept == []  # screened: both as slow as fp32
-    assert [f.kind.name for f in dropped] == _names(kinds)
+    measure = _Measure(slow)
+    kept, dropped, _ = _screen(kinds, measure, Deadline.after(limit, clock), ref)
+    assert _names(kept) == [kinds[2].name] and len(measure.calls) == 3
+    # once a kind passed, the next is screened only within the share
+    fast = {FP32_LABEL: 0.2, screen_label(kinds[0].name): 0.1, screen_label(kinds[1].name): 0.05}
+    measure = _Measure(fast)
+    kept, dropped, _ = _screen(kinds, measure, Deadline.after(limit, clock), ref)
+    assert _names(kept) == [kinds[0].name] and len(measure.calls) == 1
+    assert [f.kind.name for f in dropped] == _names(kinds[1:])
+    assert dropped[0].note.startswith("not fitted: a faster kind passed the screen, and the screen's share cannot hold")
+    # with time enough, both faster kinds are kept, the fastest first
+    measure = _Measure(fast)
+    kept, dropped, _ = _screen(kinds, measure, Deadline.after(100 * limit, clock), ref)
+    assert _names(kept) == [kinds[1].name, kinds[0].name] and [f.kind.name for f in dropped] == [kinds[2].name]
+
+
+def test_a_kind_whose_screen_and_fit_the_time_cannot_hold_is_not_screened():
+    kind = dataclasses.replace(_kind("int8 (NNCF) on openvino", backend="openvino"), once=50.0, cost=2.0)
+    ref = _ref(session_s=1.0, sample_s=0.1)
+    measure = _Measure({screen_label(kind.name): 0.1})
+    kept, dropped, _ = _screen([kind], measure, Deadline.after(40.0, FakeClock()), ref)
+    assert kept == [] and measure.calls == []
+    assert dropped[0].note.startswith("not fitted: the time budget cannot hold timing it with every piece reduced and "
+                                      "fitting it (about 61.1 s; 40.0 s left)")
+
+
+def test_at_most_max_fitted_kinds_go_on_to_be_fitted_the_fastest():
+    kinds = [_kind(f"int8 kind {i}") for i in range(MAX_FITTED + 2)]
+    seconds = {FP32_LABEL: 1.0, **{screen_label(k.name): 0.5 - 0.01 * i for i, k in enumerate(kinds)}}
+    kept, dropped, _ = _screen(kinds, _Measure(seconds))
+    assert _names(kept) == _names(kinds[::-1][:MAX_FITTED])
+    assert _names(f.kind for f in dropped) == _names(kinds[:2])
+    assert all(f.note.startswith(f"not fitted: {MAX_FITTED} kinds ran faster with every piece reduced") for f in dropped)
+
+
+def test_a_bf16_kind_is_fitted_before_the_kinds_whose_rest_runs_at_bf16():
+    bf16 = _kind("bf16 on openvino", "bf16", "openvino:bf16")
+    rest = _kind("int8 on openvino, the rest at bf16", backend="openvino:bf16", rest="bf16")
+    kept, _, _ = _screen([bf16, rest], _Measure({FP32_LABEL: 1.0, screen_label(bf16.name): 0.6,
+                                                 screen_label(rest.name): 0.3}))
+    assert _names(kept) == [bf16.name, rest.name]
 
 
 def test_the_torch_runtimes_kinds_are_not_screened():
