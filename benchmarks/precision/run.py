@@ -32,8 +32,9 @@ Per model, in a fresh process of its own, nothing else running on the machine:
    rounds above): every reduced-precision kind gspo builds for the precisions asked, from the
    source with every piece reduced, at each thread count gspo times, the budget ignored: what a
    budget lets gspo reach, short of its rewrites and the timing's noise.
-4. Every contender's error against the source on the validation samples (gspo's accuracy
-   metrics), and whether it holds the same budget.
+4. Every contender's error against the source on held-out test samples (``--samples`` more, seeds
+   of their own: neither gspo's fit nor NNCF's accuracy control, which both judge on the
+   validation samples, sees them; gspo's accuracy metrics), and whether it holds the same budget.
 
 The models: :data:`DEFAULT_MODELS` (a few minutes each on 2 cores), and the full-size rows
 :data:`FULL_SIZE` (``benchmarks/realworld/export.py bert_base vit_b16 gpt2_kv_small``; named with
@@ -259,14 +260,17 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
         tmp = Path(tmp)
         calibration = _write_samples(graph, tmp / "cal", range(args.samples))
         validation = _write_samples(graph, tmp / "val", range(1000, 1000 + args.samples))
+        # held out: neither gspo's fit nor NNCF's accuracy control sees these (both judge on validation)
+        test = [random_inputs(graph, seed=s) for s in range(2000, 2000 + args.samples)]
         result, optimize_s, out_path = _gspo(path, precision, budget, tmp, args)
         runners, failed = _contenders(path, out_path, calibration)
         reference = _outputs_on(runners["fp32 onnxruntime"], names, validation)
+        tested = _outputs_on(runners["fp32 onnxruntime"], names, test)
         more, more_failed, nncf = nncf_peer.contenders(path, graph, calibration, validation, reference, budget,
                                                        args.nncf_timeout, tmp)
         runners.update(more)
         failed.update(more_failed)
-        errors = _errors(runners, names, validation, budget, reference)
+        errors = _errors(runners, names, test, budget, tested)
         timings = _timed(runners, names, validation[0], args.runs)
         runners["gspo"].close()
         # the ceiling apart, with the fp32 runs again: its many sessions and thread counts do not
@@ -275,7 +279,7 @@ def _one(name: str, path: Path, args, budget: ErrorBudget) -> dict:
         del runners, more
         more, more_failed = _ceiling(path, calibration, precision)
         failed.update(more_failed)
-        errors.update(_errors(more, names, validation, budget, reference))
+        errors.update(_errors(more, names, test, budget, tested))
         ceiling = _timed({**fp32_runners, **more}, names, validation[0], args.runs)
         for r in more.values():
             r.close()
