@@ -4,7 +4,6 @@ other node exact; on OpenVINO, probed once before the first build; the notes whe
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 
 from gspo.errors import GspoError
@@ -21,6 +20,7 @@ from gspo.precision.weights import (
 from gspo.runtime import random_inputs
 from gspo.runtime.executor import make_executor
 from gspo.streams import Placement, node_id
+from tests.precision.test_variants import _Probe
 
 
 def _decoder(rows: int = 1) -> Graph:
@@ -86,15 +86,6 @@ def test_a_weight_two_matmuls_read_is_compressed_for_the_reduced_one_alone():
 def test_weight_bound_is_a_few_rows_at_a_time():
     assert weight_bound(_decoder(1), {"up"})
     assert not weight_bound(_decoder(WEIGHT_BOUND_ROWS + 1), {"up"})
-
-
-class _Probe:
-    def __init__(self, refuse: str | None = None):
-        self.refuse, self.seen = refuse, []
-
-    def __call__(self, model: bytes) -> str | None:
-        self.seen.append(onnx.load_from_string(model))
-        return self.refuse
 
 
 def test_the_openvino_kind_is_probed_once_with_every_weight_compressed_and_placed_whole():
