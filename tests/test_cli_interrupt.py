@@ -21,6 +21,10 @@ CHILD = textwrap.dedent("""
     import signal, sys
 
     AT, HOW = sys.argv[1], sys.argv[2]
+    # as Python starts where Ctrl-C reaches it: a job a non-interactive shell runs in the
+    # background inherits SIGINT ignored, and Python then leaves it so (the test's runner, not gspo)
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     class Interrupting:
         def find_spec(self, name, path=None, target=None):
