@@ -58,7 +58,7 @@ from gspo.ir.graph import Graph, Node, fresh_name, toposort
 from gspo.ir.weights import Init, Weight, WeightStore
 from gspo.streams import Placement, node_id
 
-__all__ = ["keep_float", "probed_build", "quantized_once"]
+__all__ = ["keep_float", "probed", "probed_build", "quantized_once"]
 
 #: Activations a quantizer may remove, the quantized producer writing their output (clamped by
 #: the output's Q/DQ) in their place: onnxruntime's ``QDQRemovableActivation``.
@@ -288,25 +288,36 @@ def probed_build(graph: Graph, quantized: Callable[[], Graph], probe: Callable[[
                  backend: str) -> Callable[[frozenset[str]], Graph]:
     """``build(reduced)`` of an int8 kind placed whole on OpenVINO (``backend``): the QDQ model
     ``quantized()`` (every candidate quantized) compiled once by ``probe`` before anything is
-    built (its refusal, or the quantization's error, raised at every build), then the nodes of
-    ``graph`` not in ``reduced`` put back in float (:func:`~gspo.precision.qdq.keep_float`)."""
+    built (:func:`probed`), then the nodes of ``graph`` not in ``reduced`` put back in float
+    (:func:`~gspo.precision.qdq.keep_float`)."""
+    ids = [node_id(n) for n in graph.nodes]
+
+    def strip(reduced: frozenset[str]) -> Graph:
+        return keep_float(quantized(), graph, [op for op in ids if op not in reduced])
+
+    return probed(quantized, probe, strip, backend)
+
+
+def probed(whole: Callable[[], Graph], probe: Callable[[bytes], str | None], build: Callable[[frozenset[str]], Graph],
+           backend: str) -> Callable[[frozenset[str]], Graph]:
+    """``build`` of a kind placed whole on OpenVINO (``backend``), the model every piece reduced
+    (``whole()``) compiled once by ``probe`` (in a process of its own) before anything is built:
+    its refusal, or the error that made ``whole()`` fail, raised at every build."""
     from gspo.ir import serialize
 
-    ids = [node_id(n) for n in graph.nodes]
     refused: list[str | None] = []  # OpenVINO's reason, once probed (None: it compiles)
 
-    def build(reduced: frozenset[str]) -> Graph:
+    def placed(reduced: frozenset[str]) -> Graph:
         if not refused:
             try:
-                refused.append(probe(serialize(quantized())))
+                refused.append(probe(serialize(whole())))
             except GspoError as e:
                 refused.append(str(e))
         if refused[0]:
             raise GspoError(refused[0])
-        q = keep_float(quantized(), graph, [op for op in ids if op not in reduced])
-        return _placed_whole(q, backend)
+        return _placed_whole(build(reduced), backend)
 
-    return build
+    return placed
 
 
 def _placed_whole(graph: Graph, backend: str) -> Graph:

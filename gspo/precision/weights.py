@@ -22,18 +22,17 @@ which does not fuse it: ``MatMulNBits`` is the one form both run fast.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import math
 from collections.abc import Callable, Collection, Sequence
 
 from onnx import TensorProto
 
-from gspo.errors import GspoError, first_line
-from gspo.ir import Graph, serialize
+from gspo.errors import GspoError
+from gspo.ir import Graph
 from gspo.ir.graph import fresh_name
 from gspo.precision.kind import Kind
 from gspo.runtime.openvino import openvino_probe
-from gspo.streams import Placement, node_id
+from gspo.streams import node_id
 
 __all__ = ["ACCURACY_LEVEL", "BITS", "BLOCK_SIZE", "WEIGHT_BOUND_ROWS", "compress_weights", "weight_bound",
            "weight_kind", "weight_kinds", "weight_matmuls"]
@@ -103,43 +102,20 @@ def _own_weights(graph: Graph, ids: Collection[str]) -> Graph:
 
 def compress_weights(graph: Graph, bits: int, reduced: Collection[str]) -> Graph:
     """``graph`` with the weights of its MatMuls of ``reduced`` (node ids, those of
-    :func:`weight_matmuls`) in ``bits`` bits (``MatMulNBits``, see the module docstring); every
-    other node as it was.
+    :func:`weight_matmuls`) in ``bits`` bits (``MatMulNBits``, see the module docstring:
+    :func:`~gspo.runtime.quantize.quantize_weights`); every other node as it was.
 
     Raises:
         GspoError: no MatMul of ``reduced`` to compress, or onnxruntime's quantizer fails.
     """
-    from gspo.ir.quantized import from_quantized, named_model
+    from gspo.runtime.quantize import quantize_weights
 
     ids = weight_matmuls(graph) & set(reduced)
     if not ids:
         raise GspoError("nothing to compress: no MatMul with a constant float weight among the reduced nodes")
     graph = _own_weights(graph, ids)
-    model, names = named_model(graph)
-    kept = sorted(p.name for p in model.graph.node if p.name not in {names[i] for i in ids})
-    try:
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=BLOCK_SIZE, is_symmetric=True,
-                                         accuracy_level=ACCURACY_LEVEL, nodes_to_exclude=kept)
-        with _quiet():
-            quantizer.process()
-    except Exception as e:  # onnxruntime's quantizer raises what it meets (AssertionError, ValueError ...)
-        raise GspoError(f"onnxruntime cannot compress the weights: {first_line(e)}") from None
-    return from_quantized(quantizer.model.model, graph)
-
-
-class _quiet:
-    """onnxruntime's weight-only quantizer logs a line per node at INFO: silenced while it runs."""
-
-    _name = "onnxruntime.quantization.matmul_nbits_quantizer"
-
-    def __enter__(self):
-        self._level = logging.getLogger(self._name).level
-        logging.getLogger(self._name).setLevel(logging.WARNING)
-
-    def __exit__(self, *exc):
-        logging.getLogger(self._name).setLevel(self._level)
+    return quantize_weights(graph, bits, BLOCK_SIZE, ACCURACY_LEVEL, [node_id(n) for n in graph.nodes
+                                                                      if node_id(n) not in ids])
 
 
 def weight_kind(graph: Graph, precision: str, backend: str, matmuls: Collection[str] | None = None,
@@ -149,32 +125,18 @@ def weight_kind(graph: Graph, precision: str, backend: str, matmuls: Collection[
     compiled apart by ``probe`` before the first build: a compile OpenVINO refuses or that crashes
     means the kind cannot be built, with OpenVINO's reason); it touches ``matmuls`` (default:
     :func:`weight_matmuls`)."""
+    from gspo.precision.qdq import probed
+
     bits = BITS[precision]
     nodes = frozenset(weight_matmuls(graph) if matmuls is None else matmuls)
-    refused: list[str | None] = []  # OpenVINO's reason, once probed (None: it compiles)
 
     def build(reduced: frozenset[str]) -> Graph:
-        if backend == "ort":
-            return compress_weights(graph, bits, reduced)
-        if not refused:
-            try:
-                refused.append(probe(serialize(compress_weights(graph, bits, nodes))))
-            except GspoError as e:
-                refused.append(str(e))
-        if refused[0]:
-            raise GspoError(refused[0])
-        q = compress_weights(graph, bits, reduced)
-        return dataclasses.replace(q, extras=dataclasses.replace(
-            q.extras, placement=_whole(q, backend)))
+        return compress_weights(graph, bits, reduced)
 
+    if backend != "ort":
+        build = probed(lambda: compress_weights(graph, bits, nodes), probe, build, backend)
     shown = next(name for _, b, name in _BACKENDS if b == backend)
     return Kind(f"{precision} weights on {shown}", precision, backend, lambda ops: any(op in nodes for op in ops), build)
-
-
-def _whole(graph: Graph, backend: str) -> str:
-    import json
-
-    return json.dumps(Placement.whole(graph, backend).to_json(), sort_keys=True)
 
 
 def weight_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str],

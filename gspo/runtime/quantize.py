@@ -1,4 +1,5 @@
-"""int8 quantization with onnxruntime's quantizers: static QDQ from precomputed ranges, dynamic.
+"""int8 quantization with onnxruntime's quantizers: static QDQ from precomputed ranges, dynamic,
+weight-only (``MatMulNBits``).
 
 Callers speak in gspo node ids (:func:`gspo.streams.schedule.node_id`); onnxruntime's quantizers
 speak in ``NodeProto`` names, so every node is given a unique name before they see the model.
@@ -454,3 +455,39 @@ def quantize_dynamic(graph: Graph, exclude: Collection[str] = (), reduce_range: 
     except Exception as e:
         raise GspoError(f"onnxruntime cannot quantize the model: {first_line(e)}") from None
     return from_quantized(quantizer.model.model, graph)
+
+
+def quantize_weights(graph: Graph, bits: int, block_size: int, accuracy_level: int,
+                     exclude: Collection[str] = ()) -> Graph:
+    """``graph`` with the constant weights of its MatMuls in ``bits`` bits (onnxruntime's weight-only
+    quantizer: com.microsoft ``MatMulNBits``, symmetric, one scale per ``block_size`` rows, products
+    at ``accuracy_level``), the nodes of ``exclude`` (node ids) left as they are.
+
+    Raises:
+        GspoError: onnxruntime's quantizer fails.
+    """
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    model, names = named_model(graph)
+    kept = sorted(names[i] for i in exclude if i in names)
+    try:
+        quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=True,
+                                         accuracy_level=accuracy_level, nodes_to_exclude=kept)
+        with _quiet(), _quiet_logger("onnxruntime.quantization.matmul_nbits_quantizer"):
+            quantizer.process()
+    except Exception as e:  # onnxruntime's quantizer raises what it meets (AssertionError, ValueError ...)
+        raise GspoError(f"onnxruntime cannot compress the weights: {first_line(e)}") from None
+    return from_quantized(quantizer.model.model, graph)
+
+
+@contextlib.contextmanager
+def _quiet_logger(name: str):
+    """The logger ``name`` (one that logs a line per node at INFO) kept to warnings while it runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
