@@ -21,8 +21,8 @@ What its build does once (a quantization, NNCF's) is kept for its fit. The kinds
 fitted fastest first, at most :data:`MAX_FITTED` of them. A kind is screened only where the fits'
 time can hold its screen and a few judgments of its fit, and, once a kind has passed, only within
 :data:`SCREEN_SHARE` of that time: on BERT-base (440 MB of weights, 8+8 samples, a 300 s budget)
-NNCF's quantization alone takes about 40 s, and a screen of every kind would leave nothing to fit
-them (issue 52). The torch runtime's kinds (the GPU's) are not screened.
+NNCF's quantization alone took 47 s (the 2-core EPYC with other work on it, not measured alone),
+and a screen of every kind would leave nothing to fit them (issue 52). The torch runtime's kinds (the GPU's) are not screened.
 """
 
 from __future__ import annotations

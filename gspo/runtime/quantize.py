@@ -177,7 +177,8 @@ def _groups(graph: Graph, names: Sequence[str], chunk_bytes: int) -> list[list[s
     that alone). A tensor of unknown size (a Reshape to a computed shape, as exporters write
     attention) counts as the largest known one among ``names``, or where none is known as
     ``chunk_bytes`` / :data:`UNKNOWN_PER_GROUP`: alone, each of them cost a session of the model
-    up to it (BERT-base's 96 made 121 groups and 100 s of calibration on the 2-core EPYC)."""
+    up to it (BERT-base's 96 made 121 groups: 100 s of calibration on the 2-core EPYC with other
+    work on it)."""
     sizes = {n: nbytes(graph.values[n]) if graph.values[n].is_static else None for n in names}
     known = [b for b in sizes.values() if b is not None]
     guess = max(known) if known else max(chunk_bytes // UNKNOWN_PER_GROUP, 1)
