@@ -165,7 +165,7 @@ def _ordered_and_screened(found, out: PrecisionFit, fp32: Graph, timing, deadlin
     out.notes += notes
     if timing[0] is None:
         return found, []
-    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline)
+    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline, out.errors)
     out.notes += notes
     return found, dropped
 
