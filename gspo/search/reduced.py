@@ -105,13 +105,13 @@ def _fit_backends(tools: Strategies, backends: Sequence[str]) -> tuple[str, ...]
 
 
 def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies, backends: Sequence[str],
-                 budget: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
+                 timebox: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
     """The reduced-precision candidates fitted on ``exact``'s pick and decided against it (see the
-    module docstring), in :meth:`~gspo.search.budget.Timebox.precision_share` of ``budget``; the
+    module docstring), in :meth:`~gspo.search.budget.Timebox.precision_share` of ``timebox``; the
     work skipped goes to its log. ``None`` when ``cfg`` asks for no reduced precision."""
     if not reduced(cfg):
         return None
-    share = budget.precision_share()
+    share = timebox.precision_share()
     best = exact.best.candidate
     found = fit_precision(prepared.original, saved(best), cfg, _fit_backends(tools, backends), share.end, progress,
                           _executor(tools), tools.measure)
