@@ -102,18 +102,20 @@ class Progress:
     built: tuple[frozenset[int], Graph] | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Fitted:
     """One kind after fitting: the pieces left reduced (``None``: none, the kind was dropped), its
     graph, the accuracy on the validation data and what happened to each piece; once timed, its
-    median and the thread count it was fastest at (0: the backend's default)."""
+    median and the thread count it was fastest at (0: the backend's default). Frozen: each step
+    of a fit (:func:`resume`, :func:`reduce_again`) and the timing return a new one
+    (:func:`dataclasses.replace`), ``pieces`` a new mapping, never the old one changed."""
 
     kind: Kind
     reduced: tuple[int, ...] | None
     graph: Graph | None = None
     validation: Accuracy | None = None
     calibration: Accuracy | None = None
-    pieces: dict[int, str] = field(default_factory=dict)
+    pieces: Mapping[int, str] = field(default_factory=dict)
     note: str = ""
     median_s: float | None = None
     threads: int = 0
@@ -188,34 +190,30 @@ def prepare(kind: Kind, pieces: Pieces, data, deadline: Deadline | None,
     on from."""
     pinned = dict(pinned or {})
     touched = [i for i, ops in enumerate(pieces.ops) if kind.touches(ops) and i not in pinned]
-    fitted = Fitted(kind, None, pieces={i: pinned.get(i, "nothing in it this kind reduces")
-                                        for i in range(len(pieces.ops)) if i not in touched})
+    left = {i: pinned.get(i, "nothing in it this kind reduces") for i in range(len(pieces.ops)) if i not in touched}
     if not touched:
-        fitted.note = "nothing in the model this kind reduces"
-        return fitted
+        return Fitted(kind, None, pieces=left, note="nothing in the model this kind reduces")
     runs = max(len(data.calibration), len(data.validation))
     cost = plan(kind, len(touched), len(data.calibration), runs, deadline)
-    fitted.plan = cost.line()
-    fitted.idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
-    fitted.progress = Progress(tuple(touched), cost)
-    return fitted
+    idle = tuple(i for i in range(len(pieces.ops)) if i not in touched and i not in pinned)
+    return Fitted(kind, None, pieces=left, plan=cost.line(), idle=idle, progress=Progress(tuple(touched), cost))
 
 
 def resume(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
            deadline: Deadline | None, executor: Callable | None = None) -> Fitted:
     """Go on with a fit from its :class:`Progress` until ``deadline``: a fit the deadline stopped
     (its note :data:`OUT_OF_TIME`) loses none of the judgments it made (each is looked up, not
-    made again)."""
-    fitted.note = ""
+    made again). Returns the fit as it then stands (``fitted`` itself is left as it was)."""
+    judge = _Judge(dataclasses.replace(fitted, note=""), pieces, (data, reference, budget), deadline, executor)
     try:
-        _bisect(_Judge(fitted, pieces, (data, reference, budget), deadline, executor))
+        _bisect(judge)
     except _Out:
-        fitted.note = OUT_OF_TIME
+        judge.update(note=OUT_OF_TIME)
     except GspoError as e:
-        fitted.note = f"could not be built or run: {e}"
-    if fitted.note != OUT_OF_TIME:
-        fitted.progress = dataclasses.replace(fitted.progress, built=None)
-    return fitted
+        judge.update(note=f"could not be built or run: {e}")
+    if judge.fitted.note != OUT_OF_TIME:
+        judge.record(built=None)
+    return judge.fitted
 
 
 def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, list], budget: ErrorBudget,
@@ -223,7 +221,8 @@ def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, l
     """With time left until ``deadline``: each piece a fitted kind sent back tried reduced again on
     its own (:attr:`Fitted.to_refine`, the least harmful first), kept reduced where the budget
     still holds on all the calibration data and the validation data. Stops, keeping what holds,
-    at the deadline; a judgment made before is looked up, not made again."""
+    at the deadline; a judgment made before is looked up, not made again. Returns the fit as it
+    then stands (``fitted`` itself is left as it was)."""
     if not fitted.to_refine or fitted.progress is None:
         return fitted
     judge = _Judge(fitted, pieces, (data, reference, budget), deadline, executor)
@@ -231,21 +230,23 @@ def reduce_again(fitted: Fitted, pieces: Pieces, data, reference: Mapping[str, l
         for i in fitted.to_refine:
             back = judge.back_now() - {i}
             broke = judge.verify(back)
-            fitted.refined += (i,)
+            judge.update(refined=judge.fitted.refined + (i,))
             if broke is None:
-                _holds(fitted, judge, back)
+                _holds(judge, back)
             else:
-                fitted.pieces[i] += f"; reduced again on its own, {_broke(judge, back, broke)}"
+                why = f"{judge.fitted.pieces[i]}; reduced again on its own, {_broke(judge, back, broke)}"
+                judge.update(pieces={**judge.fitted.pieces, i: why})
     except (_Out, GspoError):
         pass
-    fitted.progress = dataclasses.replace(fitted.progress, built=None)
-    return fitted
+    judge.record(built=None)
+    return judge.fitted
 
 
 class _Judge:
     """The judgments of one fit: ``judge(back, level)`` is the accuracy of the kind with the
     touched pieces ``back`` at its rest (the others and the idle ones reduced) on the ``level``
     data (:data:`LEVELS`), looked up in the fit's :class:`Progress` or made and recorded there.
+    The fit as it stands is :attr:`fitted`, replaced (never changed) at each step.
     The idle pieces (nothing in them the kind reduces) are built as reduced all along: their ops
     (a Concat or a MaxPool between quantized Convs) are left to the kind, as with the whole model
     reduced, not kept as fp32 ops that cut it. No judgment starts that the deadline cannot hold
@@ -261,6 +262,14 @@ class _Judge:
     def state(self) -> Progress:
         return self.fitted.progress
 
+    def update(self, **changes) -> None:
+        """The fit as it stands, with ``changes`` (:func:`dataclasses.replace`)."""
+        self.fitted = dataclasses.replace(self.fitted, **changes)
+
+    def record(self, **changes) -> None:
+        """The fit's :class:`Progress`, with ``changes``."""
+        self.update(progress=dataclasses.replace(self.state, **changes))
+
     def check(self, seconds: float) -> None:
         """Raise :class:`_Out` unless the deadline holds work of ``seconds``."""
         if self.deadline is not None and (self.deadline.expired() or not self.deadline.fits(seconds)):
@@ -272,7 +281,7 @@ class _Judge:
         if state.built is not None and state.built[0] == back:
             return state.built[1]
         graph = self.fitted.kind.build(self.pieces.union([i for i in state.touched if i not in back] + list(self.fitted.idle)))
-        self.fitted.progress = dataclasses.replace(self.state, built=(back, graph))
+        self.record(built=(back, graph))
         return graph
 
     def samples(self, level: str):
@@ -289,7 +298,7 @@ class _Judge:
             self.check(cost.subset_s if key[1] == "subset" else cost.full_s)
             graph = self.build(back)
             acc = evaluate(graph, *self.samples(key[1]), self.budget, self.executor)
-            self.fitted.progress = dataclasses.replace(self.state, judged={**self.state.judged, key: acc})
+            self.record(judged={**self.state.judged, key: acc})
         return self.state.judged[key]
 
     @property
@@ -319,10 +328,9 @@ def _bisect(judge: _Judge) -> None:
     the validation data; where that breaks, the pieces ranked (:func:`_rank`) and the fewest of
     the most harmful sent back found by bisection on the data the last break was on (first the
     subset), each answer judged on all the data and the search moved on where it breaks."""
-    fitted = judge.fitted
     broke = judge.verify(frozenset())
     if broke is None:
-        return _holds(fitted, judge, frozenset())
+        return _holds(judge, frozenset())
     _rank(judge)
     order = judge.state.order
     n = len(order)
@@ -337,15 +345,15 @@ def _bisect(judge: _Judge) -> None:
         if broke is None:
             break
         lo, level = hi, max(level, broke, key=LEVELS.index)
-    fitted.sent = tuple(order[:hi])
     why = _broke(judge, backs[lo], _first_broken(judge, backs[lo])) + " " + _with_back(lo, n)
-    for r, unit in enumerate(order[:hi], 1):
-        for i in unit:
-            fitted.pieces[i] = f"back to {fitted.kind.rest}: {why}; ranked {r} of {n} {judge.state.ranked[unit]}"
+    rest = judge.fitted.kind.rest
+    sent = {i: f"back to {rest}: {why}; ranked {r} of {n} {judge.state.ranked[unit]}"
+            for r, unit in enumerate(order[:hi], 1) for i in unit}
+    judge.update(sent=tuple(order[:hi]), pieces={**judge.fitted.pieces, **sent})
     if hi == n:
-        fitted.note = f"every piece went back to {fitted.kind.rest} to hold the budget"
+        judge.update(note=f"every piece went back to {rest} to hold the budget")
     else:
-        _holds(fitted, judge, backs[hi])
+        _holds(judge, backs[hi])
 
 
 def _first_broken(judge: _Judge, back: frozenset[int]) -> str:
@@ -369,15 +377,15 @@ def _with_back(lo: int, n: int) -> str:
     return "with the most harmful back" if lo == 1 else f"with the {lo} most harmful back"
 
 
-def _holds(fitted: Fitted, judge: _Judge, back: frozenset[int]) -> None:
+def _holds(judge: _Judge, back: frozenset[int]) -> None:
     """Record the kind with the pieces ``back`` at its rest, which holds the budget on both data
     sets, as the fit."""
     state = judge.state
     reduced = tuple(i for i in state.touched if i not in back)
-    fitted.reduced, fitted.graph = reduced, judge.build(back)
-    fitted.calibration, fitted.validation = state.judged[(back, "calibration")], state.judged[(back, "validation")]
-    for i in reduced:
-        fitted.pieces[i] = "reduced"
+    graph = judge.build(back)
+    judge.update(reduced=reduced, graph=graph, calibration=state.judged[(back, "calibration")],
+                 validation=state.judged[(back, "validation")],
+                 pieces={**judge.fitted.pieces, **dict.fromkeys(reduced, "reduced")})
 
 
 def _rank(judge: _Judge) -> None:
@@ -400,7 +408,7 @@ def _rank(judge: _Judge) -> None:
         except Exception as e:  # the exposed-output build did not run: rank by judgments
             log.info("ranking %s by judgments: %s", judge.fitted.kind.name, first_line(e))
             order, ranked = _by_judgments(judge, first_line(e))
-    judge.fitted.progress = dataclasses.replace(judge.state, order=order, ranked=ranked)
+    judge.record(order=order, ranked=ranked)
 
 
 def _rest(judge: _Judge) -> Graph:

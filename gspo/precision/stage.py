@@ -360,10 +360,10 @@ def fit_kinds(found, pieces: Pieces, judged, deadline: Deadline | None, say,
         f = fitted[j]
         if f.note == OUT_OF_TIME:
             say(f"fitting {f.kind.name}, on from where its share ended")
-            resume(f, pieces, data, reference, budget, mine, executor)
+            f = fitted[j] = resume(f, pieces, data, reference, budget, mine, executor)
         if f.to_refine:
             say(f"fitting {f.kind.name} piece by piece")
-            reduce_again(f, pieces, data, reference, budget, mine, executor)
+            fitted[j] = reduce_again(f, pieces, data, reference, budget, mine, executor)
     return fitted
 
 

@@ -39,36 +39,36 @@ __all__ = ["CONTENDERS", "by_promise", "choose_final", "confirmed", "final_secon
 CONTENDERS = 3
 
 
-def original_seconds(prepared: Prepared, budget: Timebox) -> float:
+def original_seconds(prepared: Prepared, timebox: Timebox) -> float:
     """Seconds that building, checking and timing the original alone is expected to take."""
-    build = budget.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
+    build = timebox.rates.estimate(DEFAULT_BACKEND, len(prepared.original.nodes))
     return build + len(prepared.feeds) * prepared.run_s + (MIN_ROUNDS + WARMUP_ROUNDS) * sample_seconds(prepared.run_s)
 
 
-def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strategies, budget: Timebox) -> FinalChoice:
+def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strategies, timebox: Timebox) -> FinalChoice:
     """Verify the whole-model options against the original and pick one (by measurement, each
     contender confirmed by a timing of its own against the original; see :func:`confirmed`).
-    Options that ``budget`` cannot hold are skipped (the original first of all, and then the
+    Options that ``timebox`` cannot hold are skipped (the original first of all, and then the
     input is handed back unmeasured).
 
     Raises:
         OptimizeError: the merged model's outputs differ from the original's.
     """
-    if not budget.fits(original_seconds(prepared, budget)):
-        budget.skip("final", "comparing the whole model's options with the original (the input is returned)",
-                    "the time budget could not hold building, checking and timing the original")
+    if not timebox.fits(original_seconds(prepared, timebox)):
+        timebox.skip("final", "comparing the whole model's options with the original (the input is returned)",
+                     "the time budget could not hold building, checking and timing the original")
         unmeasured = [Measured(options[0])]
         return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
     cap = cfg.timing.final_timing_budget
-    if budget.limited:
-        cap = min(cap, budget.final_s / 4)
-    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, budget, "final",
+    if timebox.limited:
+        cap = min(cap, timebox.final_s / 4)
+    with Trial(prepared.original, options, prepared.feeds, cfg.tolerance, timebox, "final",
                executor=tools.device.executor(), measure=tools.measure) as trial:
         # an option that compared nothing (outputs all NaN on these inputs) is only rejected
         differs = [o for o in trial.rejected if o.label == "optimized" and any(not d.ok and d.compared for d in o.diffs)]
         if differs:
             raise OptimizeError(f"the optimized model differs from the original: {differs[0].rejected}; nothing written")
-        outcomes = trial.time(cfg.timing.runs, budget.timing(cap, 0.5))
+        outcomes = trial.time(cfg.timing.runs, timebox.timing(cap, 0.5))
         if not any(o.label == "original" for o in outcomes):  # the trial's budget skipped it (it says so)
             unmeasured = [Measured(next((o for o in options if o.label == "original"), options[0]))]
             return FinalChoice(unmeasured[0], unmeasured, unmeasured, [])
@@ -77,10 +77,10 @@ def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strat
         if cfg.timing.select == "estimated":
             best = pick(outcomes, "original", cfg.timing.final_margin, cfg.timing.select, lambda o: estimated_cost(o, tools.cost))
             return FinalChoice(best, outcomes, outcomes, [])
-        choice = confirmed(trial, outcomes, cfg, cap, budget)
+        choice = confirmed(trial, outcomes, cfg, cap, timebox)
         if tools.device.name != "cpu":
             return choice
-        return against_installed(trial, choice, cfg.timing.final_margin, budget)  # as a user runs the input
+        return against_installed(trial, choice, cfg.timing.final_margin, timebox)  # as a user runs the input
 
 
 def _contenders(outcomes: list[Measured], margin: float) -> list[Measured]:
@@ -96,10 +96,10 @@ def _contenders(outcomes: list[Measured], margin: float) -> list[Measured]:
 
 
 def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None,
-               budget: Timebox | None = None) -> FinalChoice:
+               timebox: Timebox | None = None) -> FinalChoice:
     """The contender that a timing of its own against the original alone (the same sessions,
     twice the rounds in ``seconds``) finds fastest beyond the noise, else the original; a
-    contender whose timing ``budget`` cannot hold is not confirmed (the budget says so).
+    contender whose timing ``timebox`` cannot hold is not confirmed (the budget says so).
 
     A contender's own timing decides: the first timing ranks several options at once, and the
     fastest of several medians is biased low. Beyond the noise is faster by the margin by median
@@ -118,12 +118,12 @@ def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None
     confirmations: list[Confirmation] = []
     for o in contenders:
         round_s = sample_seconds(original.median_s) + sample_seconds(o.median_s)
-        if budget is not None and not budget.fits((MIN_ROUNDS + WARMUP_ROUNDS) * round_s):
-            budget.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
+        if timebox is not None and not timebox.fits((MIN_ROUNDS + WARMUP_ROUNDS) * round_s):
+            timebox.skip("final", f"confirming {o.label} against the original", "the time budget could not hold it")
             continue
         own = None if seconds is None else Deadline.after(seconds)
-        if budget is not None and seconds is not None:  # up to CONFIRM_MAX_ROUNDS, what is left allowing
-            own = budget.timing(max(seconds, CONFIRM_MAX_ROUNDS * round_s))
+        if timebox is not None and seconds is not None:  # up to CONFIRM_MAX_ROUNDS, what is left allowing
+            own = timebox.timing(max(seconds, CONFIRM_MAX_ROUNDS * round_s))
         again = {x.label: x for x in trial.time(2 * cfg.timing.runs, own, labels=("original", o.label))}
         if again[o.label].timing is None:
             failed[o.label] = again[o.label]
@@ -135,7 +135,7 @@ def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None
         confirmations.append(Confirmation(o.label, confirmed, original_ms=pair[0].median_s * 1e3,
                                           measured_ms=pair[1].median_s * 1e3, rounds_faster=[wins, rounds]))
         if confirmed and not o.candidate.settings.is_default:
-            burst = _in_bursts(trial, o, original, cfg, alpha, budget)
+            burst = _in_bursts(trial, o, original, cfg, alpha, timebox)
             confirmations.append(burst)
             confirmed = burst.confirmed
         speedup = pair[0].median_s / pair[1].median_s
@@ -145,19 +145,19 @@ def confirmed(trial: Trial, outcomes: list[Measured], cfg, seconds: float | None
 
 
 def _in_bursts(trial: Trial, option: Measured, original: Measured, cfg, alpha: float,
-               budget: Timebox | None) -> Confirmation:
+               timebox: Timebox | None) -> Confirmation:
     """A thread setting's second confirmation: the option against the original in bursts after
     idle (:meth:`Trial.time` with ``bursts``), as a served model is called. A setting that wins
     only back to back (its threads fast once awake, slow to wake) is not saved: it must be faster
-    beyond the noise here too. Its pauses come out of ``budget``; a budget that cannot hold them
+    beyond the noise here too. Its pauses come out of ``timebox``; a budget that cannot hold them
     leaves the setting unconfirmed (it says so)."""
     label = f"{option.label} in bursts"
     need = burst_seconds(trial.run_s)  # the reference's run, as the trial's other estimates
-    if budget is not None and not budget.fits(need):
-        budget.skip("final", f"confirming {option.label}'s thread setting in bursts after idle",
-                    "the time budget could not hold it")
+    if timebox is not None and not timebox.fits(need):
+        timebox.skip("final", f"confirming {option.label}'s thread setting in bursts after idle",
+                     "the time budget could not hold it")
         return Confirmation(label, False, rejected="not timed in bursts: the time budget could not hold it")
-    own = budget.timing(need) if budget is not None and budget.limited else None
+    own = timebox.timing(need) if timebox is not None and timebox.limited else None
     again = {x.label: x for x in trial.time(BURST_ROUNDS, own, labels=("original", option.label), bursts=True)}
     if again[option.label].timing is None:
         return Confirmation(label, False, rejected=again[option.label].rejected)
@@ -177,7 +177,7 @@ def _beyond_noise(outcomes: Sequence[Measured], label: str, margin: float, alpha
     return speed_verdict(list(outcomes), chosen, margin, alpha)[2] == "faster"
 
 
-def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Timebox) -> float:
+def final_seconds(prepared: Prepared, backends: Sequence[str], timebox: Timebox) -> float:
     """What the final comparison needs to measure the options most likely to win on a CPU: the
     original built on onnxruntime and whole on every other backend (at the build rates the
     budget knows), each checked on the input sets and timed in the first timing and in a
@@ -185,10 +185,10 @@ def final_seconds(prepared: Prepared, backends: Sequence[str], budget: Timebox) 
     takes them in (``Trial``), and the pick held against the input as installed
     (:func:`~gspo.search.deployed.installed_seconds`)."""
     ops, size, deep = build_ops(prepared.original), weight_bytes(prepared.original), build_depth(prepared.original)
-    builds = sum(budget.rates.estimate(b, ops, size, deep) for b in backends)
+    builds = sum(timebox.rates.estimate(b, ops, size, deep) for b in backends)
     n, rounds = len(backends), MIN_ROUNDS + WARMUP_ROUNDS
     samples = rounds * sum(k + 2 for k in range(n)) + CONFIRM_ROUNDS * 2
-    held = installed_seconds(budget.rates, prepared.original, prepared.run_s)  # the pick against the input as installed
+    held = installed_seconds(timebox.rates, prepared.original, prepared.run_s)  # the pick against the input as installed
     return builds + n * len(prepared.feeds) * prepared.run_s + samples * sample_seconds(prepared.run_s) + held
 
 

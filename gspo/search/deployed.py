@@ -64,10 +64,10 @@ def installed_seconds(rates: BuildRates, graph: Graph, run_s: float) -> float:
     return 2 * rates.estimate(DEFAULT_BACKEND, build_ops(graph)) + burst_seconds(run_s)
 
 
-def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: Timebox | None = None) -> FinalChoice:
+def against_installed(trial: Trial, choice: FinalChoice, margin: float, timebox: Timebox | None = None) -> FinalChoice:
     """``choice`` as it stands when its pick times faster than the input as installed by
     ``margin`` (by median); else the input, the choice's confirmations saying why (a timing
-    ``budget`` cannot hold is skipped, and the budget says so). A choice of the input itself
+    ``timebox`` cannot hold is skipped, and the budget says so). A choice of the input itself
     stands as it is.
 
     The pick has already been confirmed faster than the input beyond the noise
@@ -80,9 +80,9 @@ def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: 
     if pick.label == "original" or pick.timing is None:
         return choice
     label = f"{pick.label} against the input as installed"
-    need = installed_seconds(budget.rates, pick.candidate.graph, trial.run_s) if budget is not None else 0.0
-    if budget is not None and not budget.fits(need):
-        budget.skip("final", f"timing {pick.label} against the input as installed (onnxruntime's defaults, "
+    need = installed_seconds(timebox.rates, pick.candidate.graph, trial.run_s) if timebox is not None else 0.0
+    if timebox is not None and not timebox.fits(need):
+        timebox.skip("final", f"timing {pick.label} against the input as installed (onnxruntime's defaults, "
                              "idle threads spinning)", "the time budget could not hold it")
         why = "not timed against the input as installed: the time budget could not hold it"
         return _input(choice, Confirmation(label, False, rejected=why))
@@ -95,7 +95,7 @@ def against_installed(trial: Trial, choice: FinalChoice, margin: float, budget: 
             opened.append(installed_executor(pick.candidate.graph, pick.candidate.settings))
         runners = [(dataclasses.replace(original.candidate, label=INSTALLED_LABEL), opened[0]),
                    (pick.candidate, opened[1] if len(opened) > 1 else None)]
-        own = budget.timing(burst_seconds(trial.run_s)) if budget is not None and budget.limited else None
+        own = timebox.timing(burst_seconds(trial.run_s)) if timebox is not None and timebox.limited else None
         base, mine = trial.time_apart(runners, BURST_ROUNDS, own, bursts=True)
     except GspoError as e:
         return _input(choice, Confirmation(label, False, rejected=f"onnxruntime as installed refused it: {e}"))

@@ -112,7 +112,7 @@ ON_STREAMS = "optimized+streams"
 
 def _final_options(prepared: Prepared, merged: Graph, chosen: Sequence[Candidate], rules: tuple[str, ...],
                    cfg: OptimizeConfig, tools: Strategies, allowed,
-                   budget: Timebox) -> tuple[list[Candidate], StreamsSkipped | None]:
+                   timebox: Timebox) -> tuple[list[Candidate], StreamsSkipped | None]:
     """The whole-model pool and its ablations: the original on one stream; the merged result
     (rules only, one stream); with streams, the merged result on Nimble's streams, the input on
     Nimble's streams (streams only), and the merged result on the streams its pieces chose (the
@@ -129,21 +129,21 @@ def _final_options(prepared: Prepared, merged: Graph, chosen: Sequence[Candidate
     skipped = None
     if cfg.search.use_streams:
         skipped = _on_streams(options, merged if changed else original, rules if changed else (), ON_STREAMS,
-                              "the whole model on streams", tools, cfg, budget)
+                              "the whole model on streams", tools, cfg, timebox)
         if changed:  # the input on streams, beside the result on streams (streams only)
-            streams_only = _on_streams(options, original, (), STREAMS_ONLY, "the input on streams", tools, cfg, budget)
+            streams_only = _on_streams(options, original, (), STREAMS_ONLY, "the input on streams", tools, cfg, timebox)
             skipped = skipped or streams_only
         options += joint_option(merged, chosen, rules, tools.cost)
-    options += _greedy_option(prepared, merged, cfg, tools, allowed, budget)
+    options += _greedy_option(prepared, merged, cfg, tools, allowed, timebox)
     return distinct(options), skipped
 
 
 def _on_streams(options: list[Candidate], base: Graph, rules: tuple[str, ...], label: str, what: str,
-                tools: Strategies, cfg: OptimizeConfig, budget: Timebox) -> StreamsSkipped | None:
+                tools: Strategies, cfg: OptimizeConfig, timebox: Timebox) -> StreamsSkipped | None:
     """``base`` on Nimble's streams appended to ``options`` as ``label`` (see :func:`_streams_option`),
     unless the time budget cannot hold assigning them (the budget says so: ``what``); why not."""
-    if not budget.fits(streams_seconds(len(base.nodes))):
-        budget.skip("final", what, "the time budget could not hold assigning them")
+    if not timebox.fits(streams_seconds(len(base.nodes))):
+        timebox.skip("final", what, "the time budget could not hold assigning them")
         return StreamsSkipped(reason="the time budget was spent")
     option, skipped = _streams_option(base, rules, tools, cfg.search.max_streams, label)
     options += [option] if option is not None else []
@@ -151,7 +151,7 @@ def _on_streams(options: list[Candidate], base: Graph, rules: tuple[str, ...], l
 
 
 def _greedy_option(prepared: Prepared, merged: Graph, cfg: OptimizeConfig, tools: Strategies, allowed,
-                   budget: Timebox) -> list[Candidate]:
+                   timebox: Timebox) -> list[Candidate]:
     """The whole model rewritten greedily, when something can be batched across pieces."""
     original, plain = prepared.original, prepared.plain
     batching = WHOLE_MODEL_RULES[0]
@@ -159,8 +159,8 @@ def _greedy_option(prepared: Prepared, merged: Graph, cfg: OptimizeConfig, tools
     # already cover it, and greedy rewriting of a whole large model costs tens of seconds.
     if not (cfg.search.use_rules and batching.name in allowed and next(iter(batching.match(plain)), None) is not None):
         return []
-    if budget.expired():
-        budget.skip("final", "the whole model rewritten greedily", "the time budget was spent")
+    if timebox.expired():
+        timebox.skip("final", "the whole model rewritten greedily", "the time budget was spent")
         return []
     whole, counts = apply_greedily(plain, [r for r in WHOLE_MODEL_RULES if r.name in allowed])
     if whole.key in (original.key, merged.key):
@@ -188,10 +188,10 @@ def _streams_option(base: Graph, rules: tuple[str, ...], tools: Strategies, max_
 
 def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], verified: VerifiedPieces,
                      cfg: OptimizeConfig, tools: Strategies, backends: tuple[str, ...],
-                     budget: Timebox) -> tuple[list[Candidate], PlacementReport]:
+                     timebox: Timebox) -> tuple[list[Candidate], PlacementReport]:
     """The original and the optimized model each whole on every other backend, and the
     optimized model with each piece on its fastest backend when that is estimated to pay (see
-    :mod:`gspo.search.placement`; not when ``budget`` cannot hold timing the pieces); and what
+    :mod:`gspo.search.placement`; not when ``timebox`` cannot hold timing the pieces); and what
     was measured, for the report."""
     others = [b for b in backends if b != DEFAULT_BACKEND]
     report = PlacementReport(list(backends))
@@ -205,17 +205,17 @@ def _backend_options(prepared: Prepared, merged: Graph, rules: tuple[str, ...], 
         if changed:
             options.append(Candidate(merged, None, rules, placement=Placement.whole(merged, b), label=f"optimized@{b}",
                                      kind="merged"))
-    crossing = sum(budget.rates.estimate(b, 2) for b in backends)
+    crossing = sum(timebox.rates.estimate(b, 2) for b in backends)
     pieces, boundary = [o.graph for o in verified.chosen], verified.boundary
-    if boundary is None or not budget.fits(crossing):
+    if boundary is None or not timebox.fits(crossing):
         if boundary is not None:
-            budget.skip("placement", "timing the pieces on each backend", "the time budget could not hold it")
+            timebox.skip("placement", "timing the pieces on each backend", "the time budget could not hold it")
         return options, report
     db = CalibrationCache(cfg.device.db_path or default_db_path(), tools.device.machine,
                           runtime_backends.backend_versions(backends))
     try:
         feeds = [boundary.feeds_at(g) for g in pieces]
-        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, budget=budget, measure=tools.measure)
+        times = time_pieces(pieces, feeds, backends, db, tolerance=cfg.tolerance, timebox=timebox, measure=tools.measure)
         fixed, bandwidth = measure_crossing(backends, db)
     finally:
         db.close()
@@ -238,62 +238,62 @@ def resolved(cfg: OptimizeConfig, cores: int | None = None, device: Device | Non
 
 
 def _whole_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
-                 tools: Strategies, backends: tuple[str, ...], budget: Timebox, progress=None) -> WholeModel:
+                 tools: Strategies, backends: tuple[str, ...], timebox: Timebox, progress=None) -> WholeModel:
     """The whole-model stage: the exact candidates decided against the original
     (:func:`_exact_model`), then, with ``--precision``, the reduced-precision candidates fitted on
     the exact pick and decided against it (:func:`~gspo.search.reduced.reduced_pick`)."""
-    whole = _exact_model(prepared, parts, pieces, cfg, tools, backends, budget)
+    whole = _exact_model(prepared, parts, pieces, cfg, tools, backends, timebox)
     say = (lambda text: progress(text, 0, 0)) if progress else None
-    return dataclasses.replace(whole, precision=reduced_pick(prepared, whole.choice, cfg, tools, backends, budget, say))
+    return dataclasses.replace(whole, precision=reduced_pick(prepared, whole.choice, cfg, tools, backends, timebox, say))
 
 
 def _exact_model(prepared: Prepared, parts: Partition | None, pieces: VerifiedPieces, cfg: OptimizeConfig,
-                 tools: Strategies, backends: tuple[str, ...], budget: Timebox) -> WholeModel:
+                 tools: Strategies, backends: tuple[str, ...], timebox: Timebox) -> WholeModel:
     """The pieces' choices merged, the whole-model candidates built (streams, greedy, backends),
     verified and timed against the original: the choice, what was skipped, and what the
     placement measured."""
     chosen = pieces.chosen
     if not prepared.feeds:  # the budget ended while the inputs were drawn (prepare logged it)
-        budget.skip("final", "comparing the whole model's options with the original (the input is returned)",
-                    "the time budget ended while the random inputs were drawn")
+        timebox.skip("final", "comparing the whole model's options with the original (the input is returned)",
+                     "the time budget ended while the random inputs were drawn")
         unmeasured = [Measured(Candidate(prepared.original, None, (), tools.cost(prepared.plain), label="original",
                                          kind="original"))]
         return WholeModel(FinalChoice(unmeasured[0], unmeasured, unmeasured, []), None, PlacementReport(list(backends)))
-    if not budget.fits(original_seconds(prepared, budget)):
+    if not timebox.fits(original_seconds(prepared, timebox)):
         original = Candidate(prepared.original, None, (), tools.cost(prepared.plain), label="original", kind="original")
-        return WholeModel(choose_final(prepared, [original], cfg, tools, budget), None, PlacementReport(list(backends)))
+        return WholeModel(choose_final(prepared, [original], cfg, tools, timebox), None, PlacementReport(list(backends)))
     merged = parts.merge([o.graph for o in chosen]) if parts is not None else prepared.plain
     rules = tuple(r for o in chosen for r in o.rules)
     allowed = {r.name for r in cfg.search.rules}
-    final, skipped = _final_options(prepared, merged, chosen, rules, cfg, tools, allowed, budget)
+    final, skipped = _final_options(prepared, merged, chosen, rules, cfg, tools, allowed, timebox)
 
     def placed(pool: list[Candidate]) -> tuple[list[Candidate], PlacementReport]:  # where the device places
-        options, report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends, budget.until_final())
+        options, report = _backend_options(prepared, merged, rules, pieces, cfg, tools, backends, timebox.until_final())
         return by_promise(distinct(pool + options)), report
 
-    options, placement_report = tools.device.whole_model_options(final, placed, budget.end)
-    return WholeModel(choose_final(prepared, options, cfg, tools, budget), skipped, placement_report)
+    options, placement_report = tools.device.whole_model_options(final, placed, timebox.end)
+    return WholeModel(choose_final(prepared, options, cfg, tools, timebox), skipped, placement_report)
 
 
-def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, budget: Timebox,
+def _search(prepared: Prepared, cfg: OptimizeConfig, tools: Strategies, timebox: Timebox,
             progress) -> tuple[Partition | None, list]:
-    """The model partitioned and each piece searched, in the search's share of ``budget``
+    """The model partitioned and each piece searched, in the search's share of ``timebox``
     (``None`` and nothing when loading spent it all)."""
-    fits = budget.fits(partition_seconds(len(prepared.plain.nodes), cfg.search.threshold))
-    if not prepared.feeds or budget.expired() or not fits:  # no feeds: the budget ended while they were drawn
-        budget.skip("search", "partitioning, searching, verifying and placing the pieces",
-                    "the time budget could not hold partitioning the model")
+    fits = timebox.fits(partition_seconds(len(prepared.plain.nodes), cfg.search.threshold))
+    if not prepared.feeds or timebox.expired() or not fits:  # no feeds: the budget ended while they were drawn
+        timebox.skip("search", "partitioning, searching, verifying and placing the pieces",
+                     "the time budget could not hold partitioning the model")
         return None, []
     parts = partition(prepared.plain, cfg.search.threshold, rules=cfg.search.rules)
-    seconds, share = budget.search_seconds(len(parts.pieces), cfg.search.jobs), budget.search_share()
+    seconds, share = timebox.search_seconds(len(parts.pieces), cfg.search.jobs), timebox.search_share()
     searched = search_pieces(parts.pieces, tools.cost, cfg, seconds, progress, share.end)
     for r in searched:
         if r.lost:  # its search process died or overstayed: the piece is kept as given
-            budget.skip("search", f"searching piece {r.index}", r.lost)
+            timebox.skip("search", f"searching piece {r.index}", r.lost)
     cut = sum(1 for r in searched if r.out_of_time)
     if cut:
-        budget.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
-                    "each piece's share of the search's time ended")
+        timebox.skip("search", f"expanding {cut} of the {len(searched)} pieces further",
+                     "each piece's share of the search's time ended")
     return parts, searched
 
 
@@ -335,26 +335,26 @@ def optimize(model: str | os.PathLike | Graph, config: OptimizeConfig | None = N
     tools = _on_device(strategies or Strategies(), given)
     cfg = resolved(given, device=tools.device)
     log = RunLog()  # the run's: the work skipped to hold its time (the report's ``skipped``), the build rates learned
-    budget = Timebox.of(cfg.timing.time_budget, SHARES, clock=tools.clock, run=log, started=started,
-                        reduced=reduced(cfg))
+    timebox = Timebox.of(cfg.timing.time_budget, SHARES, clock=tools.clock, run=log, started=started,
+                         reduced=reduced(cfg))
     profile = tools.device.profile(cfg.device.profile, cfg.device.force_profile)
     tools = dataclasses.replace(tools, cost_model=tools.cost_model or CostModel(profile))
     try:
-        prepared = prepare(model, input_shapes, inputs, cfg, budget)
+        prepared = prepare(model, input_shapes, inputs, cfg, timebox)
     except GspoError:
         refuse_no_outputs(model)  # onnxruntime's own words on a model with no outputs are a page of C++
         raise
     if inputs is not None:
         check_finite_inputs(prepared.feeds[0], "--inputs")  # all NaN: every comparison would compare nothing
     backends = check_backends(cfg.device.backends if cfg.device.backends is not None else available_backends())
-    budget = budget.reserve_final(tools.device.final_reserve(lambda: final_seconds(prepared, backends, budget)))
+    timebox = timebox.reserve_final(tools.device.final_reserve(lambda: final_seconds(prepared, backends, timebox)))
     show = (lambda phase: (lambda d, t: progress(phase, d, t))) if progress else (lambda phase: None)
-    parts, searched = _search(prepared, cfg, tools, budget, show("search"))
-    t_search = budget.clock() - budget.started
+    parts, searched = _search(prepared, cfg, tools, timebox, show("search"))
+    t_search = timebox.clock() - timebox.started
     placing = any(b != DEFAULT_BACKEND for b in backends)
-    pieces = verify_pieces(prepared, parts, searched, cfg, tools, placing, budget, show("verify"))
-    whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, budget, progress)
-    run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, budget, log.skipped)
+    pieces = verify_pieces(prepared, parts, searched, cfg, tools, placing, timebox, show("verify"))
+    whole = _whole_model(prepared, parts, pieces, cfg, tools, backends, timebox, progress)
+    run = Run(prepared, given, profile, parts, t_search, pieces, whole, inputs is not None, tools, timebox, log.skipped)
     return _result(run, cfg)
 
 
@@ -372,7 +372,7 @@ def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:
     block says what the reduced one gained): it is saved with the sizes it was judged at."""
     prepared, best = run.prepared, run.whole.choice.best
     graph, schedule, placement = best.candidate.graph, best.candidate.schedule, best.candidate.placement
-    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, run.budget)
+    keep_dynamic, dynamic_note = _keeps_dynamic(prepared, graph, schedule, cfg, run.timebox)
     if schedule is not None:
         graph = apply_schedule(graph, schedule)
     graph, source = settled(prepared.original, graph, best.candidate.settings, prepared.data)
@@ -387,11 +387,11 @@ def _result(run: Run, cfg: OptimizeConfig) -> OptimizeResult:
     return OptimizeResult(prepared.original, reduced_graph, None, report, False, None, pick.candidate.placement)
 
 
-def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, budget: Timebox) -> tuple[bool, str]:
+def _keeps_dynamic(prepared: Prepared, graph: Graph, schedule, cfg: OptimizeConfig, timebox: Timebox) -> tuple[bool, str]:
     """:func:`~gspo.search.dynamic.keeps_dynamic`, when the budget holds the two sessions it builds."""
     changed = prepared.original.extras.defaulted and graph.key != prepared.original.key
-    if changed and not budget.fits(2 * budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes))):
-        budget.skip("final", "checking the result at other sizes of the dynamic dimensions",
-                    "the time budget could not hold it")
+    if changed and not timebox.fits(2 * timebox.rates.estimate(DEFAULT_BACKEND, len(graph.nodes))):
+        timebox.skip("final", "checking the result at other sizes of the dynamic dimensions",
+                     "the time budget could not hold it")
         return False, "fixed: the time budget left no time to check the result at other sizes"
     return keeps_dynamic(prepared, graph, schedule, cfg)

@@ -118,12 +118,12 @@ def _piece_report(k, piece, searched: PieceSearch, chosen: Candidate, outcomes: 
     )
 
 
-def _boundary(prepared: Prepared, parts: Partition, budget: Timebox) -> Boundary | None:
+def _boundary(prepared: Prepared, parts: Partition, timebox: Timebox) -> Boundary | None:
     """The values that reach each piece (per input set); ``None`` when the budget cannot hold
     building a session of the whole model to capture them."""
-    if not budget.fits(budget.rates.estimate(DEFAULT_BACKEND, len(prepared.plain.nodes))):
-        budget.skip("verify", "capturing the values that reach each piece (no piece verified or placed)",
-                    "the time budget could not hold it")
+    if not timebox.fits(timebox.rates.estimate(DEFAULT_BACKEND, len(prepared.plain.nodes))):
+        timebox.skip("verify", "capturing the values that reach each piece (no piece verified or placed)",
+                     "the time budget could not hold it")
         return None
     return Boundary(capture_values(prepared.plain, prepared.feeds, [v.name for p in parts.pieces for v in p.graph.inputs]))
 
@@ -133,8 +133,8 @@ def _unmodified(piece, searched: PieceSearch) -> Candidate:
 
 
 def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg: OptimizeConfig,
-                     tools: Strategies, budget: Timebox, progress) -> tuple[list[Candidate], list[PieceReport]]:
-    """Each piece's chosen option and its report, sharing what ``budget`` holds (anytime: the
+                     tools: Strategies, timebox: Timebox, progress) -> tuple[list[Candidate], list[PieceReport]]:
+    """Each piece's chosen option and its report, sharing what ``timebox`` holds (anytime: the
     least promising options are dropped when a piece's share cannot hold them all; the budget
     says how many)."""
     pieces = parts.pieces
@@ -142,7 +142,7 @@ def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg:
     chosen, reports, dropped, untried = [], [], 0, 0
     seconds_per_option = 0.3  # first guess at building, checking and timing one option; then measured
     for k, piece in enumerate(pieces):
-        if boundary is None or budget.expired():
+        if boundary is None or timebox.expired():
             untried += boundary is not None
             chosen.append(_unmodified(piece, searched[k]))
             reports.append(_piece_report(k, piece, searched[k], chosen[-1], [], ""))
@@ -152,42 +152,42 @@ def _optimize_pieces(parts: Partition, searched, boundary: Boundary | None, cfg:
         cands = searched[k].candidates(piece.graph)
         options = _piece_options(piece, cands, cfg, allowed)
         timing_s = cfg.timing.piece_timing_budget
-        if budget.limited:
-            share = budget.remaining() / (len(pieces) - k)
+        if timebox.limited:
+            share = timebox.remaining() / (len(pieces) - k)
             timing_s = min(timing_s, share / 2)
             kept = options[:max(1, int(share / seconds_per_option))]
             dropped, options = dropped + len(options) - len(kept), kept
         feeds = boundary.feeds_at(piece.graph)
-        began = budget.clock()
+        began = timebox.clock()
         best, outcomes, note = _choose_piece(piece, options, feeds, cfg, timing_s, tools)
         if outcomes:
-            seconds_per_option = max(0.05, (budget.clock() - began - timing_s) / len(options))
+            seconds_per_option = max(0.05, (timebox.clock() - began - timing_s) / len(options))
         chosen.append(best)
         reports.append(_piece_report(k, piece, searched[k], best, outcomes, note))
         if progress:
             progress(k + 1, len(pieces))
-    _skipped_pieces(budget, len(pieces), dropped, untried)
+    _skipped_pieces(timebox, len(pieces), dropped, untried)
     return chosen, reports
 
 
-def _skipped_pieces(budget: Timebox, pieces: int, dropped: int, untried: int) -> None:
+def _skipped_pieces(timebox: Timebox, pieces: int, dropped: int, untried: int) -> None:
     if dropped:
-        budget.skip("verify", f"verifying {dropped} of the pieces' options",
-                    "the time budget could not hold them (their least promising options)")
+        timebox.skip("verify", f"verifying {dropped} of the pieces' options",
+                     "the time budget could not hold them (their least promising options)")
     if untried:
-        budget.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
+        timebox.skip("verify", f"verifying {untried} of the {pieces} pieces (kept unmodified)", "the time budget was spent")
 
 
 def verify_pieces(prepared: Prepared, parts: Partition | None, searched, cfg: OptimizeConfig, tools: Strategies,
-                  placing: bool, budget: Timebox, progress) -> VerifiedPieces:
+                  placing: bool, timebox: Timebox, progress) -> VerifiedPieces:
     """Each piece's verified choice and report, and the values that reach the pieces, in the
-    time ``budget`` holds before the final comparison's share (less the placement's share when
+    time ``timebox`` holds before the final comparison's share (less the placement's share when
     ``placing`` on other backends). ``cfg`` is resolved (:func:`~gspo.search.driver.resolved`:
     its ``max_streams`` caps each piece's streams)."""
     if parts is None:
         return VerifiedPieces([], [], None)
-    until_final = budget.until_final()
+    until_final = timebox.until_final()
     boundary = _boundary(prepared, parts, until_final)
-    verify = until_final.share(1 - budget.shares.placement) if placing else until_final
+    verify = until_final.share(1 - timebox.shares.placement) if placing else until_final
     chosen, reports = _optimize_pieces(parts, searched, boundary, cfg, tools, verify, progress)
     return VerifiedPieces(chosen, reports, boundary)

@@ -69,11 +69,11 @@ def _signature(graph: Graph, backend: str, threads: int) -> str:
 
 
 def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: Sequence[str], tolerance: Tolerance,
-             runs: int, budget: Timebox, measure: Measure) -> PieceTimes:
+             runs: int, timebox: Timebox, measure: Measure) -> PieceTimes:
     """Time ``graph`` on every backend with ``measure`` (checked against onnxruntime's outputs
     first); the budget's build rates learn what building each session took (on its clock)."""
     out = PieceTimes()
-    config, rates, clock = _CONFIG, budget.rates, budget.clock
+    config, rates, clock = _CONFIG, timebox.rates, timebox.clock
     with Spill() as spill:  # large reference outputs wait in a file, not beside the other backends'
         try:
             began = clock()
@@ -83,7 +83,7 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
         except GspoError as e:  # a piece onnxruntime cannot run alone stays where the whole model runs
             out.refused.update((b, f"onnxruntime cannot run the piece alone: {e}") for b in backends)
             return out
-        runners = _checked(graph, data, feeds, expected, backends, tolerance, budget, out)
+        runners = _checked(graph, data, feeds, expected, backends, tolerance, timebox, out)
         del expected  # not held while timed (the reference's next outputs would take as much again)
     feed = dict(feeds[0])
     timings = measure([(b, (lambda r=r, n=n: r.run(n, feed))) for b, r, n in runners], runs, 2)
@@ -92,16 +92,16 @@ def _measure(graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]], backends: 
 
 
 def _checked(graph: Graph, data, feeds, expected: list[dict], backends: Sequence[str], tolerance: Tolerance,
-             budget: Timebox, out: PieceTimes) -> list[tuple]:
+             timebox: Timebox, out: PieceTimes) -> list[tuple]:
     """The runner of each backend that computes ``expected`` (``data``: onnxruntime's, the
     reference), ``(backend, runner, output names)``; those refused are in ``out.refused``."""
     runners = []
     for b in backends:
         try:
-            began = budget.clock()
+            began = timebox.clock()
             runner = data if b == DEFAULT_BACKEND else runtime_backends.load_runner(b, _bytes(graph), _CONFIG)
             if b != DEFAULT_BACKEND:
-                budget.rates.record(b, len(graph.nodes), budget.clock() - began)
+                timebox.rates.record(b, len(graph.nodes), timebox.clock() - began)
             names = list(expected[0])
             if runner is not data:  # not the reference against itself (a second output of it in memory)
                 _check(runner, names, feeds, expected, tolerance, output_steps(graph))
@@ -127,13 +127,13 @@ def _bytes(graph: Graph) -> bytes:
 
 
 def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, np.ndarray]]], backends: Sequence[str],
-                db=None, tolerance: Tolerance = Tolerance(), runs: int = 10, budget: Timebox | None = None,
+                db=None, tolerance: Tolerance = Tolerance(), runs: int = 10, timebox: Timebox | None = None,
                 measure: Measure = interleaved) -> list[PieceTimes]:
     """Each piece's time on each backend (by ``measure``, :func:`gspo.runtime.interleaved`): from
-    ``db`` when measured before, else measured (and stored). A piece whose measuring ``budget``
+    ``db`` when measured before, else measured (and stored). A piece whose measuring ``timebox``
     cannot hold (the sessions it builds, and as long as the pieces measured before took per op)
     is left to onnxruntime, and the budget says so."""
-    budget = budget if budget is not None else Timebox.of(None)
+    timebox = timebox if timebox is not None else Timebox.of(None)
     config = _CONFIG
     results, left, spent, measured_ops = [], 0, 0.0, 0
     for graph, piece_feeds in zip(pieces, feeds):
@@ -142,22 +142,22 @@ def time_pieces(pieces: Sequence[Graph], feeds: Sequence[Sequence[Mapping[str, n
             results.append(_cached(known))
             continue
         ops = len(graph.nodes)
-        need = sum(budget.rates.estimate(b, ops) for b in backends) + spent / max(1, measured_ops) * ops
-        if not budget.fits(need):
+        need = sum(timebox.rates.estimate(b, ops) for b in backends) + spent / max(1, measured_ops) * ops
+        if not timebox.fits(need):
             results.append(PieceTimes())
             left += 1
             continue
-        began = budget.clock()
-        t = _measure(graph, piece_feeds, backends, tolerance, runs, budget, measure)
-        spent, measured_ops = spent + budget.clock() - began, measured_ops + ops
+        began = timebox.clock()
+        t = _measure(graph, piece_feeds, backends, tolerance, runs, timebox, measure)
+        spent, measured_ops = spent + timebox.clock() - began, measured_ops + ops
         if db is not None:
             for b in backends:
                 data = {"refused": t.refused[b]} if b in t.refused else {"seconds": t.seconds.get(b)}
                 db.put(_signature(graph, b, config.intra_op_threads), "placement", data)
         results.append(t)
     if left:
-        budget.skip("placement", f"timing {left} of {len(results)} pieces on {', '.join(backends)}",
-                    "the time budget could not hold it (those pieces stay on onnxruntime)")
+        timebox.skip("placement", f"timing {left} of {len(results)} pieces on {', '.join(backends)}",
+                     "the time budget could not hold it (those pieces stay on onnxruntime)")
     return results
 
 

@@ -60,15 +60,15 @@ def _original(model: str | os.PathLike | Graph, input_shapes) -> tuple[Graph, by
 
 
 def _plain(model: str | os.PathLike | Graph, original: Graph, data: bytes | None, where: dict, input_shapes,
-           cfg: OptimizeConfig, budget: Timebox, read_s: float) -> Graph:
+           cfg: OptimizeConfig, timebox: Timebox, read_s: float) -> Graph:
     """The model through the front end (``original`` itself without it, or when the budget
     cannot hold it: see :func:`~gspo.search.budget.frontend_seconds`; ``read_s`` is the seconds
     reading the model took)."""
     if not cfg.search.frontend:
         return original
-    if not budget.fits(frontend_seconds(read_s, len(original.nodes))) or budget.expired():
-        budget.skip("load", "the front end (constant folding; the model is searched as given)",
-                    "the time budget could not hold it")
+    if not timebox.fits(frontend_seconds(read_s, len(original.nodes))) or timebox.expired():
+        timebox.skip("load", "the front end (constant folding; the model is searched as given)",
+                     "the time budget could not hold it")
         return original
     if isinstance(model, Graph):
         plain = dataclasses.replace(from_model(to_model(model), plain=True), extras=model.extras)
@@ -107,7 +107,7 @@ def touching_seconds(nbytes: int) -> float:
     return nbytes / TOUCH_RATE
 
 
-def _check_sizes(graph: Graph, runs: int, budget: Timebox) -> None:
+def _check_sizes(graph: Graph, runs: int, timebox: Timebox) -> None:
     """Refuse, before anything of their size is allocated, random input sets (``runs`` of them,
     one when large) larger than :data:`~gspo.runtime.inputs.LARGE_INPUT_SET` in all when they
     and one run's outputs do not fit in the memory available, or when making them and one run
@@ -128,26 +128,26 @@ def _check_sizes(graph: Graph, runs: int, budget: Timebox) -> None:
     pin = "pin smaller dynamic dimensions with --input-shape, or pass --inputs" if graph.extras.defaulted else ""
     need = total + output_bytes(graph)
     require_memory(need, f"{what} and the outputs of one run on them", pin)
-    if not budget.limited:
+    if not timebox.limited:
         return
     fresh = count * size + output_bytes(graph)  # the inputs' and one run's outputs' memory, touched first
     seconds = count * (making_seconds(graph) + SET_SECONDS) + (size + output_bytes(graph)) / RUN_RATE \
         + touching_seconds(fresh)
-    left = budget.remaining()
+    left = timebox.remaining()
     if seconds > left:
         raise GspoError(f"{what} and one run of the model on them are estimated at {seconds:.1f} s here, more than "
                         f"the {left:.1f} s left of --time-budget; raise --time-budget{', or ' + pin if pin else ''}")
 
 
-def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Timebox) -> Prepared:
+def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, timebox: Timebox) -> Prepared:
     """Load, size the random inputs against the budget and the memory (:func:`_check_sizes`),
     draw them, and check the front end's graph against the model as given."""
-    began = budget.clock()
+    began = timebox.clock()
     check_seed(cfg.verify.seed)  # the random inputs' and the dynamic dimensions' checks' seed
     original, data, where = _original(model, input_shapes)
     if inputs is None:
-        _check_sizes(original, cfg.verify.runs, budget)
-    plain = _plain(model, original, data, where, input_shapes, cfg, budget, budget.clock() - began)
+        _check_sizes(original, cfg.verify.runs, timebox)
+    plain = _plain(model, original, data, where, input_shapes, cfg, timebox, timebox.clock() - began)
     if input_shapes or uses_external_data(original):
         data = None  # not the result as it is: the output is written from the graph
     if inputs is not None:
@@ -158,7 +158,7 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Timebox) -
         notes.append(describe_defaults(original.extras.defaulted, pins))
     if original.extras.static_refused:
         notes.append(f"inputs and outputs kept as the model declares them; with them pinned: {original.extras.static_refused}")
-    feeds = [dict(inputs)] if inputs is not None else _drawn(plain, cfg, budget)
+    feeds = [dict(inputs)] if inputs is not None else _drawn(plain, cfg, timebox)
     if not feeds:  # the budget ended while the inputs were drawn: nothing can be checked or timed
         return Prepared(original, original, [], notes, data=data)
     if len(feeds) < cfg.verify.runs and inputs is None:
@@ -166,14 +166,14 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Timebox) -
     seed = cfg.verify.seed if inputs is None else None  # with the user's inputs, gspo chose no size
     if plain is not original and plain.key == original.key:
         plain = original  # the front end changed nothing: nothing to check
-    if plain is not original and not budget.fits(2 * _run_seconds(original, budget, len(feeds))):
-        budget.skip("load", "checking the front end's graph against the model",
-                    "the time budget could not hold it (the model is searched as given)")
+    if plain is not original and not timebox.fits(2 * _run_seconds(original, timebox, len(feeds))):
+        timebox.skip("load", "checking the front end's graph against the model",
+                     "the time budget could not hold it (the model is searched as given)")
         plain = original
     if plain is original:
-        return Prepared(original, plain, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], budget, seed))
+        return Prepared(original, plain, feeds, notes, data=data, run_s=_require_runs(original, feeds[0], timebox, seed))
     try:
-        with Trial(original, [Candidate(plain, label="plain")], feeds[:1], cfg.tolerance, budget=budget, stage="load") as trial:
+        with Trial(original, [Candidate(plain, label="plain")], feeds[:1], cfg.tolerance, timebox=timebox, stage="load") as trial:
             if trial.rejected:
                 notes.append(f"the front end's graph was not used: {trial.rejected[0].rejected}")
             if not trial.equivalent:
@@ -187,26 +187,26 @@ def prepare(model, input_shapes, inputs, cfg: OptimizeConfig, budget: Timebox) -
 MAKING_INPUTS = "making the random inputs"
 
 
-def _drawn(graph: Graph, cfg: OptimizeConfig, budget: Timebox) -> list[dict]:
+def _drawn(graph: Graph, cfg: OptimizeConfig, timebox: Timebox) -> list[dict]:
     """The random input sets of ``graph`` (:func:`~gspo.runtime.inputs.random_input_sets`), drawn
     until the budget's deadline; none when it passed first (the budget says so), and the driver
     then hands the input back unchanged: a Relu over [30000, 30000] drew its 3.6 GB for 36 s at
     --time-budget 30, past its estimate (touching fresh memory on a loaded machine)."""
     try:
-        return random_input_sets(graph, cfg.verify.seed, cfg.verify.runs, until=budget.end)
+        return random_input_sets(graph, cfg.verify.seed, cfg.verify.runs, until=timebox.end)
     except InputsOutOfTime as e:
-        budget.skip("load", MAKING_INPUTS, str(e))
+        timebox.skip("load", MAKING_INPUTS, str(e))
         return []
 
 
-def _run_seconds(graph: Graph, budget: Timebox, sets: int = 1) -> float:
+def _run_seconds(graph: Graph, timebox: Timebox, sets: int = 1) -> float:
     """Seconds that building a session of ``graph`` and running it on ``sets`` input sets is
     expected to take, at least: the build at the budget's rate, and each run moving its inputs
     and outputs (:data:`RUN_RATE`) into outputs of fresh memory (:func:`touching_seconds`), the
     reference's written to a file and read back when large (:class:`~gspo.runtime.spill.Spill`).
     A Relu over [30000, 30000] was checked against the front end's graph, counted as two
     builds, at --time-budget 60: 86.8 s."""
-    return budget.rates.estimate(DEFAULT_BACKEND, len(graph.nodes)) + sets * _one_run_seconds(graph)
+    return timebox.rates.estimate(DEFAULT_BACKEND, len(graph.nodes)) + sets * _one_run_seconds(graph)
 
 
 def _one_run_seconds(graph: Graph) -> float:
@@ -216,7 +216,7 @@ def _one_run_seconds(graph: Graph) -> float:
     return (input_bytes(graph) + 3 * out) / RUN_RATE + touching_seconds(out) if out > LARGE_INPUT_SET else 0.0
 
 
-def _require_runs(graph: Graph, feeds, budget: Timebox, seed: int | None) -> float:
+def _require_runs(graph: Graph, feeds, timebox: Timebox, seed: int | None) -> float:
     """Raise a one-line error when onnxruntime cannot run ``graph`` (unless the budget cannot
     hold building and running it and then the least timing of it, :func:`_run_seconds`: then
     nothing is tried and the input is handed back); the seconds one run took, or, not run, the
@@ -225,14 +225,14 @@ def _require_runs(graph: Graph, feeds, budget: Timebox, seed: int | None) -> flo
     --time-budget 30 skipped this run, then began the final comparison with 4.7 s left, its
     run estimated at 0 s, and ended at 41.9 s)."""
     ops = len(graph.nodes)
-    if not budget.fits(_run_seconds(graph, budget, 1 + MIN_ROUNDS + WARMUP_ROUNDS)):  # and the least timing after
-        budget.skip("load", "running the model once with onnxruntime",
-                    "the time budget could not hold it and a timing of the model after it")
+    if not timebox.fits(_run_seconds(graph, timebox, 1 + MIN_ROUNDS + WARMUP_ROUNDS)):  # and the least timing after
+        timebox.skip("load", "running the model once with onnxruntime",
+                     "the time budget could not hold it and a timing of the model after it")
         return _one_run_seconds(graph)
     try:
-        began = budget.clock()
+        began = timebox.clock()
         session = make_session(graph)
-        budget.rates.record(DEFAULT_BACKEND, ops, budget.clock() - began)
+        timebox.rates.record(DEFAULT_BACKEND, ops, timebox.clock() - began)
         built = time.perf_counter()  # the run itself is timed for real (its seconds estimate the runs to come)
         run(session, feeds)
     except GspoError as e:

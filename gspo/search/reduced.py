@@ -105,13 +105,13 @@ def _fit_backends(tools: Strategies, backends: Sequence[str]) -> tuple[str, ...]
 
 
 def reduced_pick(prepared: Prepared, exact: FinalChoice, cfg, tools: Strategies, backends: Sequence[str],
-                 budget: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
+                 timebox: Timebox, progress: Callable[[str], None] | None = None) -> ReducedPick | None:
     """The reduced-precision candidates fitted on ``exact``'s pick and decided against it (see the
-    module docstring), in :meth:`~gspo.search.budget.Timebox.precision_share` of ``budget``; the
+    module docstring), in :meth:`~gspo.search.budget.Timebox.precision_share` of ``timebox``; the
     work skipped goes to its log. ``None`` when ``cfg`` asks for no reduced precision."""
     if not reduced(cfg):
         return None
-    share = budget.precision_share()
+    share = timebox.precision_share()
     best = exact.best.candidate
     found = fit_precision(prepared.original, saved(best), cfg, _fit_backends(tools, backends), share.end, progress,
                           _executor(tools), tools.measure)
@@ -162,17 +162,20 @@ def _decided(found: PrecisionFit, best: Candidate, options: list[Candidate], run
 
 
 def _note_timings(found: PrecisionFit, outcomes: list[Measured], chosen: Measured | None) -> Fitted | None:
-    """Each surviving kind's median and thread count set from ``outcomes``: the chosen kind's
-    those of the variant ``chosen`` (its median in the first timing), any other's its fastest
-    variant's; the chosen kind's fit (``None``: none chosen)."""
-    best = None
-    for f in found.survivors:
+    """Each surviving kind's median and thread count set from ``outcomes`` (its fit replaced in
+    ``found.fitted``): the chosen kind's those of the variant ``chosen`` (its median in the first
+    timing), any other's its fastest variant's; the chosen kind's fit (``None``: none chosen)."""
+    best, timed = None, []
+    for f in found.fitted:
         mine = [o for o in outcomes if o.timing is not None and o.candidate.precision is not None
-                and o.candidate.precision.kind == f.kind.name]
-        if not mine:
-            continue
-        pick = min(mine, key=lambda o: (o.median_s, o.candidate.settings.threads))
-        if chosen is not None and chosen.candidate.precision.kind == f.kind.name:
-            pick, best = next(o for o in mine if o.label == chosen.label), f
-        f.threads, f.median_s = pick.candidate.settings.threads, pick.median_s
+                and o.candidate.precision.kind == f.kind.name] if f.reduced is not None else []
+        if mine:
+            pick = min(mine, key=lambda o: (o.median_s, o.candidate.settings.threads))
+            picked = chosen is not None and chosen.candidate.precision.kind == f.kind.name
+            if picked:
+                pick = next(o for o in mine if o.label == chosen.label)
+            f = dataclasses.replace(f, threads=pick.candidate.settings.threads, median_s=pick.median_s)
+            best = f if picked else best
+        timed.append(f)
+    found.fitted = timed
     return best

@@ -80,7 +80,7 @@ class Run:
     prepared, the options as given (before :func:`~gspo.search.driver.resolved`), the profile,
     the partition (``None``: not partitioned, the time budget was spent loading the model), the
     search's seconds, the pieces verified, the whole-model stage, whether the inputs were given,
-    the strategies (the cost model, the device), the budget (its start and clock) and the log of the work skipped to hold it."""
+    the strategies (the cost model, the device), the timebox (its start and clock) and the log of the work skipped to hold it."""
 
     prepared: Prepared
     given: OptimizeConfig
@@ -91,7 +91,7 @@ class Run:
     whole: WholeModel
     inputs_given: bool
     tools: Strategies
-    budget: Timebox
+    timebox: Timebox
     skipped: list[Skip]
 
 
@@ -285,7 +285,7 @@ def build_report(run: Run, graph: Graph, dynamic_note: str) -> Report:
         profile_device=run.profile.device, pieces=len(run.parts.pieces) if run.parts is not None else 0,
         threshold=run.given.search.threshold, cut_weight=run.parts.cut_weight if run.parts is not None else 0.0,
         frontend=_frontend(run.prepared), notes=run.prepared.notes, dynamic_dims=dynamic_note or None,
-        search_seconds=run.search_seconds, total_seconds=run.budget.clock() - run.budget.started,
+        search_seconds=run.search_seconds, total_seconds=run.timebox.clock() - run.timebox.started,
         **_timing_fields(choice, run.given.timing.final_margin),
         candidates_rejected_by_verification=len(rejected), rejected=rejected,
         invalid_rewrites=dict(sum((Counter(p.invalid_rewrites) for p in details), Counter())),

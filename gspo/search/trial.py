@@ -124,22 +124,22 @@ class Trial:
     schedule, placement, settings)`` builds the options' executors (default: on the CPU; the reference
     always runs on the CPU, and with another ``executor`` every option runs on it, the reference's
     graph too). ``measure`` times the equivalent options interleaved (:func:`gspo.runtime.interleaved`;
-    tests pass a fake), and what building them took is read on ``budget``'s clock.
+    tests pass a fake), and what building them took is read on ``timebox``'s clock.
 
     Raises:
         ReferenceError_: onnxruntime cannot load or run the reference.
     """
 
     def __init__(self, reference: Graph, options: Sequence[Candidate], feeds: Sequence[Mapping[str, np.ndarray]],
-                 judge: Judge | Tolerance = Tolerance(), budget: Timebox | None = None, stage: str = "final",
+                 judge: Judge | Tolerance = Tolerance(), timebox: Timebox | None = None, stage: str = "final",
                  executor: Callable | None = None, measure: Measure = interleaved):
         self.feeds = list(feeds)
         self.measure = measure
         #: What building a session took is read on the budget's clock (the one its estimates run on).
-        self.clock = budget.clock if budget is not None else time.perf_counter
+        self.clock = timebox.clock if timebox is not None else time.perf_counter
         self._make = executor or _executor
         self.judge = judge_of(judge)
-        self.budget, self.stage = budget, stage
+        self.timebox, self.stage = timebox, stage
         self.executors: list[CpuExecutor] = []
         self.rejected: list[Measured] = []
         self._ok: list[tuple[Candidate, CpuExecutor, Verdict]] = []
@@ -181,8 +181,8 @@ class Trial:
         # the faster run: the first one also warms the session up (NASNet-A Large's first run
         # took 1.5x its second), and every later estimate multiplies this
         self.run_s = min(runs, default=0.0)
-        if self.budget is not None:
-            self.budget.rates.record(DEFAULT_BACKEND, build_ops(reference), built - began)
+        if self.timebox is not None:
+            self.timebox.rates.record(DEFAULT_BACKEND, build_ops(reference), built - began)
         return expected
 
     def _fits(self, option: Candidate) -> bool:
@@ -190,9 +190,9 @@ class Trial:
         rounds, beside the options already kept; in the final and the reduced-precision
         comparisons, then confirming a win against the original) ends before the budget's
         deadline; if not, the option is skipped and the budget says so."""
-        if self.budget is None or not self.budget.limited:
+        if self.timebox is None or not self.timebox.limited:
             return True
-        build = build_seconds(option, self.budget.rates)
+        build = build_seconds(option, self.timebox.rates)
         rounds = MIN_ROUNDS + WARMUP_ROUNDS
         sample = sample_seconds(self.run_s)
         need = build + len(self.feeds) * self.run_s + rounds * sample * (len(self._ok) + 2)
@@ -200,19 +200,19 @@ class Trial:
             need += CONFIRM_ROUNDS * sample * 2
             if not option.settings.is_default:  # a thread setting's, in bursts after idle too
                 need += burst_seconds(self.run_s)
-        if self.budget.fits(need):
+        if self.timebox.fits(need):
             return True
-        self.budget.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "
-                                                   f"{self.budget.remaining():.1f} s were left")
+        self.timebox.skip(self.stage, option.label, f"building, checking and timing it was estimated at {need:.1f} s, "
+                                                    f"{self.timebox.remaining():.1f} s were left")
         return False
 
     def _record_build(self, option: Candidate, seconds: float) -> None:
         """Teach the budget what building ``option`` took, when it ran on one backend alone."""
-        if self.budget is None:
+        if self.timebox is None:
             return
         counts = option.placement.counts(option.graph) if option.placement is not None else {}
         if len(counts) <= 1:
-            self.budget.rates.record(next(iter(counts), DEFAULT_BACKEND), build_ops(option.graph), seconds)
+            self.timebox.rates.record(next(iter(counts), DEFAULT_BACKEND), build_ops(option.graph), seconds)
 
     def _add(self, option: Candidate, expected: list[dict]) -> None:
         try:

@@ -4,11 +4,13 @@ all the data."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from types import SimpleNamespace
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from gspo.errors import GspoError
@@ -302,7 +304,7 @@ def test_where_the_one_run_ranking_cannot_run_runs_of_neighbours_are_ranked_by_j
     # subset's judgment of it looked up) on all the calibration data and the validation data
     assert built == [EPS, (EPS[0], 0, 0), (0, EPS[1], EPS[2]), (EPS[0], 0, 0)]
     assert fitted.to_refine == (2, 1)  # the least harmful first
-    reduce_again(fitted, PIECES, d, reference(d), budget, None, executor=refusing)
+    fitted = reduce_again(fitted, PIECES, d, reference(d), budget, None, executor=refusing)
     assert fitted.reduced == (0, 2) and fitted.validation.holds and fitted.calibration.holds
     assert fitted.validation.outputs["y"]["nmse"] <= 1e-4
     assert fitted.pieces[2] == "reduced"  # its error alone is small: reduced again
@@ -319,7 +321,7 @@ def test_the_deadline_during_the_second_tries_keeps_what_held(monkeypatch):
     d = data()
     budget = ErrorBudget.parse("nmse=1e-4")
     fitted = fit(fake_kind([]), PIECES, d, reference(d), budget, None, executor=refusing)
-    reduce_again(fitted, PIECES, d, reference(d), budget, deadline=Deadline(50.0, clock=lambda: 100.0))
+    fitted = reduce_again(fitted, PIECES, d, reference(d), budget, deadline=Deadline(50.0, clock=lambda: 100.0))
     assert fitted.reduced == (0,) and fitted.validation.holds and fitted.note == ""
     assert fitted.pieces[1] == fitted.pieces[2] and "reduced again" not in fitted.pieces[1]
     assert fitted.to_refine == (2, 1)  # still to try, where a later round has time
@@ -331,10 +333,23 @@ def test_trying_a_piece_again_that_a_judgment_already_decided_costs_no_judgment(
     fitted = fit(fake_kind(built), PIECES, d, reference(d), budget, None)
     assert fitted.sent == ((1,),) and fitted.to_refine == (1,)
     n = len(built)
-    reduce_again(fitted, PIECES, d, reference(d), budget, None)
+    fitted = reduce_again(fitted, PIECES, d, reference(d), budget, None)
     assert len(built) == n and fitted.reduced == (0, 2) and fitted.to_refine == ()
     assert fitted.pieces[1].endswith("; reduced again on its own, the calibration data broke the budget ("
                                      + "; ".join(fitted.progress.judged[(frozenset(), "calibration")].broken) + ")")
+
+
+def test_a_fit_is_frozen_and_trying_again_returns_a_new_one_leaving_the_one_given_as_it_was():
+    d = data()
+    budget = ErrorBudget.parse("nmse=1e-4")
+    fitted = fit(fake_kind([]), PIECES, d, reference(d), budget, None)
+    assert fitted.sent == ((1,),) and fitted.to_refine == (1,)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fitted.note = "changed"
+    pieces = dict(fitted.pieces)
+    again = reduce_again(fitted, PIECES, d, reference(d), budget, None)
+    assert again is not fitted and again.refined == (1,) and "reduced again on its own" in again.pieces[1]
+    assert fitted.refined == () and fitted.pieces == pieces and fitted.to_refine == (1,)  # as it was
 
 
 def test_a_fit_the_deadline_stopped_goes_on_from_where_it_stopped_losing_no_judgment():
@@ -359,7 +374,7 @@ def test_a_fit_the_deadline_stopped_goes_on_from_where_it_stopped_losing_no_judg
     stops = 0
     while fitted.note == OUT_OF_TIME:  # a share of 15 s at a time: one or two builds each
         stops += 1
-        resume(fitted, pieces, d, ref, budget, Deadline.after(15.0, clock), executor=runs)
+        fitted = resume(fitted, pieces, d, ref, budget, Deadline.after(15.0, clock), executor=runs)
     assert stops >= 2 and fitted.note == "" and fitted.reduced == whole.reduced
     assert built == whole_built and runs.log == whole_runs.log  # the same builds and runs as in one go
     assert fitted.progress.judged.keys() == whole.progress.judged.keys()  # each judgment made once, recorded

@@ -87,14 +87,14 @@ def test_the_input_on_streams_wins_as_given_with_its_schedule_saved_and_the_same
     assert ir.serialize(again.graph) == ir.serialize(r.graph) and again.schedule == r.schedule
 
 
-def _pool(original, merged, budget: Timebox, chosen=()):
+def _pool(original, merged, timebox: Timebox, chosen=()):
     """The final options of ``merged`` against ``original`` (as given and searched), and why the
     whole model on streams was not measured."""
     prepared = Prepared(original, original, [], [])
     cfg = resolved(OptimizeConfig.of(jobs=1, max_streams=2))
     tools = Strategies(cost_model=StreamsCost())
     return _final_options(prepared, merged, list(chosen), ("R",), cfg, tools, {r.name for r in cfg.search.rules},
-                          budget)
+                          timebox)
 
 
 def _merged():

@@ -159,22 +159,22 @@ def _relus(n: int):
 def test_a_trial_skips_an_option_whose_build_its_budget_cannot_hold():
     g = _relus(8)
     clock = FakeClock()
-    budget = Timebox.of(1.0, clock=clock)
-    budget.rates.record("openvino", len(g.nodes), 50.0 * len(g.nodes))  # 50 s per op on a model of its size
+    timebox = Timebox.of(1.0, clock=clock)
+    timebox.rates.record("openvino", len(g.nodes), 50.0 * len(g.nodes))  # 50 s per op on a model of its size
     options = [Candidate(g, label="original"), Candidate(g, placement=Placement.whole(g, "openvino"), label="original@openvino")]
-    with Trial(g, options, [random_inputs(g, 0)], budget=budget, stage="final") as trial:
+    with Trial(g, options, [random_inputs(g, 0)], timebox=timebox, stage="final") as trial:
         assert [o.label for o in trial.equivalent] == ["original"] and trial.rejected == []
-    assert [(s.stage, s.what) for s in budget.log] == [("final", "original@openvino")]
-    assert "were left" in budget.log[0].why
+    assert [(s.stage, s.what) for s in timebox.log] == [("final", "original@openvino")]
+    assert "were left" in timebox.log[0].why
 
 
 def test_pieces_the_placement_budget_cannot_hold_stay_on_onnxruntime_and_are_reported():
     g = _relus(4)
-    budget = Timebox.of(0.5, clock=FakeClock())
-    budget.rates.record("openvino", 1, 10.0)
-    times = time_pieces([g, g], [[random_inputs(g, 0)]] * 2, ("ort", "openvino"), None, runs=3, budget=budget)
+    timebox = Timebox.of(0.5, clock=FakeClock())
+    timebox.rates.record("openvino", 1, 10.0)
+    times = time_pieces([g, g], [[random_inputs(g, 0)]] * 2, ("ort", "openvino"), None, runs=3, timebox=timebox)
     assert [t.seconds for t in times] == [{}, {}] and [t.best() for t in times] == ["ort", "ort"]
-    assert budget.log == [Skip("placement", "timing 2 of 2 pieces on ort, openvino",
+    assert timebox.log == [Skip("placement", "timing 2 of 2 pieces on ort, openvino",
                                    "the time budget could not hold it (those pieces stay on onnxruntime)")]
 
 
@@ -263,10 +263,10 @@ def test_a_confirmation_the_budget_cannot_hold_is_skipped_and_the_input_kept():
     g = build("squeezenet", "tiny")
     first = [Measured(Candidate(g, label="original"), Timing("original", (1.0,) * 30)),
              Measured(Candidate(g, label="optimized"), Timing("optimized", (0.5,) * 30))]
-    budget = Timebox.of(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
-    choice = decide.confirmed(_NeverTimed(), first, OptimizeConfig(), 8.0, budget)
+    timebox = Timebox.of(6.0, clock=FakeClock())  # 5 rounds of the two take 7.5 s
+    choice = decide.confirmed(_NeverTimed(), first, OptimizeConfig(), 8.0, timebox)
     assert choice.best.label == "original" and choice.confirmations == []
-    assert budget.log == [Skip("final", "confirming optimized against the original",
+    assert timebox.log == [Skip("final", "confirming optimized against the original",
                                    "the time budget could not hold it")]
 
 

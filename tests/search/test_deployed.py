@@ -95,17 +95,17 @@ def test_the_budget_that_cannot_hold_the_timing_hands_back_the_input_and_says_so
     g = branchy()
     pick = Candidate(g, settings=RunSettings(1), label=SETTING)
     clock = FakeClock()
-    budget = Timebox.of(10.0, clock=clock)
+    timebox = Timebox.of(10.0, clock=clock)
     seen: list = []
     with Trial(g, [Candidate(g, label="original"), pick], [random_inputs(g, 0)],
                measure=_measure(seen, {})) as trial:
-        clock.advance(10.0 - installed_seconds(budget.rates, g, trial.run_s) + 0.01)
-        choice = against_installed(trial, _choice(g, pick), 0.02, budget)
+        clock.advance(10.0 - installed_seconds(timebox.rates, g, trial.run_s) + 0.01)
+        choice = against_installed(trial, _choice(g, pick), 0.02, timebox)
     assert seen == []  # not timed at all
     assert choice.best.label == "original"
     assert choice.confirmations[-1].confirmed is False and "time budget" in choice.confirmations[-1].rejected
-    assert [(s.stage, s.why) for s in budget.log] == [("final", "the time budget could not hold it")]
-    assert "against the input as installed" in budget.log[0].what
+    assert [(s.stage, s.why) for s in timebox.log] == [("final", "the time budget could not hold it")]
+    assert "against the input as installed" in timebox.log[0].what
 
 
 def _timed_executors(monkeypatch) -> list:

@@ -58,12 +58,12 @@ def test_making_large_inputs_counts_the_first_touch_of_their_memory(monkeypatch,
     touched = []
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: touched.append(n) or touching)
     graph = from_model(relu_model((10000, 10000)))  # 400 MB in, 400 MB out
-    budget = Timebox.of(25.0, clock=FakeClock())
+    timebox = Timebox.of(25.0, clock=FakeClock())
     if refused:
         with pytest.raises(GspoError, match=r"estimated at 30\.\d s here, more than the 25\.0 s left"):
-            prepare_mod._check_sizes(graph, 2, budget)
+            prepare_mod._check_sizes(graph, 2, timebox)
     else:
-        prepare_mod._check_sizes(graph, 2, budget)
+        prepare_mod._check_sizes(graph, 2, timebox)
     assert touched == [800 * 10**6]  # the one set of inputs and one run's outputs
 
 
@@ -84,9 +84,9 @@ def test_a_run_whose_outputs_the_budget_cannot_hold_is_skipped_before_a_session_
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
     monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
     graph = from_model(relu_model((10000, 10000)))
-    budget = Timebox.of(5.0, clock=FakeClock())
-    assert prepare_mod._require_runs(graph, {}, budget, 0) == pytest.approx(1.6e9 / prepare_mod.RUN_RATE + 1.0)
-    assert [s.what for s in budget.log] == ["running the model once with onnxruntime"]
+    timebox = Timebox.of(5.0, clock=FakeClock())
+    assert prepare_mod._require_runs(graph, {}, timebox, 0) == pytest.approx(1.6e9 / prepare_mod.RUN_RATE + 1.0)
+    assert [s.what for s in timebox.log] == ["running the model once with onnxruntime"]
 
 
 def test_the_final_comparison_is_not_tried_when_the_run_at_load_was_not(monkeypatch):
@@ -96,9 +96,9 @@ def test_the_final_comparison_is_not_tried_when_the_run_at_load_was_not(monkeypa
     monkeypatch.setattr(prepare_mod, "touching_seconds", lambda n: 1.0)
     monkeypatch.setattr(prepare_mod, "make_session", lambda *a, **k: pytest.fail("a session was built"))
     graph = from_model(relu_model((10000, 10000)))
-    budget = Timebox.of(5.0, clock=FakeClock())
-    prepared = Prepared(graph, graph, [{}], [], run_s=prepare_mod._require_runs(graph, {}, budget, 0))
-    assert not budget.fits(original_seconds(prepared, budget))
+    timebox = Timebox.of(5.0, clock=FakeClock())
+    prepared = Prepared(graph, graph, [{}], [], run_s=prepare_mod._require_runs(graph, {}, timebox, 0))
+    assert not timebox.fits(original_seconds(prepared, timebox))
 
 
 def test_the_budget_counts_from_when_the_run_began():

@@ -112,10 +112,10 @@ def test_each_kind_is_timed_at_each_thread_count_and_the_confirmed_one_is_saved(
 
 def test_a_time_budget_too_small_for_the_timing_skips_it_with_the_reason(monkeypatch):
     clock = FakeClock(now=0.0)
-    budget = Timebox.of(10.0, clock=clock, reduced=True)
+    timebox = Timebox.of(10.0, clock=clock, reduced=True)
     # each runner's session estimated at 5 s: at the fewest rounds, more than the 10 s left
-    pick, timings = _pick(monkeypatch, {}, budget, ref={"session_s": 5.0})
+    pick, timings = _pick(monkeypatch, {}, timebox, ref={"session_s": 5.0})
     assert pick.best is None and pick.block.chosen == "fp32" and timings.whole == []
     assert "the time budget ended before the reduced-precision models could be timed: kept fp32" in pick.block.notes
-    assert budget.log[-1].stage == "precision" and budget.log[-1].what == "timing the reduced-precision models"
-    assert "in 7 rounds" in budget.log[-1].why
+    assert timebox.log[-1].stage == "precision" and timebox.log[-1].what == "timing the reduced-precision models"
+    assert "in 7 rounds" in timebox.log[-1].why

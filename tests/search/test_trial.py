@@ -211,13 +211,13 @@ def test_the_final_comparison_keeps_time_to_confirm_a_win_with_enough_rounds():
     assert sign_test(CONFIRM_ROUNDS - WARMUP_ROUNDS - 1, CONFIRM_ROUNDS - WARMUP_ROUNDS) < PAIRED_ALPHA  # 10 of 11 is
     g = _relu(1)
     clock = [0.0]
-    budget = Timebox.of(100.0, clock=lambda: clock[0])
-    with Trial(g, [], [random_inputs(g, 0)], budget=budget, stage="final") as trial:
+    timebox = Timebox.of(100.0, clock=lambda: clock[0])
+    with Trial(g, [], [random_inputs(g, 0)], timebox=timebox, stage="final") as trial:
         trial.run_s = 1.0
         option = Candidate(_relu(2), label="other")
         from gspo.search.trial import build_seconds
 
-        first = build_seconds(option, budget.rates) + 1.0 + (MIN_ROUNDS + WARMUP_ROUNDS) * 1.0 * (len(trial._ok) + 2)
+        first = build_seconds(option, timebox.rates) + 1.0 + (MIN_ROUNDS + WARMUP_ROUNDS) * 1.0 * (len(trial._ok) + 2)
         clock[0] = 100.0 - (first + CONFIRM_ROUNDS * 2 * 1.0) - 0.5
         assert trial._fits(option)
         clock[0] += 1.0
