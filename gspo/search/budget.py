@@ -181,6 +181,12 @@ class Timebox:
         final_s = 0.0 if self.seconds is None else self.whole.remaining()
         return dataclasses.replace(self, end=self.whole, plan=dataclasses.replace(self.plan, final_s=final_s))
 
+    def keeping(self, seconds: float) -> Timebox:
+        """The share that ends ``seconds`` before this one (for work that must come after it)."""
+        if not self.limited:
+            return self
+        return self._within(Deadline(self.end.at - max(0.0, seconds), self.clock))
+
     def share(self, fraction: float) -> Timebox:
         """A share of ``fraction`` of the seconds left now (no limit without one)."""
         return self._within(self.end.share(fraction))

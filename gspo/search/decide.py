@@ -77,9 +77,11 @@ def choose_final(prepared: Prepared, options: list[Candidate], cfg, tools: Strat
         if cfg.timing.select == "estimated":
             best = pick(outcomes, "original", cfg.timing.final_margin, cfg.timing.select, lambda o: estimated_cost(o, tools.cost))
             return FinalChoice(best, outcomes, outcomes, [])
-        choice = confirmed(trial, outcomes, cfg, cap, timebox)
         if tools.device.name != "cpu":
-            return choice
+            return confirmed(trial, outcomes, cfg, cap, timebox)
+        # the confirmations leave the time of holding their pick against the input as installed
+        held = installed_seconds(timebox.rates, prepared.original, trial.run_s)
+        choice = confirmed(trial, outcomes, cfg, cap, timebox.keeping(held))
         return against_installed(trial, choice, cfg.timing.final_margin, timebox)  # as a user runs the input
 
 
