@@ -187,7 +187,7 @@ def ov_runner(model, precision: str | None = None):
 
     def run(names, feeds):
         result = request.infer(feeds)
-        by_name = {p.get_any_name(): result[p] for p in compiled.outputs}
+        by_name = {n: result[p] for p in compiled.outputs for n in p.get_names()}  # every alias (GPT-2's outputs have two)
         return [np.array(by_name[n]) for n in names]
 
     return SimpleNamespace(run=run)
