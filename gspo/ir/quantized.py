@@ -5,7 +5,9 @@ they made; excluded nodes rewired to float values (:mod:`gspo.runtime.quantize` 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
 
+import numpy as np
 import onnx
 
 from gspo.errors import GspoError, first_line
@@ -13,7 +15,7 @@ from gspo.ir.graph import Graph, Node
 from gspo.ir.onnx_io import load_bytes, to_model
 from gspo.ir.protos import unique_name, value_info
 
-__all__ = ["INFER_KEY", "from_quantized", "named_model", "rewire_excluded"]
+__all__ = ["INFER_KEY", "from_quantized", "gemms_as_matmuls", "named_model", "rewire_excluded"]
 
 #: The metadata entry that tells onnxruntime's quantizers shapes were inferred already (they
 #: would otherwise save the model to a file to infer them again), and its value.
@@ -98,3 +100,32 @@ def rewire_excluded(model: onnx.ModelProto, excluded: set[str]) -> None:
     if len(kept) != len(model.graph.initializer):
         del model.graph.initializer[:]
         model.graph.initializer.extend(kept)
+
+
+def gemms_as_matmuls(model, names: Collection[str]) -> None:
+    """Each Gemm of ``model`` named in ``names`` (alpha 1, transA 0, beta 1, a constant 2-D B: the
+    caller's check) in place as a MatMul of the same name, of B transposed into an initializer of
+    its own where transB, and, with a bias, an Add of it named ``<name>/bias`` that writes the
+    Gemm's output: the same products and sum."""
+    from onnx import helper, numpy_helper
+
+    if not names:
+        return
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes = []
+    for n in model.graph.node:
+        if n.op_type != "Gemm" or n.name not in names:
+            nodes.append(n)
+            continue
+        b = n.input[1]
+        if any(a.name == "transB" and a.i for a in n.attribute):
+            t = numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(inits[b]).T), f"{b}/{n.name}/T")
+            model.graph.initializer.append(t)
+            b = t.name
+        bias = n.input[2] if len(n.input) > 2 and n.input[2] else None
+        product = f"{n.output[0]}/matmul" if bias else n.output[0]
+        nodes.append(helper.make_node("MatMul", [n.input[0], b], [product], name=n.name))
+        if bias:
+            nodes.append(helper.make_node("Add", [product, bias], [n.output[0]], name=f"{n.name}/bias"))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)

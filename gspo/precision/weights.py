@@ -2,7 +2,8 @@
 cache, large MatMuls read a few rows at a time), where reading the weights, not computing with
 them, is what takes the time.
 
-The constant weight of each reduced MatMul is stored in 8 or 4 bits (symmetric, one scale per
+The constant weight of each reduced MatMul (and of each Gemm that is a plain product plus its
+bias, made a MatMul and an Add first: GPT-2's projections export so) is stored in 8 or 4 bits (symmetric, one scale per
 :data:`BLOCK_SIZE` rows along the reduction axis); the activations stay float, so there is
 nothing to calibrate. The model is built with onnxruntime's weight-only quantizer
 (``onnxruntime.quantization.matmul_nbits_quantizer``: com.microsoft ``MatMulNBits``, 4 or 8 bits
@@ -55,16 +56,35 @@ def _leading_unit(shape: tuple[int, ...]) -> bool:
     return len(shape) >= 2 and all(d == 1 for d in shape[:-2])
 
 
+def _plain_gemm(n) -> bool:
+    """Whether the Gemm ``n`` is a MatMul of its inputs plus its bias (alpha 1, transA 0, beta 1
+    or no bias; transB as it may be): a product a weight-only kind compresses as a MatMul
+    (GPT-2's projections export as such Gemms)."""
+    bias = len(n.inputs) > 2 and n.inputs[2]
+    return (n.attr("alpha", 1.0) == 1.0 and not n.attr("transA", 0)
+            and (not bias or n.attr("beta", 1.0) == 1.0) and len(n.inputs) >= 2)
+
+
+def _products(graph: Graph):
+    """The MatMuls of ``graph`` and its Gemms that are plain products (:func:`_plain_gemm`)."""
+    yield from graph.nodes_by_op.get("MatMul", ())
+    yield from (n for n in graph.nodes_by_op.get("Gemm", ()) if _plain_gemm(n))
+
+
 def weight_matmuls(graph: Graph) -> set[str]:
-    """The node ids of the MatMuls whose weights a weight-only kind compresses: a float32 first
-    input and a constant float32 second one of two dimensions (or more, the leading ones 1)."""
+    """The node ids of the MatMuls (and plain Gemms, :func:`_plain_gemm`) whose weights a
+    weight-only kind compresses: a float32 first input and a constant float32 second one of two
+    dimensions (or more, the leading ones 1; a Gemm's of two)."""
     out = set()
-    for n in graph.nodes_by_op.get("MatMul", ()):
-        if len(n.inputs) != 2 or n.is_opaque or not graph.is_weight(n.inputs[1]) or graph.is_weight(n.inputs[0]):
+    for n in _products(graph):
+        if n.is_opaque or not graph.is_weight(n.inputs[1]) or graph.is_weight(n.inputs[0]):
+            continue
+        if n.op_type == "MatMul" and len(n.inputs) != 2:
             continue
         w = graph.weights[n.inputs[1]]
-        if w.dtype == TensorProto.FLOAT and graph.values[n.inputs[0]].dtype == TensorProto.FLOAT and _leading_unit(
-                tuple(w.shape)):
+        shape = tuple(w.shape)
+        if w.dtype == TensorProto.FLOAT and graph.values[n.inputs[0]].dtype == TensorProto.FLOAT and (
+                _leading_unit(shape) if n.op_type == "MatMul" else len(shape) == 2):
             out.add(node_id(n))
     return out
 
@@ -80,7 +100,7 @@ def _rows(graph: Graph, name: str) -> int | None:
 def weight_bound(graph: Graph, matmuls: Collection[str]) -> bool:
     """Whether a MatMul of ``matmuls`` (node ids) is weight-bound (:data:`WEIGHT_BOUND_ROWS`;
     one whose rows are not known counts as weight-bound)."""
-    for n in graph.nodes_by_op.get("MatMul", ()):
+    for n in _products(graph):
         if node_id(n) in matmuls and ((rows := _rows(graph, n.inputs[0])) is None or rows <= WEIGHT_BOUND_ROWS):
             return True
     return False
@@ -91,12 +111,12 @@ def _own_weights(graph: Graph, ids: Collection[str]) -> Graph:
     copy of its own (the quantizer names what it makes after the weight)."""
     nodes = list(graph.nodes)
     weights = dict(graph.weights)
-    for n in graph.nodes_by_op.get("MatMul", ()):
+    for n in _products(graph):
         b = n.inputs[1]
         if node_id(n) in ids and len(graph.consumers.get(b, ())) > 1:
             copy = fresh_name(b, b, node_id(n))
             weights[copy] = graph.weights[b]
-            nodes[graph.position[n]] = n.replace(inputs=(n.inputs[0], copy))
+            nodes[graph.position[n]] = n.replace(inputs=(n.inputs[0], copy, *n.inputs[2:]))
     return dataclasses.replace(graph, nodes=tuple(nodes), weights=weights)
 
 
@@ -112,10 +132,11 @@ def compress_weights(graph: Graph, bits: int, reduced: Collection[str]) -> Graph
 
     ids = weight_matmuls(graph) & set(reduced)
     if not ids:
-        raise GspoError("nothing to compress: no MatMul with a constant float weight among the reduced nodes")
+        raise GspoError("nothing to compress: no MatMul or plain Gemm with a constant float weight among the reduced nodes")
     graph = _own_weights(graph, ids)
+    gemms = [node_id(n) for n in graph.nodes_by_op.get("Gemm", ()) if node_id(n) in ids]
     return quantize_weights(graph, bits, BLOCK_SIZE, ACCURACY_LEVEL, [node_id(n) for n in graph.nodes
-                                                                      if node_id(n) not in ids])
+                                                                      if node_id(n) not in ids], gemms)
 
 
 def weight_kind(graph: Graph, precision: str, backend: str, matmuls: Collection[str] | None = None,
@@ -151,7 +172,7 @@ def weight_kinds(graph: Graph, precisions: Sequence[str], backends: Sequence[str
         return [], []
     matmuls = weight_matmuls(graph)
     if not matmuls:
-        return [], [f"{p} weights: no MatMul with a constant float weight (weight-only {p} compresses only those)"
+        return [], [f"{p} weights: no MatMul or plain Gemm with a constant float weight (weight-only {p} compresses only those)"
                     for p in asked]
     bound = weight_bound(graph, matmuls)
     out: list[Kind] = []

@@ -35,7 +35,7 @@ from gspo.errors import GspoError, first_line
 from gspo.ir import Graph, Node
 from gspo.ir.features import nbytes
 from gspo.ir.graph import fresh_name
-from gspo.ir.quantized import from_quantized, named_model, rewire_excluded
+from gspo.ir.quantized import from_quantized, gemms_as_matmuls, named_model, rewire_excluded
 from gspo.ir.weights import np_dtype
 from gspo.runtime import cpu_features
 from gspo.runtime.inputs import human_bytes, require_memory
@@ -459,10 +459,12 @@ def quantize_dynamic(graph: Graph, exclude: Collection[str] = (), reduce_range: 
 
 
 def quantize_weights(graph: Graph, bits: int, block_size: int, accuracy_level: int,
-                     exclude: Collection[str] = ()) -> Graph:
+                     exclude: Collection[str] = (), gemms: Collection[str] = ()) -> Graph:
     """``graph`` with the constant weights of its MatMuls in ``bits`` bits (onnxruntime's weight-only
     quantizer: com.microsoft ``MatMulNBits``, symmetric, one scale per ``block_size`` rows, products
-    at ``accuracy_level``), the nodes of ``exclude`` (node ids) left as they are.
+    at ``accuracy_level``), the nodes of ``exclude`` (node ids) left as they are; the Gemms of
+    ``gemms`` (node ids) made MatMuls first (:func:`~gspo.ir.quantized.gemms_as_matmuls`), as the quantizer reads
+    MatMuls only.
 
     Raises:
         GspoError: onnxruntime's quantizer fails.
@@ -470,6 +472,7 @@ def quantize_weights(graph: Graph, bits: int, block_size: int, accuracy_level: i
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     model, names = named_model(graph)
+    gemms_as_matmuls(model, {names[i] for i in gemms if i in names})
     kept = sorted(names[i] for i in exclude if i in names)
     try:
         quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=block_size, is_symmetric=True,

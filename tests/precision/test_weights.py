@@ -125,3 +125,35 @@ def test_a_model_without_a_constant_weight_matmul_says_so_per_precision():
     found, notes = weight_kinds(g, ("int8", "int4"), ("ort",))
     assert found == [] and [n.split(":")[0] for n in notes] == ["int8 weights", "int4 weights"]
     assert weight_kinds(g, ("bf16",), ("ort",)) == ([], [])
+
+
+def _gemms(trans_b: int) -> Graph:
+    """x -> Gemm(w1, b1) -> Relu -> Gemm(w2, no bias) -> y, as GPT-2's projections export; ``trans_b``
+    on both; and a Gemm with alpha 2, not a plain product."""
+    b = GraphBuilder("gemms", seed=4)
+    x = b.input("x", (1, 64))
+    w1 = b.weight("w1", (64, 64))
+    w2 = b.weight("w2", (32, 64) if trans_b else (64, 32))
+    h = b.op("Relu", [b.op("Gemm", [x, w1, b.weight("b1", (64,), scale=0.1)], out="up", transB=trans_b)])
+    y = b.op("Gemm", [h, w2], out="down", transB=trans_b)
+    return b.output(b.op("Gemm", [y, b.weight("w3", (32, 8))], out="y", alpha=2.0)).build()
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_plain_gemms_are_compressed_as_matmuls_close_to_fp32(trans_b):
+    g = _gemms(trans_b)
+    assert weight_matmuls(g) == {"up", "down"}  # not the Gemm with alpha 2
+    q = compress_weights(g, 8, {"up", "down", "y"})
+    ops = [n.op_type for n in q.nodes]
+    assert ops.count("MatMulNBits") == 2 and ops.count("Gemm") == 1 and ops.count("Add") == 1  # the bias, apart
+    s = random_inputs(g, seed=1)
+    exact, reduced = _outputs(g, s)["y"], _outputs(q, s)["y"]
+    nmse = float(((reduced - exact) ** 2).mean() / (exact ** 2).mean())
+    assert 0 < nmse < 1e-2
+
+
+def test_a_reduced_gemm_left_out_keeps_its_gemm_and_weight():
+    g = _gemms(1)
+    q = compress_weights(g, 8, {"down"})
+    assert [n.op_type for n in q.nodes].count("Gemm") == 2 and "w1" in q.weights
+    assert np.array_equal(q.weights["w1"].evaluate(q.store), g.weights["w1"].evaluate(g.store))
