@@ -109,7 +109,7 @@ def validation_fn(budget: ErrorBudget):
         reference, got = [], []
         for feeds, expected in items:
             result = compiled(feeds)
-            by_name = {p.get_any_name(): np.array(result[p]) for p in compiled.outputs}
+            by_name = {n: np.array(result[p]) for p in compiled.outputs for n in p.get_names()}
             reference.append(expected)
             got.append({n: by_name[n] for n in expected})
         excess = measure(reference, got, budget).excess
