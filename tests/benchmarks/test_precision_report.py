@@ -170,6 +170,9 @@ class _Port:
     def get_any_name(self):
         return self.name
 
+    def get_names(self):  # every alias of the output (GPT-2's have two)
+        return {self.name, f"{self.name}_alias"}
+
 
 class _Compiled:
     """An OpenVINO compiled model's interface as validation_fn uses it: outputs by port."""
