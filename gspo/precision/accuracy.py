@@ -25,7 +25,6 @@ floats where the reference has integers (or the reverse) breaks every limit of t
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -171,15 +170,6 @@ class ErrorBudget:
 
     def __str__(self) -> str:
         return ",".join(str(limit) for limit in self.limits)
-
-    def within(self, fraction: float) -> ErrorBudget:
-        """This budget with each limit's room cut to ``fraction`` of it: an error bound times
-        ``fraction``, a bound on a higher-better metric (cosine, topK) ``1 - (1 - bound) *
-        fraction`` (an exact agreement, a bound of 1, as it is)."""
-        def cut(lim: Limit) -> Limit:
-            bound = lim.bound * fraction if lim.lower_is_better else 1.0 - (1.0 - lim.bound) * fraction
-            return dataclasses.replace(lim, bound=float(f"{bound:.6g}"))
-        return ErrorBudget(tuple(cut(lim) for lim in self.limits))
 
     def limits_for(self, output: str, is_float: bool) -> tuple[Limit, ...]:
         """The limits that apply to ``output``: its own and those without a name; on an

@@ -45,7 +45,7 @@ from gspo.timing.deadline import Deadline
 
 __all__ = ["DATA_SHARE", "FIT_TARGET", "MIN_TIMING_RUNS", "NOT_FITTED", "NOT_HELD", "PrecisionFit", "REFERENCE_SHARE", "TIMING_SHARE",
            "coarse_limits", "fit_kinds", "fit_precision", "fits_deadline", "on_bf16_fit", "reduced", "settings_of",
-           "skipped_for_bf16", "timing_runs", "timing_seconds"]
+           "skipped_for_bf16", "timing_runs", "timing_seconds", "within"]
 
 
 def reduced(cfg) -> bool:
@@ -62,7 +62,7 @@ NOT_FITTED = "not fitted: the time budget cannot hold one judgment of it"
 DATA_SHARE = 0.2
 REFERENCE_SHARE = 0.15
 #: The share of each limit of the user's budget the fit and the screen aim within on their data
-#: (:meth:`~gspo.precision.accuracy.ErrorBudget.within`): the calibration and validation samples
+#: (:func:`within`): the calibration and validation samples
 #: are few, and what holds on them exactly at a limit breaks it on others about as often as not
 #: (ViT-B/16, 8+8 samples, nmse=1e-3: the fit at 1.00e-3 on pooler_output on its validation
 #: samples, 1.01e-3 on 8 held-out ones). The user's own budget still judges the answer.
@@ -114,6 +114,16 @@ class PrecisionFit:
         return _block(self, best, fp32_s)
 
 
+def within(budget: ErrorBudget, fraction: float) -> ErrorBudget:
+    """``budget`` with each limit's room cut to ``fraction`` of it: an error bound times
+    ``fraction``, a bound on a higher-better metric (cosine, topK) ``1 - (1 - bound) * fraction``
+    (an exact agreement, a bound of 1, as it is)."""
+    def cut(lim):
+        bound = lim.bound * fraction if lim.lower_is_better else 1.0 - (1.0 - lim.bound) * fraction
+        return dataclasses.replace(lim, bound=float(f"{bound:.6g}"))
+    return ErrorBudget(tuple(cut(lim) for lim in budget.limits))
+
+
 def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], deadline: Deadline | None,
                   say: Callable[[str], None] | None = None, executor: Callable | None = None,
                   measure: Callable | None = None) -> PrecisionFit:
@@ -149,12 +159,12 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
                              calibration=data.calibration)
     found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref), sample_s=ref.sample_s)
              for k in found]
-    out.notes.append(f"the fit aims within {FIT_TARGET:.0%} of each limit on its data ({out.errors.within(FIT_TARGET)}): "
+    out.notes.append(f"the fit aims within {FIT_TARGET:.0%} of each limit on its data ({within(out.errors, FIT_TARGET)}): "
                      f"samples it never saw then keep within {out.errors}")
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
     found, dropped = _ordered_and_screened(found, out, fp32, (measure, executor),
                                            fits_deadline(deadline, MAX_FITTED * per_kind, ref.sample_s, ref.session_s))
-    out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, out.errors.within(FIT_TARGET)),
+    out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, within(out.errors, FIT_TARGET)),
                            fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
                            lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor) + dropped
     out.notes += [f.plan for f in out.fitted if f.plan]
@@ -173,7 +183,7 @@ def _ordered_and_screened(found, out: PrecisionFit, fp32: Graph, timing, deadlin
     out.notes += notes
     if timing[0] is None:
         return found, []
-    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline, out.errors.within(FIT_TARGET))
+    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline, within(out.errors, FIT_TARGET))
     out.notes += notes
     return found, dropped
 
