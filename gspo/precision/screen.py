@@ -154,7 +154,7 @@ def screen(kinds: Sequence[Kind], pieces: Pieces, fp32: Graph, ref, timing, dead
     (:data:`~gspo.search.strategies.Measure`) and the fit's executor (``None``:
     :func:`~gspo.precision.search.cpu_executor`); ``deadline``: the fits' (:func:`_holds`);
     ``budget``: the run's error budget, each fully reduced build judged by it on the screen's
-    sample (``None``: not judged, every kind that passes counts as within it)."""
+    samples (``None``: not judged, every kind that passes counts as within it)."""
     measure, executor = timing
     screened = [k for k in kinds if k.backend != _TORCH]
     if not screened:

@@ -159,12 +159,13 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
                              calibration=data.calibration)
     found = [dataclasses.replace(k, cost=_cost(k, base, ref), once=_once(k, base, ref), sample_s=ref.sample_s)
              for k in found]
-    out.notes.append(f"the fit aims within {FIT_TARGET:.0%} of each limit on its data ({within(out.errors, FIT_TARGET)}): "
+    aim = within(out.errors, FIT_TARGET)  # what the screen and the fits judge by; the user's budget judges the answer
+    out.notes.append(f"the fit aims within {FIT_TARGET:.0%} of each limit on its data ({aim}): "
                      f"samples it never saw then keep within {out.errors}")
     per_kind = len(thread_settings(base))  # each kind is timed at each thread count
-    found, dropped = _ordered_and_screened(found, out, fp32, (measure, executor),
+    found, dropped = _ordered_and_screened(found, out, fp32, (measure, executor, aim),
                                            fits_deadline(deadline, MAX_FITTED * per_kind, ref.sample_s, ref.session_s))
-    out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, within(out.errors, FIT_TARGET)),
+    out.fitted = fit_kinds(found, out.pieces, (data, ref.outputs, aim),
                            fits_deadline(deadline, len(found) * per_kind, ref.sample_s, ref.session_s), say,
                            lambda n: fits_deadline(deadline, n * per_kind, ref.sample_s, ref.session_s), executor) + dropped
     out.notes += [f.plan for f in out.fitted if f.plan]
@@ -175,15 +176,17 @@ def fit_precision(original: Graph, fp32: Graph, cfg, backends: Sequence[str], de
 
 def _ordered_and_screened(found, out: PrecisionFit, fp32: Graph, timing, deadline: Deadline | None):
     """``found`` in the order this CPU runs them fastest, less the kinds the screen drops (with
-    ``timing``'s measure; none without one), and those dropped; the notes said on ``out``."""
+    ``timing``'s measure, executor and budget aimed at; none without a measure), and those dropped;
+    the notes said on ``out``."""
     from gspo.precision.screen import order, screen
     from gspo.runtime.cpu_features import cpu_flags
 
     found, notes = order(found, cpu_flags())
     out.notes += notes
-    if timing[0] is None:
+    measure, executor, aim = timing
+    if measure is None:
         return found, []
-    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, timing, deadline, within(out.errors, FIT_TARGET))
+    found, dropped, notes = screen(found, out.pieces, fp32, out.ref, (measure, executor), deadline, aim)
     out.notes += notes
     return found, dropped
 
